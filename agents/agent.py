@@ -1,0 +1,123 @@
+"""Agent definitions: a named group of handlers for one remote service."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sasflow.errors import DefinitionError
+from sasflow.policy import BreakerPolicy, RetryPolicy
+from sasflow.workflow import check_name
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a handler receives for one attempt of one step."""
+
+    input: Any
+    idempotency_key: str
+    """Stable across attempts of the step: pass it to the remote service to deduplicate."""
+    attempt: int
+    deadline: float
+    """`time.monotonic()` value after which the result is no longer wanted."""
+    step_id: int
+    run_id: int
+    workflow: str
+    step: str
+    action: str
+    kind: str
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set when the agent shuts down or the deadline passed; long handlers may poll it."""
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (use it as the remote call's timeout)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+
+Handler = Callable[[Call], Any]
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    action: str
+    function: Handler
+    dependency: str | None
+    retry: RetryPolicy
+
+
+DEFAULT_TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+class Agent:
+    """Handlers for one remote service, with their retry policies and circuit breakers.
+
+    `transient` lists exception types retried within the deadline (besides TransientError);
+    any other exception is a permanent failure, replied as `error`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        breakers: Mapping[str, BreakerPolicy] | None = None,
+        retry: RetryPolicy | None = None,
+        transient: tuple[type[BaseException], ...] = DEFAULT_TRANSIENT,
+    ) -> None:
+        check_name("agent", name)
+        self._name = name
+        self.breakers: dict[str, BreakerPolicy] = dict(breakers or {})
+        for dependency in self.breakers:
+            check_name(f"agent {name!r}: dependency", dependency)
+        self.retry = retry or RetryPolicy()
+        self.transient = transient
+        self._handlers: dict[str, HandlerSpec] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def actions(self) -> frozenset[str]:
+        return frozenset(self._handlers)
+
+    def handler(
+        self,
+        action: str,
+        *,
+        dependency: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register the decorated function as the handler of `action`."""
+
+        def register(function: Handler) -> Handler:
+            self.add_handler(action, function, dependency=dependency, retry=retry)
+            return function
+
+        return register
+
+    def add_handler(
+        self,
+        action: str,
+        function: Handler,
+        *,
+        dependency: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        check_name(f"agent {self._name!r}: action", action)
+        if action in self._handlers:
+            raise DefinitionError(f"agent {self._name!r}: duplicate handler for {action!r}")
+        if dependency is not None and dependency not in self.breakers:
+            raise DefinitionError(
+                f"agent {self._name!r}: action {action!r} names dependency {dependency!r}, "
+                f"which has no breaker (declared: {', '.join(sorted(self.breakers)) or 'none'})"
+            )
+        self._handlers[action] = HandlerSpec(action, function, dependency, retry or self.retry)
+
+    def spec(self, action: str) -> HandlerSpec | None:
+        return self._handlers.get(action)
+
+    def __repr__(self) -> str:
+        return f"Agent({self._name!r}, actions={sorted(self._handlers)})"

@@ -1,0 +1,148 @@
+"""Turn retry and breaker policies into tenacity and pybreaker objects (the only place that does).
+
+Breakers: one per remote dependency per agent process, shared by all worker threads, so the
+threads together trip it and together stop hammering a dead service. pybreaker's own `call()`
+holds the breaker's lock for the whole remote call, which would serialise every worker thread
+behind one slow call; here the remote call runs outside any lock and only the bookkeeping goes
+through pybreaker (microseconds under the lock). In half-open state exactly one trial call is let
+through; other threads are deferred until it settles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pybreaker
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    stop_when_event_set,
+    wait_random_exponential,
+)
+
+from sasflow.agents.errors import BreakerOpenError
+from sasflow.policy import BreakerPolicy, RetryPolicy
+
+T = TypeVar("T")
+
+HALF_OPEN_DEFER = 1.0
+"""Seconds a step is deferred while another thread's trial call decides a half-open breaker."""
+
+
+class _OpenedAt(pybreaker.CircuitBreakerListener):
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def state_change(  # signature fixed by pybreaker
+        self,
+        cb: pybreaker.CircuitBreaker,  # noqa: ARG002
+        old_state: pybreaker.CircuitBreakerState | None,  # noqa: ARG002
+        new_state: pybreaker.CircuitBreakerState,
+    ) -> None:
+        if new_state.name == pybreaker.STATE_OPEN:
+            self.at = time.monotonic()
+
+
+def _sleep(interrupted: threading.Event, seconds: float) -> None:
+    interrupted.wait(seconds)
+
+
+def _noop() -> None:
+    return None
+
+
+def _fail(exc: BaseException) -> None:
+    raise exc
+
+
+class SharedBreaker:
+    """A thread-safe circuit breaker around one remote dependency."""
+
+    def __init__(self, dependency: str, policy: BreakerPolicy) -> None:
+        self.dependency = dependency
+        self.policy = policy
+        self._opened = _OpenedAt()
+        self._cb = pybreaker.CircuitBreaker(
+            fail_max=policy.fail_max,
+            reset_timeout=policy.reset_timeout,
+            name=dependency,
+            listeners=[self._opened],
+            throw_new_error_on_trip=False,
+        )
+        self._lock = threading.Lock()
+        self._trial = False
+
+    @property
+    def state(self) -> str:
+        return str(self._cb.current_state)
+
+    def acquire(self) -> bool:
+        """Allow a call or raise BreakerOpenError; True when the call is the half-open trial."""
+        with self._lock:
+            state = self._cb.current_state
+            if state == pybreaker.STATE_CLOSED:
+                return False
+            if state == pybreaker.STATE_OPEN:
+                wait = self._opened.at + self.policy.reset_timeout - time.monotonic()
+                if wait > 0:
+                    raise BreakerOpenError(self.dependency, wait)
+                self._cb.half_open()
+            if self._trial:
+                raise BreakerOpenError(
+                    self.dependency, min(HALF_OPEN_DEFER, self.policy.reset_timeout)
+                )
+            self._trial = True
+            return True
+
+    def record(self, *, trial: bool, failure: BaseException | None) -> None:
+        """Count the outcome of a call that `acquire` allowed."""
+        with self._lock:
+            if trial:
+                self._trial = False
+            elif self._cb.current_state != pybreaker.STATE_CLOSED:
+                return  # a call from before the trip: the trial alone decides now
+            # The callables are trivial, so pybreaker's lock is held only for its bookkeeping.
+            with contextlib.suppress(BaseException):
+                if failure is None:
+                    self._cb.call(_noop)
+                else:
+                    self._cb.call(_fail, failure)
+
+    def call(self, function: Callable[[], T], is_failure: Callable[[BaseException], bool]) -> T:
+        """Run `function` through the breaker; exceptions for which `is_failure` is False
+        (permanent errors: the service answered) count as successes."""
+        trial = self.acquire()
+        try:
+            result = function()
+        except BaseException as exc:
+            self.record(trial=trial, failure=exc if is_failure(exc) else None)
+            raise
+        self.record(trial=trial, failure=None)
+        return result
+
+
+def retrying(
+    policy: RetryPolicy,
+    *,
+    budget: float,
+    is_transient: Callable[[BaseException], bool],
+    interrupted: threading.Event,
+) -> Retrying:
+    """Exponential backoff with full jitter on transient errors, never sleeping past `budget`
+    seconds from now; a set `interrupted` event (shutdown, deadline) cuts the sleep short."""
+    stop: Any = stop_before_delay(budget) | stop_when_event_set(interrupted)
+    if policy.max_attempts is not None:
+        stop = stop | stop_after_attempt(policy.max_attempts)
+    return Retrying(
+        stop=stop,
+        wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
+        retry=retry_if_exception(is_transient),
+        sleep=lambda seconds: _sleep(interrupted, seconds),
+        reraise=True,
+    )

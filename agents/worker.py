@@ -1,0 +1,270 @@
+"""The agent role: consume one agent's requests, run handlers in worker threads, reply.
+
+The thread that owns the broker connection never runs a handler, so heartbeats keep flowing
+however long a handler takes; worker threads hand their outcome back through a queue and
+`call_threadsafe`, and never touch pika.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sasflow.agents.agent import Agent, Call, HandlerSpec
+from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
+from sasflow.agents.resilience import SharedBreaker, retrying
+from sasflow.errors import BrokerUnavailableError, InvalidMessageError
+from sasflow.messages import ErrorInfo, Reply, Request, dumps, parse
+from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.transport.base import Delivery, Outgoing, Transport
+from sasflow.transport.topology import Names, declare_agent_queue, declare_common
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    delivery: Delivery
+    request: Request
+    call: Call
+    done: bool = False
+    abandoned: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: Job
+    reply: Reply | None
+    """None: stay silent (deadline passed, or retries ran out inside the deadline)."""
+
+
+@dataclass
+class AgentStats:
+    received: int = 0
+    replied_ok: int = 0
+    replied_error: int = 0
+    deferred: int = 0
+    silent: int = 0
+    dead_lettered: int = 0
+    abandoned: int = 0
+
+
+class AgentWorker:
+    """Serves one Agent with `concurrency` worker threads until `stop` is set."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        transport: Transport,
+        names: Names,
+        *,
+        concurrency: int = 4,
+        stop: threading.Event | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.id = process_id(f"agent-{agent.name}")
+        self.agent = agent
+        self._transport = transport
+        self._names = names
+        self._concurrency = concurrency
+        self._stop = stop or threading.Event()
+        self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
+        self._pool = ThreadPoolExecutor(max_workers=concurrency,
+                                        thread_name_prefix=f"{agent.name}-worker")
+        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._jobs: dict[tuple[int, int], Job] = {}
+        self.stats = AgentStats()
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self._stop
+
+    def breaker(self, dependency: str) -> SharedBreaker:
+        return self._breakers[dependency]
+
+    def run(self) -> None:
+        try:
+            serve_forever(self.id, self._serve, self._stop, Reconnect())
+        finally:
+            for job in self._jobs.values():
+                job.call.cancelled.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._transport.close()
+        log.info("%s stopped: %s", self.id, self.stats)
+
+    # -- the owner thread -------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        self._transport.connect()
+        declare_common(self._transport, self._names)
+        declare_agent_queue(self._transport, self._names, self.agent.name)
+        self._transport.consume(self._names.agent(self.agent.name), self._on_request,
+                                prefetch=self._concurrency)
+        log.info("%s consuming %s with %d threads", self.id,
+                 self._names.agent(self.agent.name), self._concurrency)
+        while not self._stop.is_set():
+            self._transport.process(self._next_wait())
+            self._settle()
+        # Stop taking requests; let running handlers finish (each within its deadline).
+        self._transport.cancel_consumers()
+        while self._jobs:
+            self._transport.process(self._next_wait())
+            self._settle()
+
+    def _next_wait(self) -> float:
+        if not self._outcomes.empty():
+            return 0.0
+        deadlines = [j.call.deadline for j in self._jobs.values() if not j.abandoned]
+        until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
+        return min(0.5, max(0.0, until))
+
+    def _on_request(self, delivery: Delivery) -> None:
+        received = time.monotonic()
+        try:
+            request = parse(Request, delivery.body)
+        except InvalidMessageError as exc:
+            self._dead_letter(delivery, str(exc))
+            return
+        if request.agent != self.agent.name:
+            self._dead_letter(delivery, f"Request: for agent {request.agent!r}, "
+                                        f"delivered to the queue of {self.agent.name!r}")
+            return
+        self.stats.received += 1
+        call = Call(
+            input=request.input,
+            idempotency_key=request.idempotency_key,
+            attempt=request.attempt,
+            deadline=received + request.budget_ms / 1000,
+            step_id=request.step_id,
+            run_id=request.run_id,
+            workflow=request.workflow,
+            step=request.step,
+            action=request.action,
+            kind=request.kind,
+        )
+        job = Job(delivery, request, call)
+        key = (request.step_id, request.attempt)
+        if key in self._jobs:
+            # The same attempt is already running here (redelivered after a reconnect).
+            self._transport.ack(delivery)
+            return
+        self._jobs[key] = job
+        spec = self.agent.spec(request.action)
+        if spec is None:
+            known = ", ".join(sorted(self.agent.actions)) or "none"
+            reply = self._reply(request, "error", error=ErrorInfo(
+                type="UnknownActionError",
+                message=f"agent {self.agent.name!r} has no action {request.action!r} "
+                        f"(it has: {known})"))
+            self._outcomes.put(Outcome(job, reply))
+            return
+        self._pool.submit(self._execute, job, spec)
+
+    def _dead_letter(self, delivery: Delivery, reason: str) -> None:
+        self._transport.dead_letter(delivery, reason,
+                                    dead_letter_exchange=self._names.dead_letter_exchange)
+        self.stats.dead_lettered += 1
+
+    def _settle(self) -> None:
+        """Reply for finished jobs and abandon those whose deadline passed (owner thread)."""
+        while True:
+            try:
+                outcome = self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            self._finish(outcome)
+        now = time.monotonic()
+        for key, job in list(self._jobs.items()):
+            if not job.abandoned and now >= job.call.deadline:
+                job.abandoned = True
+                job.call.cancelled.set()
+                self.stats.abandoned += 1
+                log.warning("step %s attempt %s passed its deadline while running: no reply",
+                            job.request.step_id, job.request.attempt)
+                self._transport.ack(job.delivery)
+                del self._jobs[key]
+
+    def _finish(self, outcome: Outcome) -> None:
+        job = outcome.job
+        key = (job.request.step_id, job.request.attempt)
+        if job.abandoned:
+            return
+        self._jobs.pop(key, None)
+        reply = outcome.reply
+        if reply is not None and time.monotonic() >= job.call.deadline:
+            reply = None  # finished too late: the pattern says stay silent
+        if reply is None:
+            self.stats.silent += 1
+        else:
+            self._transport.publish(Outgoing(
+                exchange="",
+                routing_key=job.delivery.reply_to or self._names.replies,
+                body=reply.encode(),
+                correlation_id=job.delivery.correlation_id,
+            ))
+            if reply.status == "ok":
+                self.stats.replied_ok += 1
+            elif reply.status == "error":
+                self.stats.replied_error += 1
+            else:
+                self.stats.deferred += 1
+        self._transport.ack(job.delivery)
+
+    def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
+        return Reply.model_validate({"step_id": request.step_id, "attempt": request.attempt,
+                                     "status": status, "agent": self.agent.name, **fields})
+
+    # -- worker threads -------------------------------------------------------------------
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, PermanentError | BreakerOpenError):
+            return False
+        return isinstance(exc, TransientError | self.agent.transient)
+
+    def _execute(self, job: Job, spec: HandlerSpec) -> None:
+        outcome = Outcome(job, None)
+        try:
+            outcome = Outcome(job, self._run_handler(job, spec))
+        finally:
+            self._outcomes.put(outcome)
+            # Wake the owner thread; while it reconnects the outcome waits in the queue.
+            with contextlib.suppress(BrokerUnavailableError):
+                self._transport.call_threadsafe(lambda: None)
+
+    def _run_handler(self, job: Job, spec: HandlerSpec) -> Reply | None:
+        call, request = job.call, job.request
+        breaker = self._breakers.get(spec.dependency) if spec.dependency else None
+
+        def attempt() -> Any:
+            if breaker is None:
+                return spec.function(call)
+            return breaker.call(lambda: spec.function(call), self._is_transient)
+
+        try:
+            output = retrying(spec.retry, budget=call.remaining(),
+                              is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
+        except BreakerOpenError as exc:
+            return self._reply(request, "deferred", defer_seconds=exc.retry_after,
+                               error=ErrorInfo(type="BreakerOpen", message=str(exc)))
+        except Exception as exc:  # noqa: BLE001 - user code: every failure becomes a reply
+            if self._is_transient(exc):
+                log.info("step %s attempt %s: transient errors until the deadline (%s); silent",
+                         request.step_id, request.attempt, exc)
+                return None
+            log.info("step %s attempt %s failed permanently: %r", request.step_id,
+                     request.attempt, exc)
+            return self._reply(request, "error",
+                               error=ErrorInfo(type=type(exc).__name__, message=str(exc)))
+        try:
+            dumps(output)
+        except InvalidMessageError as exc:
+            return self._reply(request, "error", error=ErrorInfo(
+                type="InvalidOutputError", message=f"handler returned a non-JSON output: {exc}"))
+        return self._reply(request, "ok", output=output)

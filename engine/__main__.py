@@ -1,0 +1,5 @@
+"""`python -m sasflow`."""
+
+from sasflow.cli.main import main
+
+main()

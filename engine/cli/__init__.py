@@ -1,0 +1,1 @@
+"""The `sasflow` command line."""

@@ -1,0 +1,33 @@
+"""`sasflow config show`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sasflow.cli.context import CliContext
+
+
+@click.group()
+def config() -> None:
+    """Inspect the effective configuration."""
+
+
+@config.command("show")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@click.pass_obj
+def show(obj: CliContext, output: str) -> None:
+    """Print the effective settings, passwords redacted."""
+    values = obj.settings.redacted()
+    if output == "json":
+        click.echo(json.dumps(values, indent=2))
+        return
+    table = Table("setting", "value", "variable")
+    table.columns[1].overflow = "fold"
+    for key, value in values.items():
+        table.add_row(key, "" if value is None else str(value), f"SASFLOW_{key.upper()}")
+    Console().print(table)

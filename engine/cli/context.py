@@ -1,0 +1,73 @@
+"""What every command receives: the settings read at the edge, and lazy access to the app."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from sqlalchemy import Engine
+
+from sasflow.appload import load_registry
+from sasflow.errors import ConfigurationError, SasflowError
+from sasflow.registry import Registry
+from sasflow.runtime import stop_on_signals
+from sasflow.settings import Settings
+from sasflow.store.db import make_engine
+from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.topology import Names
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
+
+
+@dataclass
+class CliContext:
+    settings: Settings
+    _registry: Registry | None = field(default=None, init=False)
+
+    @property
+    def names(self) -> Names:
+        return Names(self.settings.namespace)
+
+    def registry(self) -> Registry:
+        if self._registry is None:
+            if not self.settings.app:
+                raise ConfigurationError(
+                    "no app given: pass --app MODULE[:ATTRIBUTE] or set SASFLOW_APP"
+                )
+            self._registry = load_registry(self.settings.app)
+        return self._registry
+
+    def engine(self, role: str, pool_size: int = 5) -> Engine:
+        return make_engine(self.settings.database_url, application_name=f"sasflow-{role}",
+                           pool_size=pool_size)
+
+    def transport(self, role: str) -> RabbitMQTransport:
+        return RabbitMQTransport(self.settings.broker_url, process_name=f"sasflow-{role}")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    for noisy in ("pika", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def build_settings(**overrides: Any) -> Settings:
+    """Settings from the command line, falling back to SASFLOW_* variables, then defaults."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as exc:
+        raise click.UsageError(f"invalid settings: {exc}") from exc
+
+
+def fail(exc: SasflowError) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+def stop_event() -> threading.Event:
+    """An event that SIGTERM and SIGINT set."""
+    event = threading.Event()
+    stop_on_signals(event)
+    return event

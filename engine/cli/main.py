@@ -1,0 +1,48 @@
+"""`sasflow`: the command line of every sasflow process and of operators."""
+
+from __future__ import annotations
+
+import click
+
+from sasflow.cli import config, db, roles, submit
+from sasflow.cli.context import CliContext, build_settings, setup_logging
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--database-url", envvar="SASFLOW_DATABASE_URL", show_envvar=True,
+              help="State store URL, e.g. postgresql+psycopg://user@localhost/sasflow.")
+@click.option("--broker-url", envvar="SASFLOW_BROKER_URL", show_envvar=True,
+              help="RabbitMQ URL, e.g. amqp://localhost:5672/%2F.")
+@click.option("--namespace", envvar="SASFLOW_NAMESPACE", show_envvar=True,
+              help="Prefix of queue and exchange names [default: sasflow].")
+@click.option("--app", "app", envvar="SASFLOW_APP", show_envvar=True,
+              help="Module (or module:attribute) with the workflow and agent registry.")
+@click.option("--log-level", envvar="SASFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
+              show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.version_option(package_name="sasflow")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    database_url: str | None,
+    broker_url: str | None,
+    namespace: str | None,
+    app: str | None,
+    log_level: str,
+) -> None:
+    """sasflow: workflows on the Scheduler-Agent-Supervisor pattern."""
+    setup_logging(log_level)
+    ctx.obj = CliContext(build_settings(database_url=database_url, broker_url=broker_url,
+                                        namespace=namespace, app=app))
+
+
+cli.add_command(config.config)
+cli.add_command(db.db)
+cli.add_command(submit.submit_command)
+cli.add_command(roles.submitter)
+cli.add_command(roles.scheduler)
+cli.add_command(roles.agent)
+
+
+def main() -> None:
+    cli(prog_name="sasflow")

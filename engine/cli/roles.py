@@ -1,0 +1,68 @@
+"""`sasflow submitter | scheduler | agent`: the long-running processes."""
+
+from __future__ import annotations
+
+import click
+
+from sasflow.agents.agent import Agent
+from sasflow.agents.worker import AgentWorker
+from sasflow.appload import load_object
+from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.errors import SasflowError
+from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.submitter import Submitter
+
+
+@click.command()
+@click.option("--prefetch", type=click.IntRange(1, 10000), default=200, show_default=True,
+              help="Submissions held (and inserted per transaction) at once.")
+@click.pass_obj
+def submitter(obj: CliContext, prefetch: int) -> None:
+    """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
+    try:
+        engine = obj.engine("submitter")
+        role = Submitter(engine, obj.transport("submitter"), obj.registry(), obj.names,
+                         prefetch=prefetch, stop=stop_event())
+        role.run()
+    except SasflowError as exc:
+        raise fail(exc) from exc
+
+
+@click.command()
+@click.option("--batch", type=click.IntRange(1, 10000), default=100, show_default=True,
+              help="Steps claimed per statement.")
+@click.option("--reply-prefetch", type=click.IntRange(1, 10000), default=500, show_default=True,
+              help="Replies held (and applied per transaction) at once.")
+@click.option("--rescan-interval", type=click.FloatRange(0.05, 60), default=1.0,
+              show_default=True, help="Seconds between claims when no notification woke us.")
+@click.pass_obj
+def scheduler(obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float) -> None:
+    """Claim ready steps, dispatch them to agents and apply their replies."""
+    options = SchedulerOptions(claim_batch=batch, reply_prefetch=reply_prefetch,
+                               rescan_interval=rescan_interval)
+    try:
+        engine = obj.engine("scheduler")
+        role = Scheduler(engine, obj.transport("scheduler"), obj.registry(), obj.names,
+                         database_url=obj.settings.database_url, options=options,
+                         stop=stop_event())
+        role.run()
+    except SasflowError as exc:
+        raise fail(exc) from exc
+
+
+@click.command()
+@click.argument("name")
+@click.option("--concurrency", "-c", type=click.IntRange(1, 1000), default=4, show_default=True,
+              help="Worker threads, and requests taken from the queue at once.")
+@click.pass_obj
+def agent(obj: CliContext, name: str, concurrency: int) -> None:
+    """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object)."""
+    try:
+        target = load_object(name) if ":" in name else obj.registry().agent(name)
+        if not isinstance(target, Agent):
+            raise click.UsageError(f"{name} is not a sasflow.agents.Agent with handlers")
+        role = AgentWorker(target, obj.transport(f"agent-{target.name}"), obj.names,
+                           concurrency=concurrency, stop=stop_event())
+        role.run()
+    except SasflowError as exc:
+        raise fail(exc) from exc

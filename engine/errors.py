@@ -1,0 +1,46 @@
+"""The one exception tree of sasflow: every error the library raises derives from SasflowError."""
+
+from __future__ import annotations
+
+
+class SasflowError(Exception):
+    """A sasflow operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+
+class ConfigurationError(SasflowError):
+    """The configuration is invalid."""
+
+
+class DefinitionError(SasflowError):
+    """A workflow or agent definition is invalid."""
+
+
+class AppLoadError(SasflowError):
+    """The application module could not be loaded."""
+
+
+class UnknownWorkflowError(SasflowError):
+    """No workflow with that name (and version) is registered."""
+
+
+class InvalidMessageError(SasflowError):
+    """A message does not follow the sasflow wire protocol."""
+
+
+class InvalidInputError(SasflowError):
+    """The input of a run or step could not be built or is not JSON."""
+
+
+class StoreUnavailableError(SasflowError):
+    """The state store (database) cannot be reached."""
+
+
+class BrokerUnavailableError(SasflowError):
+    """The message broker cannot be reached."""
+
+
+class PublishError(SasflowError):
+    """The broker did not accept a message (unroutable or negatively confirmed)."""

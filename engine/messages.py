@@ -1,0 +1,130 @@
+"""The wire protocol: the JSON messages exchanged over RabbitMQ (docs/protocol.md describes them).
+
+Every message is UTF-8 JSON; parsing raises InvalidMessageError with a readable reason, which the
+consumer puts on the dead-lettered copy.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sasflow.errors import InvalidMessageError
+
+PROTOCOL_VERSION = 1
+
+_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=False)
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(exclude_none=False).encode()
+
+
+class Submission(_Message):
+    """Asks for a new run of `workflow` (idempotent on workflow + key)."""
+
+    workflow: str = Field(pattern=_NAME)
+    input: Any = Field(default_factory=dict)
+    key: str | None = Field(default=None, min_length=1, max_length=200)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    reply_to: str | None = Field(default=None, min_length=1, max_length=255)
+    version: int | None = Field(default=None, ge=1)
+
+
+class Request(_Message):
+    """Scheduler -> agent: run `action` for one attempt of one step."""
+
+    v: Literal[1] = 1
+    step_id: int = Field(ge=1)
+    run_id: int = Field(ge=1)
+    attempt: int = Field(ge=1)
+    workflow: str
+    step: str
+    agent: str = Field(pattern=_NAME)
+    action: str = Field(pattern=_NAME)
+    kind: Literal["forward", "compensation"] = "forward"
+    input: Any = None
+    idempotency_key: str = Field(min_length=1)
+    budget_ms: int = Field(ge=0)
+    complete_by: str
+    """ISO-8601 deadline on the database clock (informative; agents time the budget locally)."""
+
+
+class ErrorInfo(_Message):
+    type: str = "Error"
+    message: str = ""
+
+
+class Reply(_Message):
+    """Agent -> scheduler: the outcome of one attempt."""
+
+    v: Literal[1] = 1
+    step_id: int = Field(ge=1)
+    attempt: int = Field(ge=1)
+    status: Literal["ok", "error", "deferred"]
+    output: Any = None
+    error: ErrorInfo | None = None
+    defer_seconds: float | None = Field(default=None, ge=0, le=86400 * 7)
+    agent: str | None = None
+
+    @model_validator(mode="after")
+    def _status_fields(self) -> Reply:
+        if self.status == "error" and self.error is None:
+            raise ValueError("an 'error' reply needs an 'error' object")
+        if self.status == "deferred" and self.defer_seconds is None:
+            raise ValueError("a 'deferred' reply needs 'defer_seconds'")
+        return self
+
+
+class StatusEvent(_Message):
+    """Published on the status exchange (and to a run's reply_to) for every notable change."""
+
+    v: Literal[1] = 1
+    event_id: int
+    run_id: int
+    key: str
+    workflow: str
+    version: int
+    entity: Literal["run", "step"]
+    step: str | None = None
+    state: str
+    previous: str | None = None
+    attempt: int | None = None
+    at: str
+    detail: Any = None
+
+
+M = TypeVar("M", bound=_Message)
+
+
+def parse(model: type[M], body: bytes) -> M:
+    """Decode and validate one message body; InvalidMessageError says what is wrong."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidMessageError(f"{model.__name__}: body is not UTF-8 JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidMessageError(
+            f"{model.__name__}: body must be a JSON object, got {type(data).__name__}"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidMessageError(f"{model.__name__}: {problems}") from exc
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, or InvalidMessageError if `value` is not JSON-serialisable."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(f"value is not JSON: {exc}") from exc

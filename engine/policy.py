@@ -1,0 +1,94 @@
+"""Frozen policy dataclasses: how long a step may take, how often it may fail, how to back off.
+
+Step policies are copied into each step row at submission, so a running step keeps the policy it
+started with. Retry and breaker policies are turned into tenacity and pybreaker objects in
+`sasflow.agents.resilience`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sasflow.errors import DefinitionError
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise DefinitionError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential, capped delay before a failed step is tried again: initial * multiplier**n."""
+
+    initial: float = 1.0
+    multiplier: float = 2.0
+    maximum: float = 300.0
+
+    def __post_init__(self) -> None:
+        _positive("backoff.initial", self.initial)
+        if self.multiplier < 1:
+            raise DefinitionError(f"backoff.multiplier must be >= 1, got {self.multiplier!r}")
+        if self.maximum < self.initial:
+            raise DefinitionError(
+                f"backoff.maximum ({self.maximum}) must be >= backoff.initial ({self.initial})"
+            )
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after the `failures`-th failure (1-based)."""
+        exponent = max(failures - 1, 0)
+        # Cap the exponent so huge failure counts cannot overflow a float.
+        return min(self.maximum, self.initial * self.multiplier ** min(exponent, 64))
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """The scheduler's and supervisor's rules for one step."""
+
+    timeout: float = 30.0
+    """Seconds an agent has for one attempt; sets `complete_by` at claim."""
+    max_failures: int = 3
+    """Failures (expiries, give-ups) after which the step goes to `error`."""
+    backoff: Backoff = field(default_factory=Backoff)
+    give_up_after: float = 86400.0
+    """Seconds a step may stay deferred by open circuit breakers before that counts as failing."""
+
+    def __post_init__(self) -> None:
+        _positive("timeout", self.timeout)
+        _positive("give_up_after", self.give_up_after)
+        if self.max_failures < 1:
+            raise DefinitionError(f"max_failures must be >= 1, got {self.max_failures!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How an agent retries transient errors inside one attempt (never past the deadline)."""
+
+    initial: float = 0.1
+    maximum: float = 5.0
+    max_attempts: int | None = None
+    """None: retry until the deadline."""
+
+    def __post_init__(self) -> None:
+        _positive("retry.initial", self.initial)
+        if self.maximum < self.initial:
+            raise DefinitionError(
+                f"retry.maximum ({self.maximum}) must be >= retry.initial ({self.initial})"
+            )
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise DefinitionError(f"retry.max_attempts must be >= 1, got {self.max_attempts!r}")
+
+
+@dataclass(frozen=True)
+class BreakerPolicy:
+    """A circuit breaker around one remote dependency of an agent."""
+
+    fail_max: int = 5
+    """Consecutive transient failures that open the breaker."""
+    reset_timeout: float = 30.0
+    """Seconds the breaker stays open before one trial call is let through."""
+
+    def __post_init__(self) -> None:
+        _positive("reset_timeout", self.reset_timeout)
+        if self.fail_max < 1:
+            raise DefinitionError(f"fail_max must be >= 1, got {self.fail_max!r}")

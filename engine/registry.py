@@ -1,0 +1,98 @@
+"""The explicit registry of workflows and agents that every sasflow process is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sasflow.errors import DefinitionError, UnknownWorkflowError
+from sasflow.workflow import Workflow, check_name
+
+
+class AgentSpec(Protocol):
+    """What the registry needs to know of an agent: its name and the actions it serves."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def actions(self) -> frozenset[str] | None:
+        """The actions it serves, or None when they are not known here (an external agent)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExternalAgent:
+    """An agent implemented outside this Python app (another service or language)."""
+
+    name: str
+    actions: frozenset[str] | None = None
+
+
+class Registry:
+    """Workflows by (name, version) and agents by name; validated as a whole when built."""
+
+    def __init__(
+        self,
+        workflows: Iterable[Workflow] = (),
+        agents: Iterable[AgentSpec] = (),
+    ) -> None:
+        self._agents: dict[str, AgentSpec] = {}
+        for agent in agents:
+            check_name("agent", agent.name)
+            if agent.name in self._agents:
+                raise DefinitionError(f"duplicate agent name {agent.name!r}")
+            self._agents[agent.name] = agent
+        self._workflows: dict[tuple[str, int], Workflow] = {}
+        for workflow in workflows:
+            key = (workflow.name, workflow.version)
+            if key in self._workflows:
+                raise DefinitionError(
+                    f"workflow {workflow.name!r} version {workflow.version} is registered twice"
+                )
+            self._check_agents(workflow)
+            self._workflows[key] = workflow
+
+    def _check_agents(self, workflow: Workflow) -> None:
+        for step in workflow.steps:
+            agent = self._agents.get(step.agent)
+            where = f"workflow {workflow.name!r} v{workflow.version}, step {step.name!r}"
+            if agent is None:
+                known = ", ".join(sorted(self._agents)) or "none"
+                raise DefinitionError(f"{where}: unknown agent {step.agent!r} (known: {known})")
+            actions = agent.actions
+            if actions is None:
+                continue
+            for action in (step.action, step.compensate):
+                if action is not None and action not in actions:
+                    raise DefinitionError(
+                        f"{where}: agent {step.agent!r} has no action {action!r} "
+                        f"(it has: {', '.join(sorted(actions)) or 'none'})"
+                    )
+
+    @property
+    def workflows(self) -> tuple[Workflow, ...]:
+        return tuple(self._workflows.values())
+
+    @property
+    def agents(self) -> tuple[AgentSpec, ...]:
+        return tuple(self._agents.values())
+
+    def agent(self, name: str) -> AgentSpec:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise DefinitionError(f"unknown agent {name!r}") from None
+
+    def workflow(self, name: str, version: int | None = None) -> Workflow:
+        """The workflow `name` at `version`, or its latest version when `version` is None."""
+        if version is not None:
+            found = self._workflows.get((name, version))
+            if found is None:
+                raise UnknownWorkflowError(f"unknown workflow {name!r} version {version}")
+            return found
+        versions = [w for (n, _), w in self._workflows.items() if n == name]
+        if not versions:
+            raise UnknownWorkflowError(f"unknown workflow {name!r}")
+        return max(versions, key=lambda w: w.version)

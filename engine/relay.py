@@ -1,0 +1,65 @@
+"""Publish recorded events as status notifications (the events table is the outbox).
+
+Any process with the database and the broker may relay; rows are locked with SKIP LOCKED so
+relays never publish the same event concurrently. Delivery is at least once: an event is
+marked published only after the broker confirmed it, so consumers dedupe on `event_id`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Engine, Select, Update
+
+from sasflow.messages import StatusEvent
+from sasflow.store import queries
+from sasflow.store.db import transaction
+from sasflow.transport.base import Outgoing, Transport
+from sasflow.transport.topology import Names
+
+
+@cache
+def _select() -> Select[Any]:
+    return queries.unpublished_events()
+
+
+@cache
+def _mark() -> Update:
+    return queries.mark_published()
+
+
+def routing_key(workflow: str, entity: str, state: str) -> str:
+    """`<workflow>.<run|step>.<state>`, e.g. `order.run.completed`."""
+    return f"{workflow}.{entity}.{state}"
+
+
+def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: int = 500) -> int:
+    """Publish up to `limit` unpublished events; returns how many were published."""
+    with transaction(engine) as conn:
+        rows = conn.execute(_select(), {"b_limit": limit}).all()
+        for row in rows:
+            body = StatusEvent(
+                event_id=row.id,
+                run_id=row.run_id,
+                key=row.business_key,
+                workflow=row.workflow,
+                version=row.version,
+                entity=row.entity,
+                step=row.step,
+                state=row.to_state,
+                previous=row.from_state,
+                attempt=row.attempt,
+                at=row.created_at.isoformat(),
+                detail=row.detail if row.detail is not None else (
+                    {"reason": row.reason} if row.reason else None
+                ),
+            ).encode()
+            headers = {"run_id": row.run_id, "key": row.business_key}
+            transport.publish(Outgoing(names.status, routing_key(row.workflow, row.entity,
+                                                                 row.to_state), body, headers))
+            if row.reply_to:
+                transport.publish(Outgoing("", row.reply_to, body, headers))
+        if rows:
+            conn.execute(_mark(), {"b_event_ids": [r.id for r in rows]})
+    return len(rows)

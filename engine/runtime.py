@@ -1,0 +1,65 @@
+"""Process plumbing shared by the sasflow roles: signals, reconnect backoff, identities."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from types import FrameType
+
+from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+def process_id(role: str) -> str:
+    """A name unique to this process incarnation (used as `locked_by` and in logs)."""
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop`; the role finishes what it holds and returns."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class Reconnect:
+    """Exponential delays between reconnection attempts, reset after a success."""
+
+    def __init__(self, initial: float = 0.2, maximum: float = 5.0) -> None:
+        self._initial = initial
+        self._maximum = maximum
+        self._failures = 0
+
+    def reset(self) -> None:
+        self._failures = 0
+
+    def next_delay(self) -> float:
+        delay = min(self._maximum, self._initial * 2.0 ** min(self._failures, 16))
+        self._failures += 1
+        return delay
+
+
+def serve_forever(
+    name: str, serve: Callable[[], None], stop: threading.Event, reconnect: Reconnect | None = None
+) -> None:
+    """Call `serve` until `stop` is set, reconnecting after the broker or database went away."""
+    reconnect = reconnect or Reconnect()
+    while not stop.is_set():
+        try:
+            serve()
+        except (BrokerUnavailableError, StoreUnavailableError) as exc:
+            delay = reconnect.next_delay()
+            log.warning("%s: %s; reconnecting in %.1fs", name, exc, delay)
+            stop.wait(delay)
+        else:
+            reconnect.reset()

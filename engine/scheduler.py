@@ -1,0 +1,311 @@
+"""The scheduler role: claim ready steps, dispatch requests, apply replies, advance runs.
+
+One thread owns the broker connection and does all database work between broker events; a
+LISTEN thread only wakes it. Replies are buffered and applied in one transaction per batch,
+then acked together; claims are one statement per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, update
+
+from sasflow.errors import (
+    BrokerUnavailableError,
+    InvalidMessageError,
+    PublishError,
+    StoreUnavailableError,
+)
+from sasflow.messages import Reply, Request, parse
+from sasflow.registry import Registry
+from sasflow.relay import relay_events
+from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.store.apply import apply_replies
+from sasflow.store.claim import ClaimedStep, claim_steps, release_steps
+from sasflow.store.db import transaction
+from sasflow.store.listen import ReadyListener
+from sasflow.store.schema import schedulers
+from sasflow.store.sqltime import now
+from sasflow.transport.base import Delivery, Outgoing, Transport
+from sasflow.transport.topology import Names, declare_agent_queue, declare_common
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """Tuning of one scheduler process."""
+
+    claim_batch: int = 100
+    reply_prefetch: int = 500
+    rescan_interval: float = 1.0
+    """Seconds between claims when nothing woke us (the safety net for missed notifications)."""
+    heartbeat_interval: float = 5.0
+    relay_interval: float = 1.0
+
+
+@dataclass
+class SchedulerStats:
+    claimed: int = 0
+    dispatched: int = 0
+    released: int = 0
+    applied: int = 0
+    dropped: int = 0
+    dead_lettered: int = 0
+
+
+class Scheduler:
+    """One scheduler process. `run()` returns when `stop` is set, after applying what it holds."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        transport: Transport,
+        registry: Registry,
+        names: Names,
+        *,
+        database_url: str,
+        options: SchedulerOptions | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.id = process_id("scheduler")
+        self._engine = engine
+        self._transport = transport
+        self._registry = registry
+        self._names = names
+        self._options = options or SchedulerOptions()
+        self._stop = stop or threading.Event()
+        self._database_url = database_url
+        self._replies: list[tuple[Delivery, Reply]] = []
+        self._declared_agents: set[str] = set()
+        self._wake = threading.Event()
+        self._events_dirty = True
+        self.stats = SchedulerStats()
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self._stop
+
+    def run(self) -> None:
+        listener = ReadyListener(self._database_url, self._names.namespace, self._on_ready,
+                                 name=self.id)
+        listener.start()
+        try:
+            serve_forever(self.id, self._serve, self._stop, Reconnect())
+        finally:
+            listener.stop()
+            self._deregister()
+            self._transport.close()
+        log.info("%s stopped: %s", self.id, self.stats)
+
+    # -- wake-ups -------------------------------------------------------------------------
+
+    def _on_ready(self) -> None:
+        if self._wake.is_set():
+            return
+        self._wake.set()
+        # While the loop reconnects it cannot be woken; it claims right after connecting.
+        with contextlib.suppress(BrokerUnavailableError):
+            self._transport.call_threadsafe(lambda: None)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        self._replies.clear()  # deliveries of a lost connection are redelivered by the broker
+        self._transport.connect()
+        declare_common(self._transport, self._names)
+        self._declared_agents.clear()
+        for agent in self._registry.agents:
+            self._declare_agent(agent.name)
+        self._transport.consume(self._names.replies, self._on_reply,
+                                prefetch=self._options.reply_prefetch)
+        self._register()
+        log.info("%s serving namespace %r", self.id, self._names.namespace)
+        next_claim = next_heartbeat = next_relay = 0.0
+        db_retry = Reconnect()
+        while not self._stop.is_set():
+            busy = False
+            try:
+                if self._replies:
+                    self._apply_buffered()
+                    busy = True
+                t = time.monotonic()
+                if self._wake.is_set() or t >= next_claim:
+                    self._wake.clear()
+                    full = self._claim_and_dispatch()
+                    next_claim = t + self._options.rescan_interval
+                    if full:
+                        self._wake.set()
+                        busy = True
+                if self._events_dirty or t >= next_relay:
+                    self._events_dirty = relay_events(self._engine, self._transport,
+                                                      self._names) >= 500
+                    next_relay = t + self._options.relay_interval
+                if t >= next_heartbeat:
+                    self._heartbeat()
+                    next_heartbeat = t + self._options.heartbeat_interval
+                db_retry.reset()
+            except StoreUnavailableError as exc:
+                delay = db_retry.next_delay()
+                log.warning("%s: %s; retrying in %.1fs", self.id, exc, delay)
+                self._transport.process(delay)  # keeps the broker connection alive meanwhile
+                continue
+            wait = 0.0 if busy else max(0.0, min(next_claim, next_relay) - time.monotonic())
+            self._transport.process(wait)
+        self._drain()
+
+    def _drain(self) -> None:
+        """On stop: take no new replies, apply and ack the ones held, then return."""
+        self._transport.cancel_consumers()
+        self._transport.process(0)
+        if self._replies:
+            self._apply_buffered()
+        relay_events(self._engine, self._transport, self._names)
+
+    # -- replies --------------------------------------------------------------------------
+
+    def _on_reply(self, delivery: Delivery) -> None:
+        try:
+            reply = parse(Reply, delivery.body)
+        except InvalidMessageError as exc:
+            self._transport.dead_letter(delivery, str(exc),
+                                        dead_letter_exchange=self._names.dead_letter_exchange)
+            self.stats.dead_lettered += 1
+            return
+        self._replies.append((delivery, reply))
+
+    def _apply_buffered(self) -> None:
+        held, self._replies = self._replies, []
+        try:
+            self._apply(held)
+        except StoreUnavailableError:
+            self._replies = held + self._replies  # keep them unacked and try again
+            raise
+        except Exception:  # noqa: BLE001 - a bug must not turn one reply into a crash loop
+            log.exception("%s: applying %d replies failed; applying them one by one",
+                          self.id, len(held))
+            for item in held:
+                self._apply_alone(item)
+            return
+        # Tags grow per channel: one multiple-ack of the last covers the batch (dead-lettered
+        # ones were acked already; a multiple-ack skips them).
+        last = max(held, key=lambda item: item[0].tag)[0]
+        self._transport.ack(last, multiple=True)
+
+    def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
+        with transaction(self._engine) as conn:
+            report = apply_replies(conn, self._registry, [r for _, r in held],
+                                   namespace=self._names.namespace, actor=self.id)
+        self.stats.applied += report.applied
+        self.stats.dropped += len(report.dropped)
+        self._events_dirty = True
+        if report.ready:
+            self._wake.set()
+
+    def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:
+        try:
+            self._apply([item])
+        except StoreUnavailableError:
+            self._replies.append(item)
+            raise
+        except Exception as exc:  # noqa: BLE001 - isolate the poison reply, keep serving
+            log.exception("%s: reply for step %s cannot be applied", self.id, item[1].step_id)
+            self._transport.dead_letter(item[0], f"reply could not be applied: {exc!r}",
+                                        dead_letter_exchange=self._names.dead_letter_exchange)
+            self.stats.dead_lettered += 1
+            return
+        self._transport.ack(item[0])
+
+    # -- claims ---------------------------------------------------------------------------
+
+    def _claim_and_dispatch(self) -> bool:
+        """Claim one batch and publish it; True if the batch was full (more may be ready)."""
+        batch = self._options.claim_batch
+        with transaction(self._engine) as conn:
+            claimed = claim_steps(conn, locked_by=self.id, batch=batch)
+        if not claimed:
+            return False
+        claimed_at = time.monotonic()
+        self.stats.claimed += len(claimed)
+        for index, step in enumerate(claimed):
+            try:
+                self._publish_request(step, claimed_at)
+            except (BrokerUnavailableError, PublishError) as exc:
+                self._release(claimed[index:], f"request not published: {exc}")
+                raise BrokerUnavailableError(str(exc)) from exc
+            self.stats.dispatched += 1
+        return len(claimed) == batch
+
+    def _publish_request(self, step: ClaimedStep, claimed_at: float) -> None:
+        elapsed_ms = (time.monotonic() - claimed_at) * 1000
+        budget_ms = max(1, int(step.timeout_s * 1000 - elapsed_ms))
+        request = Request(
+            step_id=step.id,
+            run_id=step.run_id,
+            attempt=step.attempt,
+            workflow=step.workflow,
+            step=step.name,
+            agent=step.agent,
+            action=step.action,
+            kind="compensation" if step.kind == "compensation" else "forward",
+            input=step.input,
+            idempotency_key=step.idempotency_key,
+            budget_ms=budget_ms,
+            complete_by=step.complete_by.isoformat(),
+        )
+        if step.agent not in self._declared_agents:
+            self._declare_agent(step.agent)
+        self._transport.publish(
+            Outgoing(
+                exchange="",
+                routing_key=self._names.agent(step.agent),
+                body=request.encode(),
+                expiration_ms=budget_ms,
+                correlation_id=f"{step.id}:{step.attempt}",
+                reply_to=self._names.replies,
+                mandatory=True,
+            )
+        )
+
+    def _declare_agent(self, agent: str) -> None:
+        declare_agent_queue(self._transport, self._names, agent)
+        self._declared_agents.add(agent)
+
+    def _release(self, steps: list[ClaimedStep], reason: str) -> None:
+        try:
+            with transaction(self._engine) as conn:
+                self.stats.released += release_steps(conn, steps, locked_by=self.id,
+                                                     reason=reason)
+        except StoreUnavailableError:
+            log.warning("%s could not release %d steps; the supervisor will recover them",
+                        self.id, len(steps))
+
+    # -- registration ---------------------------------------------------------------------
+
+    def _register(self) -> None:
+        with transaction(self._engine) as conn:
+            conn.execute(delete(schedulers).where(schedulers.c.id == self.id))
+            conn.execute(insert(schedulers).values(id=self.id, hostname=socket.gethostname(),
+                                                   pid=os.getpid()))
+
+    def _heartbeat(self) -> None:
+        values: dict[str, Any] = {"heartbeat_at": now(), "claimed": self.stats.claimed,
+                                  "applied": self.stats.applied,
+                                  "draining": self._stop.is_set()}
+        with transaction(self._engine) as conn:
+            conn.execute(update(schedulers).where(schedulers.c.id == self.id).values(**values))
+
+    def _deregister(self) -> None:
+        try:
+            with transaction(self._engine) as conn:
+                conn.execute(delete(schedulers).where(schedulers.c.id == self.id))
+        except StoreUnavailableError:
+            log.warning("%s could not remove its schedulers row", self.id)

@@ -1,0 +1,1 @@
+"""The PostgreSQL state store: schema, connections and the engine's statements."""

@@ -1,0 +1,109 @@
+"""Claim ready steps for dispatch, and give them back when they could not be dispatched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Connection, Update
+
+from sasflow.store import events, queries
+
+
+@dataclass(frozen=True)
+class ClaimedStep:
+    """A step this scheduler now holds (`processing`, `locked_by` = us, attempt incremented)."""
+
+    id: int
+    run_id: int
+    workflow: str
+    name: str
+    kind: str
+    agent: str
+    action: str
+    attempt: int
+    input: Any
+    idempotency_key: str
+    timeout_s: float
+    complete_by: datetime
+    priority: int
+
+
+@cache
+def _claim() -> Update:
+    return queries.claim_ready()
+
+
+@cache
+def _start_runs() -> Update:
+    return queries.start_runs()
+
+
+@cache
+def _release() -> Update:
+    return queries.release_claimed()
+
+
+def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
+    """Claim up to `batch` ready steps in one statement, in priority order; record the dispatch."""
+    rows = conn.execute(_claim(), {"b_batch": batch, "b_locked_by": locked_by}).all()
+    if not rows:
+        return []
+    claimed = [
+        ClaimedStep(
+            id=r.id,
+            run_id=r.run_id,
+            workflow=r.workflow,
+            name=r.name,
+            kind=r.kind,
+            agent=r.agent,
+            action=r.action,
+            attempt=r.attempt,
+            input=r.input,
+            idempotency_key=r.idempotency_key,
+            timeout_s=r.timeout_s,
+            complete_by=r.complete_by,
+            priority=r.priority,
+        )
+        for r in rows
+    ]
+    started = conn.execute(
+        _start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})}
+    ).scalars().all()
+    batch_events = [
+        events.Event(run_id=run_id, entity="run", from_state="pending", to_state="running",
+                     actor=locked_by)
+        for run_id in started
+    ]
+    batch_events += [
+        events.Event(run_id=c.run_id, entity="step", step_id=c.id, step=c.name,
+                     from_state="pending", to_state="processing", attempt=c.attempt,
+                     actor=locked_by, detail={"agent": c.agent, "action": c.action})
+        for c in claimed
+    ]
+    events.record(conn, batch_events)
+    return claimed
+
+
+def release_steps(
+    conn: Connection, steps: Sequence[ClaimedStep], *, locked_by: str, reason: str
+) -> int:
+    """Make claimed steps pending again (their requests never reached the broker)."""
+    if not steps:
+        return 0
+    rows = conn.execute(
+        _release(), {"b_step_ids": [s.id for s in steps], "b_locked_by": locked_by}
+    ).all()
+    events.record(
+        conn,
+        [
+            events.Event(run_id=r.run_id, entity="step", step_id=r.id, step=r.name,
+                         from_state="processing", to_state="pending", attempt=r.attempt,
+                         actor=locked_by, reason=reason)
+            for r in rows
+        ],
+    )
+    return len(rows)

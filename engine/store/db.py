@@ -1,0 +1,60 @@
+"""Create SQLAlchemy engines for the state store and translate driver failures."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+
+from sasflow.errors import ConfigurationError, StoreUnavailableError
+from sasflow.redact import redact_url
+
+
+def make_engine(url: str, *, application_name: str = "sasflow", pool_size: int = 5) -> Engine:
+    """An engine with the settings every sasflow process uses (pre-ping survives DB restarts)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"unsupported database {parsed.get_backend_name()!r} in {redact_url(url)!r}: "
+            "sasflow's state store is PostgreSQL (postgresql+psycopg://...)"
+        )
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return create_engine(
+        parsed,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        connect_args={"application_name": application_name[:63], "connect_timeout": 10},
+    )
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """True when `exc` means the database went away (the operation may be retried later)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError)
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Turn a lost database connection into StoreUnavailableError at the adapter boundary."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if is_disconnect(exc):
+            raise StoreUnavailableError(f"state store unavailable: {exc.orig}") from exc
+        raise
+
+
+@contextlib.contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction; commits on success, rolls back on error, driver errors translated."""
+    with translated(), engine.begin() as conn:
+        yield conn

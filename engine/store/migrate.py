@@ -1,0 +1,62 @@
+"""Run the Alembic migrations shipped inside the package (works from a wheel or a checkout)."""
+
+from __future__ import annotations
+
+import importlib.util
+from io import StringIO
+
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from alembic import command
+from sasflow.errors import ConfigurationError
+from sasflow.store.db import translated
+from sasflow.store.schema import metadata
+
+
+def script_location() -> str:
+    """The folder holding env.py and versions/, wherever sasflow is installed."""
+    spec = importlib.util.find_spec("sasflow.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError("the sasflow.migrations package is missing from this install")
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+def _config() -> Config:
+    cfg = Config(stdout=StringIO())
+    cfg.set_main_option("script_location", script_location())
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    with translated(), engine.begin() as conn:
+        cfg = _config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    with translated(), engine.begin() as conn:
+        cfg = _config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+def current(engine: Engine) -> str | None:
+    """The database's revision, or None for an empty database."""
+    with translated(), engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head() -> str | None:
+    return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+def differences(engine: Engine) -> list[object]:
+    """What autogenerate would change to make the database match the models (empty: none)."""
+    with translated(), engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, metadata))

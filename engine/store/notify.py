@@ -1,0 +1,18 @@
+"""Wake sleeping schedulers when work becomes ready (PostgreSQL LISTEN/NOTIFY).
+
+NOTIFY is transactional: it is delivered when the transaction that made the work ready commits.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, func, select
+
+
+def channel(namespace: str) -> str:
+    """The notification channel of one namespace (quoted wherever it is used as an identifier)."""
+    return f"sasflow:{namespace}:ready"
+
+
+def notify_ready(conn: Connection, namespace: str) -> None:
+    """Queue a wake-up for every listening scheduler, sent at commit."""
+    conn.execute(select(func.pg_notify(channel(namespace), "")))

@@ -1,0 +1,267 @@
+"""The engine's hot statements, each named, each with the index that serves it.
+
+They are built once per process (SQLAlchemy caches their compiled form) and executed with
+parameters. Every time comparison uses the database clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Select,
+    Update,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
+
+from sasflow.store.schema import events, runs, steps
+from sasflow.store.sqltime import now, plus_seconds
+
+_processing_with_attempt = and_(
+    steps.c.id == bindparam("b_step_id"),
+    steps.c.attempt == bindparam("b_attempt"),
+    steps.c.state == "processing",
+)
+
+
+def claim_ready() -> Update:
+    """Lock up to :batch ready steps and mark them processing (ix_steps_ready).
+
+    The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
+    update more rows than the limit (PostgreSQL bug #15715).
+    """
+    ready = (
+        select(steps.c.id)
+        .where(
+            steps.c.state == "pending",
+            steps.c.locked_by.is_(None),
+            steps.c.not_before <= now(),
+        )
+        .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)
+        .limit(bindparam("b_batch"))
+        .with_for_update(skip_locked=True)
+        .cte("ready")
+    )
+    return (
+        update(steps)
+        .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
+        .values(
+            state="processing",
+            locked_by=bindparam("b_locked_by"),
+            attempt=steps.c.attempt + 1,
+            complete_by=plus_seconds(now(), steps.c.timeout_s),
+            dispatched_at=now(),
+            updated_at=now(),
+        )
+        .returning(
+            steps.c.id,
+            steps.c.run_id,
+            steps.c.name,
+            steps.c.kind,
+            steps.c.agent,
+            steps.c.action,
+            steps.c.attempt,
+            steps.c.input,
+            steps.c.idempotency_key,
+            steps.c.timeout_s,
+            steps.c.complete_by,
+            steps.c.priority,
+            runs.c.workflow,
+        )
+    )
+
+
+def start_runs() -> Update:
+    """Runs whose first step was just claimed become running (primary key)."""
+    return (
+        update(runs)
+        .where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)), runs.c.state == "pending")
+        .values(state="running", updated_at=now())
+        .returning(runs.c.id)
+    )
+
+
+def release_claimed() -> Update:
+    """Give back claimed steps whose request could not be published (primary key)."""
+    return (
+        update(steps)
+        .where(
+            steps.c.id.in_(bindparam("b_step_ids", expanding=True)),
+            steps.c.state == "processing",
+            steps.c.locked_by == bindparam("b_locked_by"),
+        )
+        .values(state="pending", locked_by=None, complete_by=None, updated_at=now())
+        .returning(steps.c.id, steps.c.run_id, steps.c.name, steps.c.attempt)
+    )
+
+
+def lock_runs_of_steps() -> Select[Any]:
+    """Lock, in id order, the runs owning the given steps: appliers of one run serialise here
+    so a fan-in is never missed (primary keys)."""
+    return (
+        select(runs.c.id)
+        .where(
+            runs.c.id.in_(
+                select(steps.c.run_id).where(steps.c.id.in_(bindparam("b_step_ids", expanding=True)))
+            )
+        )
+        .order_by(runs.c.id)
+        .with_for_update()
+    )
+
+
+_step_result = (steps.c.run_id, steps.c.name, steps.c.kind)
+
+
+def complete_step() -> Update:
+    """Fenced: record a processed attempt (primary key)."""
+    return (
+        update(steps)
+        .where(_processing_with_attempt)
+        .values(
+            state="processed",
+            output=bindparam("b_output"),
+            error=None,
+            locked_by=None,
+            complete_by=None,
+            deferred_since=None,
+            updated_at=now(),
+        )
+        .returning(*_step_result)
+    )
+
+
+def fail_step() -> Update:
+    """Fenced: record a permanent failure of an attempt (primary key)."""
+    return (
+        update(steps)
+        .where(_processing_with_attempt)
+        .values(
+            state="error",
+            error=bindparam("b_error"),
+            locked_by=None,
+            complete_by=None,
+            updated_at=now(),
+        )
+        .returning(*_step_result)
+    )
+
+
+def defer_step() -> Update:
+    """Fenced: park a step whose agent's breaker is open, without counting a failure, while it
+    is younger than its give-up age (primary key)."""
+    return (
+        update(steps)
+        .where(
+            _processing_with_attempt,
+            or_(
+                steps.c.deferred_since.is_(None),
+                plus_seconds(steps.c.deferred_since, steps.c.give_up_s) > now(),
+            ),
+        )
+        .values(
+            state="pending",
+            locked_by=None,
+            complete_by=None,
+            not_before=plus_seconds(now(), bindparam("b_defer_seconds")),
+            deferred_since=func.coalesce(steps.c.deferred_since, now()),
+            error=bindparam("b_error"),
+            updated_at=now(),
+        )
+        .returning(*_step_result)
+    )
+
+
+def count_failure() -> Update:
+    """Fenced: count one failure of an attempt; below the threshold the step goes back to
+    pending after an exponential, capped backoff, at the threshold to error (primary key)."""
+    failures = steps.c.failure_count + 1
+    exhausted = failures >= steps.c.max_failures
+    delay = func.least(
+        steps.c.backoff_max_s,
+        steps.c.backoff_initial_s
+        * func.power(steps.c.backoff_multiplier, func.least(steps.c.failure_count, 64)),
+    )
+    return (
+        update(steps)
+        .where(_processing_with_attempt)
+        .values(
+            failure_count=failures,
+            state=case((exhausted, literal("error")), else_=literal("pending")),
+            not_before=case((exhausted, steps.c.not_before), else_=plus_seconds(now(), delay)),
+            locked_by=None,
+            complete_by=None,
+            error=bindparam("b_error"),
+            updated_at=now(),
+        )
+        .returning(*_step_result, steps.c.state, steps.c.failure_count, steps.c.not_before)
+    )
+
+
+def steps_of_runs() -> Select[Any]:
+    """Every step of the given runs, to advance them (uq_steps_run_id_kind_name)."""
+    return select(
+        steps.c.id,
+        steps.c.run_id,
+        steps.c.name,
+        steps.c.kind,
+        steps.c.state,
+        steps.c.depends_on,
+        steps.c.output,
+        steps.c.error,
+    ).where(steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
+
+
+def runs_by_id() -> Select[Any]:
+    """The runs to advance (primary key)."""
+    return select(
+        runs.c.id,
+        runs.c.workflow,
+        runs.c.version,
+        runs.c.business_key,
+        runs.c.input,
+        runs.c.state,
+    ).where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)))
+
+
+def unpublished_events() -> Select[Any]:
+    """The oldest events not yet published, locked for one relay (ix_events_unpublished)."""
+    return (
+        select(
+            events.c.id,
+            events.c.run_id,
+            events.c.entity,
+            events.c.step,
+            events.c.from_state,
+            events.c.to_state,
+            events.c.attempt,
+            events.c.detail,
+            events.c.reason,
+            events.c.created_at,
+            runs.c.business_key,
+            runs.c.workflow,
+            runs.c.version,
+            runs.c.reply_to,
+        )
+        .join(runs, runs.c.id == events.c.run_id)
+        .where(events.c.published.is_(False))
+        .order_by(events.c.id)
+        .limit(bindparam("b_limit"))
+        .with_for_update(of=events, skip_locked=True)
+    )
+
+
+def mark_published() -> Update:
+    """Mark relayed events (primary key)."""
+    return (
+        update(events)
+        .where(events.c.id.in_(bindparam("b_event_ids", expanding=True)))
+        .values(published=True)
+    )

@@ -1,0 +1,188 @@
+"""The state store's tables, defined once; Alembic migrations are checked against them."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Column[object]:
+    return Column(
+        name,
+        DateTime(timezone=True),
+        nullable=nullable,
+        server_default=func.now() if default_now else None,
+    )
+
+
+RUN_STATES = ("pending", "running", "completed", "error", "compensating", "compensated",
+              "compensation_failed", "cancelled")
+STEP_STATES = ("waiting", "pending", "processing", "processed", "error", "compensating",
+               "compensated", "skipped", "cancelled")
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Id, Identity(), primary_key=True),
+    Column("workflow", String(100), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("business_key", String(200), nullable=False),
+    Column("input", Json, nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("state", String(20), nullable=False, server_default=text("'pending'")),
+    Column("reply_to", String(255), nullable=True),
+    Column("output", Json, nullable=True),
+    Column("error", Json, nullable=True),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    _ts("finished_at"),
+    UniqueConstraint("workflow", "business_key"),
+    Index("ix_runs_state_created_at", "state", "created_at"),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", Id, Identity(), primary_key=True),
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("kind", String(20), nullable=False, server_default=text("'forward'")),
+    Column("agent", String(100), nullable=False),
+    Column("action", String(100), nullable=False),
+    Column("compensate_action", String(100), nullable=True),
+    Column("depends_on", Json, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("locked_by", String(100), nullable=True),
+    _ts("complete_by"),
+    _ts("dispatched_at"),
+    _ts("not_before", nullable=False, default_now=True),
+    _ts("deferred_since"),
+    Column("failure_count", Integer, nullable=False, server_default=text("0")),
+    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    Column("idempotency_key", String(100), nullable=False),
+    Column("input", Json, nullable=True),
+    Column("output", Json, nullable=True),
+    Column("error", Json, nullable=True),
+    # The step's policy, copied from the definition at submission (a run keeps its version).
+    Column("timeout_s", Float, nullable=False),
+    Column("max_failures", Integer, nullable=False),
+    Column("backoff_initial_s", Float, nullable=False),
+    Column("backoff_multiplier", Float, nullable=False),
+    Column("backoff_max_s", Float, nullable=False),
+    Column("give_up_s", Float, nullable=False),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    UniqueConstraint("run_id", "kind", "name"),
+    # Serves the claim: only ready steps are in it, in claim order.
+    Index(
+        "ix_steps_ready",
+        text("priority DESC"),
+        "not_before",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
+    # Serves the supervisor sweep: only in-flight steps, by deadline.
+    Index(
+        "ix_steps_expiry",
+        "complete_by",
+        postgresql_where=text("state = 'processing'"),
+        sqlite_where=text("state = 'processing'"),
+    ),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Id, Identity(), primary_key=True),
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("step_id", Id, nullable=True),
+    Column("entity", String(10), nullable=False),
+    Column("step", String(100), nullable=True),
+    Column("from_state", String(20), nullable=True),
+    Column("to_state", String(20), nullable=False),
+    Column("attempt", Integer, nullable=True),
+    Column("actor", String(200), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("detail", Json, nullable=True),
+    Column("published", Boolean, nullable=False, server_default=false()),
+    _ts("created_at", nullable=False, default_now=True),
+    Index("ix_events_run_id_id", "run_id", "id"),
+    # Serves the notification relay (the outbox): only events not yet published.
+    Index(
+        "ix_events_unpublished",
+        "id",
+        postgresql_where=text("NOT published"),
+        sqlite_where=text("NOT published"),
+    ),
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Id, Identity(), primary_key=True),
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=True),
+    Column("step_id", Id, nullable=True),
+    Column("kind", String(50), nullable=False),
+    Column("dedup_key", String(200), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("detail", Json, nullable=True),
+    Column("acknowledged", Boolean, nullable=False, server_default=false()),
+    Column("acknowledged_by", String(200), nullable=True),
+    _ts("acknowledged_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    # One open alert per step and kind.
+    Index(
+        "uq_alerts_open_dedup_key",
+        "dedup_key",
+        unique=True,
+        postgresql_where=text("NOT acknowledged"),
+        sqlite_where=text("NOT acknowledged"),
+    ),
+)
+
+schedulers = Table(
+    "schedulers",
+    metadata,
+    Column("id", String(100), primary_key=True),
+    Column("hostname", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("draining", Boolean, nullable=False, server_default=false()),
+    Column("claimed", BigInteger, nullable=False, server_default=text("0")),
+    Column("applied", BigInteger, nullable=False, server_default=text("0")),
+    _ts("started_at", nullable=False, default_now=True),
+    _ts("heartbeat_at", nullable=False, default_now=True),
+)

@@ -1,0 +1,136 @@
+"""Insert a run and its step records in one transaction, idempotently on (workflow, key)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.messages import Submission, dumps
+from sasflow.registry import Registry
+from sasflow.store import events
+from sasflow.store.notify import notify_ready
+from sasflow.store.schema import runs, steps
+from sasflow.workflow import StepContext, Workflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The run a submission maps to; `created` is False for a duplicate (same workflow and key)."""
+
+    run_id: int
+    business_key: str
+    created: bool
+    state: str
+
+
+def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> Any:
+    """Run the step's input builder and check that its result is JSON."""
+    try:
+        value = workflow.step(step_name).input(ctx)
+        dumps(value)
+    except InvalidMessageError as exc:
+        raise InvalidInputError(f"step {step_name!r}: input is not JSON: {exc}") from exc
+    except Exception as exc:  # the builder is user code: any failure is reported, not raised
+        raise InvalidInputError(
+            f"step {step_name!r}: input builder raised {type(exc).__name__}: {exc}"
+        ) from exc
+    return value
+
+
+def submit(
+    conn: Connection,
+    registry: Registry,
+    submission: Submission,
+    *,
+    namespace: str,
+    actor: str,
+) -> SubmitResult:
+    """Record a run inside the caller's transaction on `conn` (commit or roll back with it).
+
+    Raises UnknownWorkflowError for an unregistered workflow and InvalidInputError when the
+    input is not JSON or a first step's input cannot be built.
+    """
+    workflow = registry.workflow(submission.workflow, submission.version)
+    try:
+        dumps(submission.input)
+    except InvalidMessageError as exc:
+        raise InvalidInputError(f"run input: {exc}") from exc
+    key = submission.key or uuid.uuid4().hex
+    run_id = conn.execute(
+        pg_insert(runs)
+        .values(
+            workflow=workflow.name,
+            version=workflow.version,
+            business_key=key,
+            input=submission.input,
+            priority=submission.priority,
+            state="pending",
+            reply_to=submission.reply_to,
+        )
+        .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
+        .returning(runs.c.id)
+    ).scalar_one_or_none()
+    if run_id is None:
+        existing = conn.execute(
+            select(runs.c.id, runs.c.state, runs.c.input).where(
+                runs.c.workflow == workflow.name, runs.c.business_key == key
+            )
+        ).one()
+        if existing.input != submission.input:
+            log.warning(
+                "duplicate submission of %s key %r with a different input: run %s kept as is",
+                workflow.name, key, existing.id,
+            )
+        return SubmitResult(existing.id, key, created=False, state=existing.state)
+
+    ctx = StepContext(run_input=submission.input, outputs={}, run_id=run_id, business_key=key)
+    rows: list[dict[str, Any]] = []
+    for name in workflow.order:
+        step = workflow.step(name)
+        deps = workflow.dependencies[name]
+        policy = step.policy
+        rows.append(
+            {
+                "run_id": run_id,
+                "name": name,
+                "kind": "forward",
+                "agent": step.agent,
+                "action": step.action,
+                "compensate_action": step.compensate,
+                "depends_on": list(deps),
+                "state": "waiting" if deps else "pending",
+                "priority": submission.priority,
+                "idempotency_key": uuid.uuid4().hex,
+                "input": None if deps else build_step_input(workflow, name, ctx),
+                "timeout_s": policy.timeout,
+                "max_failures": policy.max_failures,
+                "backoff_initial_s": policy.backoff.initial,
+                "backoff_multiplier": policy.backoff.multiplier,
+                "backoff_max_s": policy.backoff.maximum,
+                "give_up_s": policy.give_up_after,
+            }
+        )
+    conn.execute(insert(steps), rows)
+    events.record(
+        conn,
+        [
+            events.Event(
+                run_id=run_id,
+                entity="run",
+                to_state="pending",
+                actor=actor,
+                reason="received",
+                detail={"priority": submission.priority},
+            )
+        ],
+    )
+    notify_ready(conn, namespace)
+    return SubmitResult(run_id, key, created=True, state="pending")

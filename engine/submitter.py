@@ -1,0 +1,121 @@
+"""The submitter role: turn messages on `<ns>.submit` into runs, idempotently.
+
+A batch of deliveries is inserted in one transaction, each submission in its own savepoint so
+a bad one is dead-lettered without undoing the others; the batch is acked after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
+from sasflow.messages import Submission, parse
+from sasflow.registry import Registry
+from sasflow.relay import relay_events
+from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.store.db import is_disconnect, transaction
+from sasflow.store.submit import submit
+from sasflow.transport.base import Delivery, Transport
+from sasflow.transport.topology import Names, declare_common
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SubmitterStats:
+    created: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+
+
+class Submitter:
+    """Consumes submissions until `stop` is set."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        transport: Transport,
+        registry: Registry,
+        names: Names,
+        *,
+        prefetch: int = 200,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.id = process_id("submitter")
+        self._engine = engine
+        self._transport = transport
+        self._registry = registry
+        self._names = names
+        self._prefetch = prefetch
+        self._stop = stop or threading.Event()
+        self._held: list[Delivery] = []
+        self.stats = SubmitterStats()
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self._stop
+
+    def run(self) -> None:
+        try:
+            serve_forever(self.id, self._serve, self._stop, Reconnect())
+        finally:
+            self._transport.close()
+        log.info("%s stopped: %s", self.id, self.stats)
+
+    def _serve(self) -> None:
+        self._held.clear()
+        self._transport.connect()
+        declare_common(self._transport, self._names)
+        self._transport.consume(self._names.submit, self._held.append, prefetch=self._prefetch)
+        log.info("%s consuming %s", self.id, self._names.submit)
+        while not self._stop.is_set():
+            self._transport.process(0.0 if self._held else 0.5)
+            if self._held:
+                self._insert_held()
+        self._transport.cancel_consumers()
+        self._transport.process(0)
+        if self._held:
+            self._insert_held()
+
+    def _insert_held(self) -> None:
+        held, self._held = self._held, []
+        rejected: list[tuple[Delivery, str]] = []
+        try:
+            with transaction(self._engine) as conn:
+                for delivery in held:
+                    try:
+                        submission = parse(Submission, delivery.body)
+                        with conn.begin_nested():
+                            result = submit(conn, self._registry, submission,
+                                            namespace=self._names.namespace, actor=self.id)
+                    except (InvalidMessageError, UnknownWorkflowError, InvalidInputError) as exc:
+                        rejected.append((delivery, str(exc)))
+                        continue
+                    except DBAPIError as exc:
+                        if is_disconnect(exc):
+                            raise
+                        rejected.append((delivery, f"database rejected the submission: {exc.orig}"))
+                        continue
+                    if result.created:
+                        self.stats.created += 1
+                    else:
+                        self.stats.duplicates += 1
+                        log.info("duplicate submission %s/%s -> run %s", submission.workflow,
+                                 result.business_key, result.run_id)
+        except Exception:
+            self._held = held + self._held  # nothing committed: keep them unacked, retry
+            raise
+        for delivery, reason in rejected:
+            self._transport.dead_letter(delivery, reason,
+                                        dead_letter_exchange=self._names.dead_letter_exchange)
+            self.stats.dead_lettered += 1
+        rejected_tags = {d.tag for d, _ in rejected}
+        for delivery in held:
+            if delivery.tag not in rejected_tags:
+                self._transport.ack(delivery)
+        relay_events(self._engine, self._transport, self._names)

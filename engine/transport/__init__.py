@@ -1,0 +1,1 @@
+"""Messaging: the Transport port, RabbitMQ's implementation and the queue topology."""

@@ -1,0 +1,85 @@
+"""The Transport port: the few broker operations the sasflow roles need.
+
+A transport is owned by one thread (the one that created it); other threads hand work back
+with `call_threadsafe`. RabbitMQ implements it in `sasflow.transport.rabbitmq`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One consumed message; `generation` identifies the connection it arrived on."""
+
+    tag: int
+    body: bytes
+    queue: str
+    generation: int
+    redelivered: bool = False
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    content_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message to publish (persistent, JSON)."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    headers: Mapping[str, Any] | None = None
+    expiration_ms: int | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    mandatory: bool = False
+
+
+class Transport(Protocol):
+    """Broker operations; every failure of the connection raises BrokerUnavailableError."""
+
+    @property
+    def generation(self) -> int:
+        """Incremented on every (re)connection; deliveries of older generations cannot be acked."""
+        ...
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def declare_exchange(self, name: str, kind: str) -> None: ...
+
+    def declare_queue(self, name: str, *, dead_letter_exchange: str | None) -> None: ...
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None: ...
+
+    def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
+        """Start delivering `queue` to `handler` (called on the owner thread from `process`)."""
+        ...
+
+    def cancel_consumers(self) -> None: ...
+
+    def publish(self, message: Outgoing) -> None:
+        """Publish persistently and wait for the broker's confirm (PublishError if refused)."""
+        ...
+
+    def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
+        """Ack; False when the delivery's connection is gone (the broker will redeliver it)."""
+        ...
+
+    def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
+        """Publish a copy of `delivery` with `reason` to the dead-letter exchange, then ack it."""
+        ...
+
+    def process(self, time_limit: float) -> None:
+        """Deliver messages and thread-safe callbacks for up to `time_limit` seconds."""
+        ...
+
+    def call_threadsafe(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the owner thread during `process` (safe from any thread)."""
+        ...

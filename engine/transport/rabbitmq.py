@@ -1,0 +1,183 @@
+"""The Transport port on RabbitMQ with pika's BlockingConnection (one owner thread)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+from pika.exchange_type import ExchangeType
+from pika.spec import Basic, BasicProperties
+
+from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
+from sasflow.redact import redact_url
+from sasflow.transport.base import Delivery, Outgoing
+from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEADER
+
+log = logging.getLogger(__name__)
+
+PERSISTENT = 2
+JSON = "application/json"
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+        raise PublishError(f"broker refused the message: {exc!r}") from exc
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise BrokerUnavailableError(f"broker unavailable: {exc!r}") from exc
+
+
+class RabbitMQTransport:
+    """One BlockingConnection and one confirm-mode channel, reconnected by `connect()`."""
+
+    def __init__(self, url: str, *, process_name: str, heartbeat: int = 30) -> None:
+        try:
+            self._params = pika.URLParameters(url)
+        except Exception as exc:  # pika raises assorted types for a bad URL
+            raise ConfigurationError(f"invalid broker URL {redact_url(url)!r}: {exc}") from exc
+        self._params.heartbeat = heartbeat
+        self._params.blocked_connection_timeout = 60
+        self._params.connection_attempts = 1
+        self._params.socket_timeout = 10
+        self._params.client_properties = {
+            "connection_name": f"{process_name}@{socket.gethostname()}:{os.getpid()}"
+        }
+        self._url = redact_url(url)
+        self._process_name = process_name
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def _chan(self) -> BlockingChannel:
+        if self._channel is None or not self._channel.is_open:
+            raise BrokerUnavailableError(f"not connected to {self._url}")
+        return self._channel
+
+    def connect(self) -> None:
+        self.close()
+        with _translated():
+            self._connection = pika.BlockingConnection(self._params)
+            self._channel = self._connection.channel()
+            self._channel.confirm_delivery()
+        self._generation += 1
+        log.info("connected to broker %s (generation %d)", self._url, self._generation)
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail anyhow
+                connection.close()
+
+    def declare_exchange(self, name: str, kind: str) -> None:
+        with _translated():
+            self._chan().exchange_declare(name, exchange_type=ExchangeType(kind), durable=True)
+
+    def declare_queue(self, name: str, *, dead_letter_exchange: str | None) -> None:
+        arguments: dict[str, Any] = {}
+        if dead_letter_exchange is not None:
+            arguments["x-dead-letter-exchange"] = dead_letter_exchange
+        with _translated():
+            self._chan().queue_declare(name, durable=True, arguments=arguments or None)
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
+        with _translated():
+            self._chan().queue_bind(queue, exchange, routing_key=routing_key)
+
+    def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
+        generation = self._generation
+
+        def on_message(
+            _ch: BlockingChannel, method: Basic.Deliver, props: BasicProperties, body: bytes
+        ) -> None:
+            handler(
+                Delivery(
+                    tag=int(method.delivery_tag or 0),
+                    body=body,
+                    queue=queue,
+                    generation=generation,
+                    redelivered=bool(method.redelivered),
+                    headers=dict(props.headers or {}),
+                    correlation_id=props.correlation_id,
+                    reply_to=props.reply_to,
+                    content_type=props.content_type,
+                )
+            )
+
+        with _translated():
+            channel = self._chan()
+            channel.basic_qos(prefetch_count=prefetch)
+            channel.basic_consume(queue, on_message, auto_ack=False)
+
+    def cancel_consumers(self) -> None:
+        if self._channel is None or not self._channel.is_open:
+            return
+        with _translated():
+            for tag in list(self._channel.consumer_tags):
+                self._channel.basic_cancel(tag)
+
+    def publish(self, message: Outgoing) -> None:
+        props = BasicProperties(
+            content_type=JSON,
+            delivery_mode=PERSISTENT,
+            headers=dict(message.headers) if message.headers else None,
+            expiration=str(max(message.expiration_ms, 1))
+            if message.expiration_ms is not None else None,
+            correlation_id=message.correlation_id,
+            reply_to=message.reply_to,
+        )
+        with _translated():
+            self._chan().basic_publish(
+                message.exchange, message.routing_key, message.body, props,
+                mandatory=message.mandatory,
+            )
+
+    def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
+        if delivery.generation != self._generation:
+            return False
+        with _translated():
+            self._chan().basic_ack(delivery.tag, multiple=multiple)
+        return True
+
+    def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
+        headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
+        headers[REASON_HEADER] = reason[:4000]
+        headers[SOURCE_HEADER] = delivery.queue
+        headers[PROCESS_HEADER] = self._process_name
+        self.publish(
+            Outgoing(
+                exchange=dead_letter_exchange,
+                routing_key=delivery.queue,
+                body=delivery.body,
+                headers=headers,
+                correlation_id=delivery.correlation_id,
+            )
+        )
+        log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
+        self.ack(delivery)
+
+    def process(self, time_limit: float) -> None:
+        if self._connection is None:
+            raise BrokerUnavailableError(f"not connected to {self._url}")
+        with _translated():
+            # pika takes fractions of a second; the third-party stubs say int.
+            self._connection.process_data_events(time_limit=time_limit)  # type: ignore[arg-type]
+
+    def call_threadsafe(self, callback: Callable[[], None]) -> None:
+        connection = self._connection
+        if connection is None:
+            raise BrokerUnavailableError(f"not connected to {self._url}")
+        with _translated():
+            connection.add_callback_threadsafe(callback)

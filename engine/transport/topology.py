@@ -1,0 +1,65 @@
+"""Queue and exchange names of one namespace, and their declaration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sasflow.transport.base import Transport
+
+REASON_HEADER = "x-sasflow-reason"
+SOURCE_HEADER = "x-sasflow-source-queue"
+PROCESS_HEADER = "x-sasflow-process"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Every broker name of a namespace (docs/protocol.md lists them)."""
+
+    namespace: str
+
+    @property
+    def submit(self) -> str:
+        return f"{self.namespace}.submit"
+
+    @property
+    def replies(self) -> str:
+        return f"{self.namespace}.replies"
+
+    @property
+    def status(self) -> str:
+        return f"{self.namespace}.status"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.namespace}.alerts"
+
+    @property
+    def dead_letter_exchange(self) -> str:
+        return f"{self.namespace}.dlx"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return f"{self.namespace}.dead"
+
+    def agent(self, name: str) -> str:
+        return f"{self.namespace}.agent.{name}"
+
+    def all_queues(self, agents: Iterable[str]) -> list[str]:
+        return [self.submit, self.replies, self.dead_letter_queue,
+                *(self.agent(a) for a in agents)]
+
+
+def declare_common(transport: Transport, names: Names) -> None:
+    """Exchanges and queues every role relies on (idempotent)."""
+    transport.declare_exchange(names.dead_letter_exchange, "fanout")
+    transport.declare_queue(names.dead_letter_queue, dead_letter_exchange=None)
+    transport.bind_queue(names.dead_letter_queue, names.dead_letter_exchange, "")
+    transport.declare_exchange(names.status, "topic")
+    transport.declare_exchange(names.alerts, "topic")
+    transport.declare_queue(names.submit, dead_letter_exchange=names.dead_letter_exchange)
+    transport.declare_queue(names.replies, dead_letter_exchange=names.dead_letter_exchange)
+
+
+def declare_agent_queue(transport: Transport, names: Names, agent: str) -> None:
+    transport.declare_queue(names.agent(agent), dead_letter_exchange=names.dead_letter_exchange)

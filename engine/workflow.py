@@ -1,0 +1,162 @@
+"""Workflow definitions: a named, versioned graph of steps, validated when it is built."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sasflow.errors import DefinitionError
+from sasflow.policy import StepPolicy
+
+JSON = Any
+"""A value that json.dumps accepts."""
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+
+FailurePolicy = Literal["error", "compensate"]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step's input builder sees: the run's input and the outputs of processed steps."""
+
+    run_input: JSON
+    outputs: Mapping[str, JSON]
+    run_id: int
+    business_key: str
+
+
+InputBuilder = Callable[[StepContext], JSON]
+
+
+def _default_input(ctx: StepContext) -> JSON:
+    return ctx.run_input
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: which agent and action run it, what it waits for, and its policy.
+
+    `after=None` (the default) makes the step follow the step listed before it, so a plain list
+    of steps is a sequence; `after=()` makes it a root; `after=("a", "b")` a fan-in.
+    """
+
+    name: str
+    agent: str
+    action: str
+    after: tuple[str, ...] | None = None
+    input: InputBuilder = _default_input
+    policy: StepPolicy = field(default_factory=StepPolicy)
+    compensate: str | None = None
+    """Action of the same agent that undoes this step (run by compensation, issue-3 supervisor)."""
+
+
+def check_name(kind: str, name: str) -> None:
+    """Raise DefinitionError unless `name` is usable in queue names and routing keys."""
+    if not NAME_PATTERN.match(name):
+        raise DefinitionError(
+            f"{kind} name {name!r} must match {NAME_PATTERN.pattern} "
+            "(letters, digits, '_', '.', '-'; at most 100 characters)"
+        )
+
+
+class Workflow:
+    """A validated, immutable workflow definition."""
+
+    def __init__(
+        self,
+        name: str,
+        steps: Sequence[Step],
+        *,
+        version: int = 1,
+        on_failure: FailurePolicy = "error",
+        output: Callable[[StepContext], JSON] | None = None,
+    ) -> None:
+        check_name("workflow", name)
+        if version < 1:
+            raise DefinitionError(f"workflow {name!r}: version must be >= 1, got {version}")
+        if on_failure not in ("error", "compensate"):
+            raise DefinitionError(f"workflow {name!r}: on_failure must be 'error' or 'compensate'")
+        if not steps:
+            raise DefinitionError(f"workflow {name!r} has no steps")
+        self.name = name
+        self.version = version
+        self.on_failure: FailurePolicy = on_failure
+        self._output = output
+        self.steps: tuple[Step, ...] = tuple(steps)
+        self.dependencies: dict[str, tuple[str, ...]] = self._resolve_dependencies()
+        self.order: tuple[str, ...] = self._topological_order()
+        self.successors: dict[str, tuple[str, ...]] = {
+            s.name: tuple(o.name for o in self.steps if s.name in self.dependencies[o.name])
+            for s in self.steps
+        }
+        self.sinks: tuple[str, ...] = tuple(n for n in self.order if not self.successors[n])
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
+
+    def step(self, name: str) -> Step:
+        for candidate in self.steps:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(name)
+
+    def output(self, ctx: StepContext) -> JSON:
+        """The run's output once every step is processed: the sinks' outputs by default."""
+        if self._output is not None:
+            return self._output(ctx)
+        return {name: ctx.outputs.get(name) for name in self.sinks}
+
+    def _resolve_dependencies(self) -> dict[str, tuple[str, ...]]:
+        names: set[str] = set()
+        deps: dict[str, tuple[str, ...]] = {}
+        previous: str | None = None
+        for step in self.steps:
+            check_name(f"workflow {self.name!r}: step", step.name)
+            check_name(f"workflow {self.name!r}: step {step.name!r}: agent", step.agent)
+            check_name(f"workflow {self.name!r}: step {step.name!r}: action", step.action)
+            if step.compensate is not None:
+                check_name(f"workflow {self.name!r}: step {step.name!r}: compensate",
+                           step.compensate)
+            if step.name in names:
+                raise DefinitionError(f"workflow {self.name!r}: duplicate step name {step.name!r}")
+            names.add(step.name)
+            if step.after is None:
+                deps[step.name] = () if previous is None else (previous,)
+            else:
+                if len(set(step.after)) != len(step.after):
+                    raise DefinitionError(
+                        f"workflow {self.name!r}: step {step.name!r} lists a dependency twice"
+                    )
+                deps[step.name] = tuple(step.after)
+            previous = step.name
+        for step_name, step_deps in deps.items():
+            for dep in step_deps:
+                if dep not in names:
+                    raise DefinitionError(f"workflow {self.name!r}: step {step_name!r} "
+                                          f"depends on unknown step {dep!r}")
+                if dep == step_name:
+                    raise DefinitionError(
+                        f"workflow {self.name!r}: step {step_name!r} depends on itself"
+                    )
+        return deps
+
+    def _topological_order(self) -> tuple[str, ...]:
+        # Kahn's algorithm, stable in declaration order; what is left over lies on a cycle.
+        remaining = {name: set(d) for name, d in self.dependencies.items()}
+        order: list[str] = []
+        while remaining:
+            ready = [s.name for s in self.steps if s.name in remaining and not remaining[s.name]]
+            if not ready:
+                cycle = " -> ".join(sorted(remaining))
+                raise DefinitionError(
+                    f"workflow {self.name!r}: dependency cycle among steps: {cycle}"
+                )
+            for name in ready:
+                order.append(name)
+                del remaining[name]
+            for deps in remaining.values():
+                deps.difference_update(ready)
+        return tuple(order)
