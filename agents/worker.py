@@ -28,6 +28,10 @@ from sasflow.transport.topology import Names, declare_agent_queue, declare_commo
 log = logging.getLogger(__name__)
 
 
+MAX_DEFER_SECONDS = 86400.0
+"""Longest deferral an agent asks for; the step's give-up age bounds the total anyway."""
+
+
 @dataclass
 class Job:
     delivery: Delivery
@@ -251,7 +255,8 @@ class AgentWorker:
             output = retrying(spec.retry, budget=call.remaining(),
                               is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
         except BreakerOpenError as exc:
-            return self._reply(request, "deferred", defer_seconds=exc.retry_after,
+            return self._reply(request, "deferred",
+                               defer_seconds=min(exc.retry_after, MAX_DEFER_SECONDS),
                                error=ErrorInfo(type="BreakerOpen", message=str(exc)))
         except Exception as exc:  # noqa: BLE001 - user code: every failure becomes a reply
             if self._is_transient(exc):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
+from pathlib import Path
 
 from sasflow.errors import AppLoadError
 from sasflow.registry import Registry
@@ -19,8 +19,9 @@ def load_object(spec: str, default_attribute: str = DEFAULT_ATTRIBUTE) -> object
     if not module_name:
         raise AppLoadError(f"invalid app {spec!r}: expected MODULE or MODULE:ATTRIBUTE")
     # Like `celery -A`: an app module in the current directory is importable.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -16,6 +16,8 @@ from sasflow.errors import InvalidMessageError
 PROTOCOL_VERSION = 1
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
+_WORKFLOW = r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$"
+"""No dots: workflow names are one word of the status routing key."""
 
 
 class _Message(BaseModel):
@@ -28,7 +30,7 @@ class _Message(BaseModel):
 class Submission(_Message):
     """Asks for a new run of `workflow` (idempotent on workflow + key)."""
 
-    workflow: str = Field(pattern=_NAME)
+    workflow: str = Field(pattern=_WORKFLOW)
     input: Any = Field(default_factory=dict)
     key: str | None = Field(default=None, min_length=1, max_length=200)
     priority: int = Field(default=0, ge=-1000, le=1000)
@@ -96,6 +98,7 @@ class StatusEvent(_Message):
     previous: str | None = None
     attempt: int | None = None
     at: str
+    reason: str | None = None
     detail: Any = None
 
 

@@ -51,9 +51,8 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 previous=row.from_state,
                 attempt=row.attempt,
                 at=row.created_at.isoformat(),
-                detail=row.detail if row.detail is not None else (
-                    {"reason": row.reason} if row.reason else None
-                ),
+                reason=row.reason,
+                detail=row.detail,
             ).encode()
             headers = {"run_id": row.run_id, "key": row.business_key}
             transport.publish(Outgoing(names.status, routing_key(row.workflow, row.entity,

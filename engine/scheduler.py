@@ -189,7 +189,7 @@ class Scheduler:
         except StoreUnavailableError:
             self._replies = held + self._replies  # keep them unacked and try again
             raise
-        except Exception:  # noqa: BLE001 - a bug must not turn one reply into a crash loop
+        except Exception:
             log.exception("%s: applying %d replies failed; applying them one by one",
                           self.id, len(held))
             for item in held:
@@ -216,7 +216,7 @@ class Scheduler:
         except StoreUnavailableError:
             self._replies.append(item)
             raise
-        except Exception as exc:  # noqa: BLE001 - isolate the poison reply, keep serving
+        except Exception as exc:
             log.exception("%s: reply for step %s cannot be applied", self.id, item[1].step_id)
             self._transport.dead_letter(item[0], f"reply could not be applied: {exc!r}",
                                         dead_letter_exchange=self._names.dead_letter_exchange)

@@ -71,7 +71,7 @@ class Submitter:
         self._held.clear()
         self._transport.connect()
         declare_common(self._transport, self._names)
-        self._transport.consume(self._names.submit, self._held.append, prefetch=self._prefetch)
+        self._transport.consume(self._names.submit, self._on_delivery, prefetch=self._prefetch)
         log.info("%s consuming %s", self.id, self._names.submit)
         while not self._stop.is_set():
             self._transport.process(0.0 if self._held else 0.5)
@@ -82,6 +82,9 @@ class Submitter:
         if self._held:
             self._insert_held()
 
+    def _on_delivery(self, delivery: Delivery) -> None:
+        self._held.append(delivery)
+
     def _insert_held(self) -> None:
         held, self._held = self._held, []
         rejected: list[tuple[Delivery, str]] = []
@@ -90,6 +93,10 @@ class Submitter:
                 for delivery in held:
                     try:
                         submission = parse(Submission, delivery.body)
+                        if submission.key is None and delivery.message_id:
+                            # Keyless: the AMQP message id keeps a redelivery idempotent.
+                            submission = submission.model_copy(
+                                update={"key": f"msg:{delivery.message_id}"[:200]})
                         with conn.begin_nested():
                             result = submit(conn, self._registry, submission,
                                             namespace=self._names.namespace, actor=self.id)

@@ -14,6 +14,8 @@ JSON = Any
 """A value that json.dumps accepts."""
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+WORKFLOW_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
+"""Workflow names are one word of the status routing key `<workflow>.<run|step>.<state>`."""
 
 FailurePolicy = Literal["error", "compensate"]
 
@@ -74,7 +76,11 @@ class Workflow:
         on_failure: FailurePolicy = "error",
         output: Callable[[StepContext], JSON] | None = None,
     ) -> None:
-        check_name("workflow", name)
+        if not WORKFLOW_NAME_PATTERN.match(name):
+            raise DefinitionError(
+                f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
+                "(letters, digits, '_', '-'; no dots; at most 100 characters)"
+            )
         if version < 1:
             raise DefinitionError(f"workflow {name!r}: version must be >= 1, got {version}")
         if on_failure not in ("error", "compensate"):

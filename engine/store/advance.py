@@ -99,6 +99,7 @@ class _Advancer:
 
     def advance(self, run: Any, rows: Sequence[Any]) -> None:
         state = {r.name: r.state for r in rows}
+        errors = {r.name: r.error for r in rows}
         outputs = {r.name: r.output for r in rows if r.state == "processed"}
         ctx = StepContext(
             run_input=run.input, outputs=outputs, run_id=run.id, business_key=run.business_key
@@ -118,6 +119,7 @@ class _Advancer:
                 error = {"type": "InvalidInputError", "message": str(exc)}
                 self.conn.execute(_fail_waiting, {"b_id": row.id, "b_error": error})
                 state[row.name] = "error"
+                errors[row.name] = error
                 self._event(run, row, "waiting", "error", str(exc))
                 continue
             self.conn.execute(_make_ready, {"b_id": row.id, "b_input": step_input})
@@ -127,7 +129,8 @@ class _Advancer:
 
         failed = [r for r in rows if state[r.name] == "error"]
         if failed:
-            self._fail(run, rows, state, {"step": failed[0].name, "error": failed[0].error})
+            self._fail(run, rows, state, {"step": failed[0].name,
+                                          "error": errors[failed[0].name]})
         elif workflow is None and any(s == "waiting" for s in state.values()):
             self._fail(run, rows, state, {
                 "type": "UnknownWorkflowError",

@@ -109,7 +109,9 @@ def lock_runs_of_steps() -> Select[Any]:
         select(runs.c.id)
         .where(
             runs.c.id.in_(
-                select(steps.c.run_id).where(steps.c.id.in_(bindparam("b_step_ids", expanding=True)))
+                select(steps.c.run_id).where(
+                    steps.c.id.in_(bindparam("b_step_ids", expanding=True))
+                )
             )
         )
         .order_by(runs.c.id)

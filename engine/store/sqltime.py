@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import ColumnElement, func, literal_column
-from sqlalchemy.types import Interval
+from sqlalchemy.types import DateTime, Interval
 
 _ONE_SECOND = literal_column("interval '1 second'", type_=Interval())
 
@@ -17,5 +17,6 @@ def now() -> ColumnElement[Any]:
 
 def plus_seconds(ts: ColumnElement[Any], seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
     """`ts + seconds`, with `seconds` a number or a numeric SQL expression."""
-    return ts + _ONE_SECOND * seconds
-
+    # Explicit operators: SQLAlchemy's Interval type does not declare multiplication.
+    interval = _ONE_SECOND.op("*", return_type=Interval())(seconds)
+    return ts.op("+", return_type=DateTime(timezone=True))(interval)

@@ -24,6 +24,7 @@ class Delivery:
     correlation_id: str | None = None
     reply_to: str | None = None
     content_type: str | None = None
+    message_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class RabbitMQTransport:
                     correlation_id=props.correlation_id,
                     reply_to=props.reply_to,
                     content_type=props.content_type,
+                    message_id=props.message_id,
                 )
             )
 
@@ -163,6 +164,7 @@ class RabbitMQTransport:
                 body=delivery.body,
                 headers=headers,
                 correlation_id=delivery.correlation_id,
+                reply_to=delivery.reply_to,
             )
         )
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)

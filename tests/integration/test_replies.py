@@ -1,0 +1,90 @@
+"""Replies are fenced by attempt: stale and duplicate replies are dropped; poison is
+dead-lettered while the scheduler keeps serving."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, select, update
+
+from sasflow import submit_run
+from sasflow.messages import ErrorInfo, Reply
+from sasflow.store.apply import apply_replies
+from sasflow.store.claim import claim_steps
+from sasflow.store.db import transaction
+from sasflow.store.schema import events, steps
+from sasflow.transport.topology import SOURCE_HEADER, Names
+from tests.apps import basic
+from tests.integration import harness
+
+pytestmark = pytest.mark.integration
+
+
+def _reclaim(engine: Engine, step_id: int) -> int:
+    """Make a processing step pending again (as the supervisor does) and claim it anew."""
+    with engine.begin() as conn:
+        conn.execute(update(steps).where(steps.c.id == step_id)
+                     .values(state="pending", locked_by=None, complete_by=None))
+    with transaction(engine) as conn:
+        (claimed,) = claim_steps(conn, locked_by="s2", batch=1)
+    assert claimed.id == step_id
+    return claimed.attempt
+
+
+def _apply(engine: Engine, reply: Reply, names: Names) -> int:
+    with transaction(engine) as conn:
+        return apply_replies(conn, basic.registry, [reply], namespace=names.namespace,
+                             actor="test").applied
+
+
+def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
+    engine: Engine, names: Names
+) -> None:
+    with engine.begin() as conn:
+        run = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k")
+    with transaction(engine) as conn:
+        (step,) = claim_steps(conn, locked_by="s1", batch=1)
+    assert _reclaim(engine, step.id) == 2
+    late = Reply(step_id=step.id, attempt=1, status="ok", output={"text": "LATE"})
+    assert _apply(engine, late, names) == 0
+    current = Reply(step_id=step.id, attempt=2, status="ok", output={"text": "X"})
+    assert _apply(engine, current, names) == 1
+    assert _apply(engine, current, names) == 0
+    error_after = Reply(step_id=step.id, attempt=2, status="error",
+                        error=ErrorInfo(type="Boom", message="too late"))
+    assert _apply(engine, error_after, names) == 0
+    rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
+    assert (rows["a"].state, rows["a"].output) == ("processed", {"text": "X"})
+    assert rows["b"].state == "pending"
+    with engine.connect() as conn:
+        processed = conn.execute(select(events.c.id).where(
+            events.c.step_id == step.id, events.c.to_state == "processed")).all()
+    assert len(processed) == 1
+
+
+def test_scheduler_dead_letters_malformed_replies_drops_stale_ones_and_keeps_serving(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    with engine.begin() as conn:
+        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
+    role = harness.scheduler(engine, database_url, basic.registry, names)
+    with harness.running(role):
+        harness.wait_for(lambda: role.stats.dispatched == 1, what="first dispatch")
+        (step,) = [r for r in harness.step_rows(engine, run.run_id) if r.name == "a"]
+        harness.publish_raw(names.replies, b"\xff\xfe not json")
+        harness.publish_raw(names.replies, b'{"step_id": 1, "attempt": 1, "status": "maybe"}')
+        stale = Reply(step_id=step.id, attempt=7, status="ok", output={"text": "NO"})
+        harness.publish_raw(names.replies, stale.encode())
+        dead = harness.dead_letters(names, 2)
+        harness.wait_for(lambda: role.stats.dropped == 1, what="stale reply dropped")
+        good = Reply(step_id=step.id, attempt=1, status="ok", output={"text": "ABC"})
+        harness.publish_raw(names.replies, good.encode())
+        harness.publish_raw(names.replies, good.encode())
+        harness.wait_for(lambda: role.stats.applied == 1 and role.stats.dropped == 2,
+                         what="good reply applied, duplicate dropped")
+    assert {d["headers"][SOURCE_HEADER] for d in dead} == {names.replies}
+    reasons = " | ".join(str(d["reason"]) for d in dead)
+    assert "not UTF-8 JSON" in reasons
+    assert "status" in reasons
+    rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
+    assert rows["a"].output == {"text": "ABC"}
+    assert rows["b"].state == "processing"  # dispatched after "a" (no agent runs in this test)
