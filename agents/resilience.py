@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import pybreaker
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception,
     stop_after_attempt,
@@ -139,7 +140,22 @@ def retrying(
     stop: Any = stop_before_delay(budget) | stop_when_event_set(interrupted)
     if policy.max_attempts is not None:
         stop = stop | stop_after_attempt(policy.max_attempts)
+    last_failure: list[BaseException] = []
+
+    def remember(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if error is not None:
+            last_failure[:] = [error]
+
+    def not_after_interruption(state: RetryCallState) -> None:
+        # tenacity checks `stop` before sleeping only; an interrupted sleep must not be
+        # followed by one more call: re-raise the last attempt's error instead.
+        if state.attempt_number > 1 and interrupted.is_set() and last_failure:
+            raise last_failure[0]
+
     return Retrying(
+        before=not_after_interruption,
+        after=remember,
         stop=stop,
         wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
         retry=retry_if_exception(is_transient),

@@ -230,12 +230,15 @@ class AgentWorker:
     def _is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, PermanentError | BreakerOpenError):
             return False
-        return isinstance(exc, TransientError | self.agent.transient)
+        return isinstance(exc, (TransientError, *self.agent.transient))
 
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
         outcome = Outcome(job, None)
         try:
             outcome = Outcome(job, self._run_handler(job, spec))
+        except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
+            log.exception("step %s attempt %s: the agent failed to run the handler",
+                          job.request.step_id, job.request.attempt)
         finally:
             self._outcomes.put(outcome)
             # Wake the owner thread; while it reconnects the outcome waits in the queue.

@@ -105,11 +105,15 @@ class StatusEvent(_Message):
 M = TypeVar("M", bound=_Message)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse(model: type[M], body: bytes) -> M:
     """Decode and validate one message body; InvalidMessageError says what is wrong."""
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise InvalidMessageError(f"{model.__name__}: body is not UTF-8 JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidMessageError(

@@ -7,14 +7,23 @@ started with. Retry and breaker policies are turned into tenacity and pybreaker 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from sasflow.errors import DefinitionError
 
+MAX_MULTIPLIER = 10.0
+"""Keeps initial * multiplier ** 64 finite in SQL (the sweep computes backoff in the database)."""
+
 
 def _positive(name: str, value: float) -> None:
-    if not value > 0:
+    if not (math.isfinite(value) and value > 0):
         raise DefinitionError(f"{name} must be > 0, got {value!r}")
+
+
+def _not_below(name: str, value: float, low_name: str, low: float) -> None:
+    if not (math.isfinite(value) and value >= low):
+        raise DefinitionError(f"{name} ({value}) must be >= {low_name} ({low})")
 
 
 @dataclass(frozen=True)
@@ -27,18 +36,15 @@ class Backoff:
 
     def __post_init__(self) -> None:
         _positive("backoff.initial", self.initial)
-        if self.multiplier < 1:
-            raise DefinitionError(f"backoff.multiplier must be >= 1, got {self.multiplier!r}")
-        if self.maximum < self.initial:
-            raise DefinitionError(
-                f"backoff.maximum ({self.maximum}) must be >= backoff.initial ({self.initial})"
-            )
+        if not (math.isfinite(self.multiplier) and 1 <= self.multiplier <= MAX_MULTIPLIER):
+            raise DefinitionError(f"backoff.multiplier must be >= 1 and <= {MAX_MULTIPLIER}, "
+                                  f"got {self.multiplier!r}")
+        _not_below("backoff.maximum", self.maximum, "backoff.initial", self.initial)
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the `failures`-th failure (1-based)."""
-        exponent = max(failures - 1, 0)
-        # Cap the exponent so huge failure counts cannot overflow a float.
-        return min(self.maximum, self.initial * self.multiplier ** min(exponent, 64))
+        exponent = min(max(failures - 1, 0), 64)  # the same cap as the SQL of the sweep
+        return min(self.maximum, self.initial * self.multiplier ** exponent)
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         _positive("retry.initial", self.initial)
-        if self.maximum < self.initial:
-            raise DefinitionError(
-                f"retry.maximum ({self.maximum}) must be >= retry.initial ({self.initial})"
-            )
+        _not_below("retry.maximum", self.maximum, "retry.initial", self.initial)
         if self.max_attempts is not None and self.max_attempts < 1:
             raise DefinitionError(f"retry.max_attempts must be >= 1, got {self.max_attempts!r}")
 

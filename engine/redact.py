@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import re
+
+# scheme://user:password@host...; the password runs to the last "@" (it may hold / ? #).
+_CREDENTIALS = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(?P<pw>.*)@(?P<tail>[^@]*)$",
+                          re.DOTALL)
 
 
 def redact_url(url: str) -> str:
     """Return `url` with the password (if any) replaced by ***."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
+    match = _CREDENTIALS.match(url)
+    if match is None:
         return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    return f"{match['head']}***@{match['tail']}"

@@ -57,7 +57,7 @@ class Step:
 
 def check_name(kind: str, name: str) -> None:
     """Raise DefinitionError unless `name` is usable in queue names and routing keys."""
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise DefinitionError(
             f"{kind} name {name!r} must match {NAME_PATTERN.pattern} "
             "(letters, digits, '_', '.', '-'; at most 100 characters)"
@@ -76,7 +76,7 @@ class Workflow:
         on_failure: FailurePolicy = "error",
         output: Callable[[StepContext], JSON] | None = None,
     ) -> None:
-        if not WORKFLOW_NAME_PATTERN.match(name):
+        if not WORKFLOW_NAME_PATTERN.fullmatch(name):
             raise DefinitionError(
                 f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
                 "(letters, digits, '_', '-'; no dots; at most 100 characters)"
@@ -150,13 +150,13 @@ class Workflow:
         return deps
 
     def _topological_order(self) -> tuple[str, ...]:
-        # Kahn's algorithm, stable in declaration order; what is left over lies on a cycle.
+        # Kahn's algorithm, stable in declaration order; what is left over depends on a cycle.
         remaining = {name: set(d) for name, d in self.dependencies.items()}
         order: list[str] = []
         while remaining:
             ready = [s.name for s in self.steps if s.name in remaining and not remaining[s.name]]
             if not ready:
-                cycle = " -> ".join(sorted(remaining))
+                cycle = " -> ".join(sorted(_on_cycles(remaining)))
                 raise DefinitionError(
                     f"workflow {self.name!r}: dependency cycle among steps: {cycle}"
                 )
@@ -166,3 +166,16 @@ class Workflow:
             for deps in remaining.values():
                 deps.difference_update(ready)
         return tuple(order)
+
+
+def _on_cycles(remaining: dict[str, set[str]]) -> set[str]:
+    """The steps of a blocked graph that lie on (or between) cycles: peel away the steps that no
+    other remaining step depends on, until none is left to peel."""
+    left = {name: set(deps) for name, deps in remaining.items()}
+    while True:
+        needed = set().union(*left.values()) if left else set()
+        leaves = [name for name in left if name not in needed]
+        if not leaves:
+            return set(left)
+        for name in leaves:
+            del left[name]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sasflow import Registry, Step, StepContext, StepPolicy, Workflow
@@ -49,4 +50,18 @@ diamond = Workflow("diamond", [
     Step("end", "echo", "join", after=("left", "right"), input=_joined, policy=FAST),
 ])
 
-registry = Registry([pipeline, diamond], [echo])
+
+@echo.handler("nap")
+def nap(call: Call) -> dict[str, Any]:
+    """Sleep for input["delay"] seconds (simulates a slow remote call)."""
+    time.sleep(float(call.input.get("delay", 0)))
+    return {"delay": call.input.get("delay", 0), "key": call.idempotency_key}
+
+
+sleepy = Workflow("sleepy", [
+    Step("nap1", "echo", "nap", policy=StepPolicy(timeout=30)),
+    Step("nap2", "echo", "nap", input=lambda c: {"delay": c.run_input.get("delay", 0)},
+         policy=StepPolicy(timeout=30)),
+])
+
+registry = Registry([pipeline, diamond, sleepy], [echo])

@@ -13,8 +13,18 @@ from sasflow.policy import BreakerPolicy, RetryPolicy
 
 
 def _call(deadline: float) -> Call:
-    return Call(input={"x": 1}, idempotency_key="k", attempt=1, deadline=deadline, step_id=1,
-                run_id=1, workflow="wf", step="s", action="a", kind="forward")
+    return Call(
+        input={"x": 1},
+        idempotency_key="k",
+        attempt=1,
+        deadline=deadline,
+        step_id=1,
+        run_id=1,
+        workflow="wf",
+        step="s",
+        action="a",
+        kind="forward",
+    )
 
 
 def _handler(call: Call) -> Any:
@@ -66,8 +76,9 @@ def test_dependency_without_breaker_is_rejected() -> None:
     with pytest.raises(DefinitionError) as info:
         agent.add_handler("fetch", _handler, dependency="api")
 
-    assert str(info.value) == ("agent 'svc': action 'fetch' names dependency 'api', which has no breaker "
-            "(declared: db)")
+    assert str(info.value) == (
+        "agent 'svc': action 'fetch' names dependency 'api', which has no breaker (declared: db)"
+    )
     assert frozenset() == agent.actions
 
 

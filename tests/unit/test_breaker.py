@@ -245,8 +245,9 @@ def test_breaker_open_error_message_names_dependency_and_delay() -> None:
     assert str(error) == "circuit breaker for 'api' is open; retry in 2.3s"
 
 
-def _max_overlap(call: Callable[[Callable[[], None]], None], threads: int,
-                 seconds: float) -> tuple[int, float]:
+def _max_overlap(
+    call: Callable[[Callable[[], None]], None], threads: int, seconds: float
+) -> tuple[int, float]:
     """Run `threads` concurrent calls of a slow function; the peak overlap and wall time."""
     lock = threading.Lock()
     running = [0, 0]  # current, peak
@@ -304,8 +305,9 @@ def _flaky(failures: int, attempts: list[float]) -> Callable[[], str]:
 def test_transient_errors_are_retried_until_success() -> None:
     """A function that fails transiently twice succeeds on the third attempt."""
     attempts: list[float] = []
-    retry = retrying(FAST, budget=5, is_transient=_only_connection_errors,
-                     interrupted=threading.Event())
+    retry = retrying(
+        FAST, budget=5, is_transient=_only_connection_errors, interrupted=threading.Event()
+    )
 
     assert retry(_flaky(2, attempts)) == "done"
     assert len(attempts) == 3
@@ -319,8 +321,9 @@ def test_permanent_error_is_not_retried() -> None:
         attempts.append(1)
         raise ValueError("no")
 
-    retry = retrying(FAST, budget=5, is_transient=_only_connection_errors,
-                     interrupted=threading.Event())
+    retry = retrying(
+        FAST, budget=5, is_transient=_only_connection_errors, interrupted=threading.Event()
+    )
 
     with pytest.raises(ValueError, match="no"):
         retry(permanent)
@@ -331,8 +334,12 @@ def test_retries_never_sleep_past_the_budget() -> None:
     """Always-failing transient calls stop within the budget, re-raising the last error."""
     attempts: list[float] = []
     budget = 0.5
-    retry = retrying(RetryPolicy(initial=0.1, maximum=0.3), budget=budget,
-                     is_transient=_only_connection_errors, interrupted=threading.Event())
+    retry = retrying(
+        RetryPolicy(initial=0.1, maximum=0.3),
+        budget=budget,
+        is_transient=_only_connection_errors,
+        interrupted=threading.Event(),
+    )
 
     start = time.monotonic()
     with pytest.raises(ConnectionError, match="flaky"):
@@ -346,8 +353,12 @@ def test_retries_never_sleep_past_the_budget() -> None:
 def test_max_attempts_limits_the_retries() -> None:
     """With max_attempts the function runs at most that many times."""
     attempts: list[float] = []
-    retry = retrying(RetryPolicy(initial=0.01, maximum=0.01, max_attempts=3), budget=5,
-                     is_transient=_only_connection_errors, interrupted=threading.Event())
+    retry = retrying(
+        RetryPolicy(initial=0.01, maximum=0.01, max_attempts=3),
+        budget=5,
+        is_transient=_only_connection_errors,
+        interrupted=threading.Event(),
+    )
 
     with pytest.raises(ConnectionError):
         retry(_flaky(10, attempts))
@@ -364,8 +375,7 @@ def test_set_interrupted_event_stops_retrying() -> None:
         interrupted.set()
         raise ConnectionError("down")
 
-    retry = retrying(FAST, budget=5, is_transient=_only_connection_errors,
-                     interrupted=interrupted)
+    retry = retrying(FAST, budget=5, is_transient=_only_connection_errors, interrupted=interrupted)
 
     with pytest.raises(ConnectionError):
         retry(fails_and_interrupts)
@@ -382,8 +392,12 @@ def test_interrupted_event_cuts_the_backoff_sleep_short(monkeypatch: pytest.Monk
     monkeypatch.setattr(random, "uniform", _longest_wait)
     interrupted = threading.Event()
     timer = threading.Timer(0.1, interrupted.set)
-    retry = retrying(RetryPolicy(initial=1.0, maximum=1.0), budget=5,
-                     is_transient=_only_connection_errors, interrupted=interrupted)
+    retry = retrying(
+        RetryPolicy(initial=1.0, maximum=1.0),
+        budget=5,
+        is_transient=_only_connection_errors,
+        interrupted=interrupted,
+    )
 
     start = time.monotonic()
     timer.start()
@@ -396,18 +410,18 @@ def test_interrupted_event_cuts_the_backoff_sleep_short(monkeypatch: pytest.Monk
     assert time.monotonic() - start < 0.5
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: agents/resilience.py retrying(): tenacity checks "
-                                       "stop before the sleep only, so after the interrupted "
-                                       "event cuts the sleep short one more attempt runs "
-                                       "(after shutdown or past the deadline)")
 def test_no_attempt_runs_after_an_interrupted_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once the event interrupts a backoff sleep, the function is not called again."""
     monkeypatch.setattr(random, "uniform", _longest_wait)
     interrupted = threading.Event()
     attempts: list[float] = []
     timer = threading.Timer(0.1, interrupted.set)
-    retry = retrying(RetryPolicy(initial=1.0, maximum=1.0), budget=5,
-                     is_transient=_only_connection_errors, interrupted=interrupted)
+    retry = retrying(
+        RetryPolicy(initial=1.0, maximum=1.0),
+        budget=5,
+        is_transient=_only_connection_errors,
+        interrupted=interrupted,
+    )
 
     timer.start()
     try:

@@ -35,17 +35,33 @@ def test_parse_valid_submission_with_defaults() -> None:
     """A minimal submission gets the documented defaults."""
     sub = parse(Submission, b'{"workflow": "order"}')
 
-    assert Submission(workflow="order", input={}, key=None, priority=0, reply_to=None,
-                      version=None) == sub
+    assert (
+        Submission(workflow="order", input={}, key=None, priority=0, reply_to=None, version=None)
+        == sub
+    )
 
 
 def test_parse_valid_submission_with_all_fields() -> None:
     """Every submission field is read."""
-    sub = parse(Submission, _body(workflow="order", input={"id": 1}, key="o-1", priority=-5,
-                                  reply_to="app.status", version=2))
+    sub = parse(
+        Submission,
+        _body(
+            workflow="order",
+            input={"id": 1},
+            key="o-1",
+            priority=-5,
+            reply_to="app.status",
+            version=2,
+        ),
+    )
 
-    assert (
-        sub.input, sub.key, sub.priority, sub.reply_to, sub.version) == ({"id": 1}, "o-1", -5, "app.status", 2)
+    assert (sub.input, sub.key, sub.priority, sub.reply_to, sub.version) == (
+        {"id": 1},
+        "o-1",
+        -5,
+        "app.status",
+        2,
+    )
 
 
 def test_parse_ignores_unknown_fields() -> None:
@@ -60,16 +76,25 @@ def test_parse_valid_request() -> None:
     req = parse(Request, _body(**REQUEST))
 
     assert (
-        req.step_id, req.run_id, req.attempt, req.action, req.input, req.budget_ms, req.kind,
-        req.v) == (7, 3, 2, "charge", {"amount": 10}, 5000, "forward", 1)
+        req.step_id,
+        req.run_id,
+        req.attempt,
+        req.action,
+        req.input,
+        req.budget_ms,
+        req.kind,
+        req.v,
+    ) == (7, 3, 2, "charge", {"amount": 10}, 5000, "forward", 1)
 
 
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
         ({"status": "ok", "output": {"x": 1}}, ("ok", {"x": 1}, None, None)),
-        ({"status": "error", "error": {"type": "Boom", "message": "no"}},
-         ("error", None, ErrorInfo(type="Boom", message="no"), None)),
+        (
+            {"status": "error", "error": {"type": "Boom", "message": "no"}},
+            ("error", None, ErrorInfo(type="Boom", message="no"), None),
+        ),
         ({"status": "deferred", "defer_seconds": 2.5}, ("deferred", None, None, 2.5)),
     ],
 )
@@ -86,17 +111,12 @@ def test_non_utf8_body_is_invalid() -> None:
         parse(Submission, b'{"workflow": "\xff\xfe"}')
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: messages.py parse() hands bytes to json.loads, "
-                                       "which auto-detects and accepts UTF-16/UTF-32 bodies")
 def test_utf16_body_is_invalid() -> None:
     """The protocol is UTF-8 JSON: a UTF-16 body is rejected."""
     with pytest.raises(InvalidMessageError, match="UTF-8"):
         parse(Submission, '{"workflow": "order"}'.encode("utf-16"))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: messages.py parse() uses json.loads defaults, "
-                                       "which accept NaN/Infinity (not JSON); encode() then "
-                                       "silently turns them into null")
 def test_nan_token_in_body_is_invalid() -> None:
     """NaN is not JSON: a body containing it is rejected."""
     with pytest.raises(InvalidMessageError):
@@ -110,8 +130,9 @@ def test_non_json_body_is_invalid(body: bytes) -> None:
         parse(Request, body)
 
 
-@pytest.mark.parametrize(("body", "kind"), [(b"[1, 2]", "list"), (b'"x"', "str"), (b"3", "int"),
-                                            (b"null", "NoneType")])
+@pytest.mark.parametrize(
+    ("body", "kind"), [(b"[1, 2]", "list"), (b'"x"', "str"), (b"3", "int"), (b"null", "NoneType")]
+)
 def test_json_that_is_not_an_object_is_invalid(body: bytes, kind: str) -> None:
     """A JSON array or scalar is rejected, naming what was received."""
     with pytest.raises(InvalidMessageError) as info:
@@ -130,8 +151,15 @@ def test_missing_fields_are_listed() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("step_id", "seven"), ("budget_ms", [1]), ("workflow", 123), ("kind", "sideways"),
-     ("step_id", 0), ("budget_ms", -1), ("idempotency_key", "")],
+    [
+        ("step_id", "seven"),
+        ("budget_ms", [1]),
+        ("workflow", 123),
+        ("kind", "sideways"),
+        ("step_id", 0),
+        ("budget_ms", -1),
+        ("idempotency_key", ""),
+    ],
 )
 def test_wrong_types_and_values_in_a_request_are_named(field: str, value: Any) -> None:
     """A field of the wrong type or out of range is named in the reason."""
@@ -190,11 +218,22 @@ def test_unknown_protocol_version_is_invalid() -> None:
 @pytest.mark.parametrize(
     "message",
     [
-        Submission(workflow="order", input={"a": [1, 2.5, None, "é"]}, key="k", priority=3,
-                   reply_to="q", version=4),
+        Submission(
+            workflow="order",
+            input={"a": [1, 2.5, None, "é"]},
+            key="k",
+            priority=3,
+            reply_to="q",
+            version=4,
+        ),
         Request.model_validate({**REQUEST, "kind": "compensation"}),
-        Reply(step_id=9, attempt=2, status="error", error=ErrorInfo(type="T", message="m"),
-              agent="billing"),
+        Reply(
+            step_id=9,
+            attempt=2,
+            status="error",
+            error=ErrorInfo(type="T", message="m"),
+            agent="billing",
+        ),
         Reply(step_id=9, attempt=2, status="deferred", defer_seconds=1.5),
     ],
 )
@@ -207,8 +246,14 @@ def test_encode_is_utf8_json_with_every_field() -> None:
     """encode() writes UTF-8 JSON including the None fields."""
     data = json.loads(Submission(workflow="order", input={"name": "é"}).encode().decode("utf-8"))
 
-    assert data == {"workflow": "order", "input": {"name": "é"}, "key": None, "priority": 0,
-            "reply_to": None, "version": None}
+    assert data == {
+        "workflow": "order",
+        "input": {"name": "é"},
+        "key": None,
+        "priority": 0,
+        "reply_to": None,
+        "version": None,
+    }
 
 
 def test_messages_are_frozen() -> None:

@@ -44,8 +44,9 @@ def test_unknown_agent_in_a_step_is_rejected_listing_known_agents() -> None:
     with pytest.raises(DefinitionError) as info:
         Registry([wf], [_python_agent(), ExternalAgent("audit")])
 
-    assert str(info.value) == ("workflow 'order' v1, step 'ship': unknown agent 'shipping' "
-            "(known: audit, billing)")
+    assert str(info.value) == (
+        "workflow 'order' v1, step 'ship': unknown agent 'shipping' (known: audit, billing)"
+    )
 
 
 def test_unknown_agent_without_any_agent_says_none_known() -> None:
@@ -61,8 +62,10 @@ def test_unknown_action_of_a_python_agent_is_rejected_listing_its_actions() -> N
     with pytest.raises(DefinitionError) as info:
         Registry([wf], [_python_agent()])
 
-    assert str(info.value) == ("workflow 'order' v1, step 'pay': agent 'billing' has no action 'steal' "
-            "(it has: charge, refund)")
+    assert str(info.value) == (
+        "workflow 'order' v1, step 'pay': agent 'billing' has no action 'steal' "
+        "(it has: charge, refund)"
+    )
 
 
 def test_unknown_compensate_action_of_a_python_agent_is_rejected() -> None:
@@ -160,8 +163,9 @@ def test_unknown_agent_lookup_raises_definition_error() -> None:
 
 def test_library_errors_share_one_root() -> None:
     """Registry and app-loading errors derive from SasflowError."""
-    assert all(issubclass(e, SasflowError)
-               for e in (DefinitionError, UnknownWorkflowError, AppLoadError))
+    assert all(
+        issubclass(e, SasflowError) for e in (DefinitionError, UnknownWorkflowError, AppLoadError)
+    )
 
 
 # -- load_registry ------------------------------------------------------------------------------

@@ -24,8 +24,12 @@ def test_defaults_without_environment(clean_env: pytest.MonkeyPatch) -> None:
     """With no SASFLOW_* variables the documented defaults apply."""
     settings = Settings()
 
-    assert (
-        settings.database_url, settings.broker_url, settings.namespace, settings.app) == (DEFAULT_DATABASE_URL, DEFAULT_BROKER_URL, "sasflow", None)
+    assert (settings.database_url, settings.broker_url, settings.namespace, settings.app) == (
+        DEFAULT_DATABASE_URL,
+        DEFAULT_BROKER_URL,
+        "sasflow",
+        None,
+    )
 
 
 def test_environment_variables_are_read(clean_env: pytest.MonkeyPatch) -> None:
@@ -37,9 +41,12 @@ def test_environment_variables_are_read(clean_env: pytest.MonkeyPatch) -> None:
 
     settings = Settings()
 
-    assert (settings.database_url, settings.broker_url,
-                                  settings.namespace, settings.app) == ("postgresql+psycopg://u:p@db:5433/x", "amqp://u:p@mq:5673/v", "test-ns.1",
-            "myapp:registry")
+    assert (settings.database_url, settings.broker_url, settings.namespace, settings.app) == (
+        "postgresql+psycopg://u:p@db:5433/x",
+        "amqp://u:p@mq:5673/v",
+        "test-ns.1",
+        "myapp:registry",
+    )
 
 
 def test_explicit_arguments_override_environment(clean_env: pytest.MonkeyPatch) -> None:
@@ -130,20 +137,12 @@ def test_redact_url_hides_the_password(url: str, expected: str) -> None:
     assert "pw" not in redacted
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="BUG: redact.py redact_url reads parts.port outside its try block; "
-                          "urllib raises ValueError for an invalid port, so Settings.redacted() "
-                          "(sasflow config show) crashes instead of printing a redacted URL")
 @pytest.mark.parametrize("port", ["99999", "abc"])
 def test_redact_url_with_invalid_port_does_not_raise(port: str) -> None:
     """A malformed port still yields a string without the password."""
     assert "s3cret" not in redact_url(f"postgresql://u:s3cret@host:{port}/db")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: redact.py redact_url relies on urlsplit, which ends "
-                                       "the netloc at '/', '?' or '#'; SQLAlchemy's make_url "
-                                       "accepts such unencoded passwords, and redact_url "
-                                       "returns them in clear")
 @pytest.mark.parametrize("password", ["pa/ss", "pa?ss", "pa#ss"])
 def test_redact_url_hides_password_with_url_delimiters(password: str) -> None:
     """A password containing '/', '?' or '#' (as SQLAlchemy accepts it) is hidden too."""

@@ -1,0 +1,77 @@
+"""Start sasflow CLI processes as subprocesses, the way an operator runs them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Processes:
+    """The `sasflow` processes of one test; all are killed at the end, whatever happens."""
+
+    def __init__(self, logs: Path, *, database_url: str, namespace: str,
+                 app: str = "tests.apps.basic") -> None:
+        self.logs = logs
+        self.env = {
+            **os.environ,
+            "SASFLOW_DATABASE_URL": database_url,
+            "SASFLOW_NAMESPACE": namespace,
+            "SASFLOW_APP": app,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        with (self.logs / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", "sasflow", *args], env=self.env,
+                                       stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.started[name] = process
+        return process
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sasflow", *args], env=self.env,
+                              capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              check=False)
+
+    def signal(self, name: str, signum: int) -> None:
+        self.started[name].send_signal(signum)
+
+    def wait(self, name: str, timeout: float = 30) -> int:
+        return self.started[name].wait(timeout)
+
+    def assert_alive(self) -> None:
+        dead = {n: p.returncode for n, p in self.started.items() if p.poll() is not None}
+        assert not dead, f"processes exited early: {dead}; logs in {self.logs}"
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for process in self.started.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in self.started.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.1, deadline - time.monotonic()))
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
+
+
+@contextlib.contextmanager
+def processes(logs: Path, *, database_url: str, namespace: str) -> Iterator[Processes]:
+    procs = Processes(logs, database_url=database_url, namespace=namespace)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
