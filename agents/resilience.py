@@ -83,6 +83,13 @@ class SharedBreaker:
     def state(self) -> str:
         return str(self._cb.current_state)
 
+    def open_for(self) -> float | None:
+        """Seconds until the open breaker lets a trial through; None when it is not open."""
+        with self._lock:
+            if self._cb.current_state != pybreaker.STATE_OPEN:
+                return None
+            return max(0.0, self._opened.at + self.policy.reset_timeout - time.monotonic())
+
     def acquire(self) -> bool:
         """Allow a call or raise BreakerOpenError; True when the call is the half-open trial."""
         with self._lock:

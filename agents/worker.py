@@ -53,6 +53,7 @@ class AgentStats:
     received: int = 0
     replied_ok: int = 0
     replied_error: int = 0
+    replied_failed: int = 0
     deferred: int = 0
     silent: int = 0
     dead_lettered: int = 0
@@ -215,10 +216,12 @@ class AgentWorker:
             ))
             if reply.status == "ok":
                 self.stats.replied_ok += 1
-            elif reply.status == "error":
-                self.stats.replied_error += 1
-            else:
+            elif reply.status == "deferred":
                 self.stats.deferred += 1
+            elif reply.status == "failed":
+                self.stats.replied_failed += 1
+            else:
+                self.stats.replied_error += 1
         self._transport.ack(job.delivery)
 
     def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
@@ -231,6 +234,23 @@ class AgentWorker:
         if isinstance(exc, PermanentError | BreakerOpenError):
             return False
         return isinstance(exc, (TransientError, *self.agent.transient))
+
+    def _after_transient(
+        self, job: Job, breaker: SharedBreaker | None, exc: BaseException
+    ) -> Reply | None:
+        """Retries stopped on a transient error: say why, unless the deadline is (nearly) gone."""
+        request = job.request
+        error = ErrorInfo(type=type(exc).__name__, message=str(exc))
+        open_for = breaker.open_for() if breaker is not None else None
+        if open_for is not None:  # the failures tripped the breaker: park, do not count
+            return self._reply(request, "deferred", defer_seconds=open_for, error=error)
+        if job.call.cancelled.is_set():  # shutting down: hand the step back at once
+            return self._reply(request, "deferred", defer_seconds=0.0, error=error)
+        if job.call.remaining() <= 0:
+            return None
+        log.info("step %s attempt %s: retries exhausted before the deadline (%s)",
+                 request.step_id, request.attempt, exc)
+        return self._reply(request, "failed", error=error)
 
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
         outcome = Outcome(job, None)
@@ -263,9 +283,7 @@ class AgentWorker:
                                error=ErrorInfo(type="BreakerOpen", message=str(exc)))
         except Exception as exc:  # noqa: BLE001 - user code: every failure becomes a reply
             if self._is_transient(exc):
-                log.info("step %s attempt %s: transient errors until the deadline (%s); silent",
-                         request.step_id, request.attempt, exc)
-                return None
+                return self._after_transient(job, breaker, exc)
             log.info("step %s attempt %s failed permanently: %r", request.step_id,
                      request.attempt, exc)
             return self._reply(request, "error",

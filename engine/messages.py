@@ -68,7 +68,10 @@ class Reply(_Message):
     v: Literal[1] = 1
     step_id: int = Field(ge=1)
     attempt: int = Field(ge=1)
-    status: Literal["ok", "error", "deferred"]
+    status: Literal["ok", "error", "failed", "deferred"]
+    """ok: done; error: permanent failure; failed: transient failures outlasted the agent's
+    retries before the deadline (counts one failure now); deferred: a dependency's breaker is
+    open, try again after defer_seconds without counting a failure."""
     output: Any = None
     error: ErrorInfo | None = None
     defer_seconds: float | None = Field(default=None, ge=0, le=86400 * 7)
@@ -76,8 +79,8 @@ class Reply(_Message):
 
     @model_validator(mode="after")
     def _status_fields(self) -> Reply:
-        if self.status == "error" and self.error is None:
-            raise ValueError("an 'error' reply needs an 'error' object")
+        if self.status in ("error", "failed") and self.error is None:
+            raise ValueError(f"an {self.status!r} reply needs an 'error' object")
         if self.status == "deferred" and self.defer_seconds is None:
             raise ValueError("a 'deferred' reply needs 'defer_seconds'")
         return self

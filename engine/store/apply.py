@@ -68,6 +68,9 @@ def apply_replies(
         elif reply.status == "error":
             row = conn.execute(stmts["error"], {**fence, "b_error": error}).first()
             to_state = "error"
+        elif reply.status == "failed":
+            row = conn.execute(stmts["failure"], {**fence, "b_error": error}).first()
+            to_state = row.state if row is not None else "pending"
         else:
             row = conn.execute(
                 stmts["deferred"],

@@ -52,6 +52,11 @@ class Processes:
         dead = {n: p.returncode for n, p in self.started.items() if p.poll() is not None}
         assert not dead, f"processes exited early: {dead}; logs in {self.logs}"
 
+    def assert_alive_except(self, *names: str) -> None:
+        dead = {n: p.returncode for n, p in self.started.items()
+                if n not in names and p.poll() is not None}
+        assert not dead, f"processes exited early: {dead}; logs in {self.logs}"
+
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 

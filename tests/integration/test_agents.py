@@ -32,11 +32,11 @@ def _step_events(engine: Engine) -> list[tuple[str | None, str, str | None]]:
         return [(r.from_state, r.to_state, r.reason) for r in rows]
 
 
-def test_transient_errors_are_retried_but_never_past_the_deadline_and_no_reply_follows(
+def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one_failure(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    """Retries use backoff and stop before the deadline; then the agent stays silent and the
-    step stays processing for the supervisor."""
+    """Retries use backoff and stop before the deadline; the agent then replies `failed`, which
+    counts one failure at once (here the step's only allowed one, so the step and run fail)."""
     flaky = Agent("flaky", retry=RetryPolicy(initial=0.05, maximum=0.2))
     calls: list[float] = []
 
@@ -45,19 +45,20 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_and_no_reply_f
         calls.append(time.monotonic())
         raise TransientError("remote busy")
 
-    registry = _one_step(flaky, "always", timeout=1.5)
+    flow = Workflow("solo", [Step("only", "flaky", "always",
+                                  policy=StepPolicy(timeout=1.5, max_failures=1))])
+    registry = Registry([flow], [flaky])
     with engine.begin() as conn:
         submit_run(conn, registry, "solo", {}, key="k")
     worker = harness.agent(flaky, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
-        harness.wait_for(lambda: worker.stats.silent + worker.stats.abandoned == 1,
-                         what="agent gives up silently")
-        time.sleep(0.3)
+        harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="run fails")
     assert len(calls) >= 3, "transient errors were not retried"
     assert calls[-1] - calls[0] < 1.5, "an attempt started past the deadline"
-    assert (worker.stats.replied_ok, worker.stats.replied_error, worker.stats.deferred) == (0, 0, 0)
+    assert (worker.stats.replied_failed, worker.stats.replied_ok) == (1, 0)
     (step,) = harness.step_rows(engine)
-    assert (step.state, step.attempt, step.failure_count) == ("processing", 1, 0)
+    assert (step.state, step.attempt, step.failure_count) == ("error", 1, 1)
+    assert step.error == {"type": "TransientError", "message": "remote busy"}
 
 
 def test_handler_still_running_at_the_deadline_produces_no_reply(
