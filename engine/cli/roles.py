@@ -15,6 +15,7 @@ from sasflow.submitter import Submitter
 
 @click.command()
 @click.option("--prefetch", type=click.IntRange(1, 10000), default=200, show_default=True,
+              envvar="SASFLOW_SUBMITTER_PREFETCH", show_envvar=True,
               help="Submissions held (and inserted per transaction) at once.")
 @click.pass_obj
 def submitter(obj: CliContext, prefetch: int) -> None:
@@ -30,11 +31,14 @@ def submitter(obj: CliContext, prefetch: int) -> None:
 
 @click.command()
 @click.option("--batch", type=click.IntRange(1, 10000), default=100, show_default=True,
+              envvar="SASFLOW_SCHEDULER_BATCH", show_envvar=True,
               help="Steps claimed per statement.")
 @click.option("--reply-prefetch", type=click.IntRange(1, 10000), default=500, show_default=True,
+              envvar="SASFLOW_SCHEDULER_REPLY_PREFETCH", show_envvar=True,
               help="Replies held (and applied per transaction) at once.")
 @click.option("--rescan-interval", type=click.FloatRange(0.05, 60), default=1.0,
-              show_default=True, help="Seconds between claims when no notification woke us.")
+              show_default=True, envvar="SASFLOW_SCHEDULER_RESCAN_INTERVAL", show_envvar=True,
+              help="Seconds between claims when no notification woke us.")
 @click.pass_obj
 def scheduler(obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies."""
@@ -53,6 +57,7 @@ def scheduler(obj: CliContext, batch: int, reply_prefetch: int, rescan_interval:
 @click.command()
 @click.argument("name")
 @click.option("--concurrency", "-c", type=click.IntRange(1, 1000), default=4, show_default=True,
+              envvar="SASFLOW_AGENT_CONCURRENCY", show_envvar=True,
               help="Worker threads, and requests taken from the queue at once.")
 @click.pass_obj
 def agent(obj: CliContext, name: str, concurrency: int) -> None:

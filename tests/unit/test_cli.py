@@ -1,0 +1,65 @@
+"""The command line without services: help, settings precedence, redaction, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from sasflow.cli.main import cli
+
+
+@pytest.mark.parametrize("command", [[], ["scheduler"], ["agent"], ["submitter"]])
+def test_every_option_shows_its_environment_variable_in_help(command: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    text = "".join(result.output.split())  # help text wraps long variable lists
+    expected = {
+        (): ["SASFLOW_DATABASE_URL", "SASFLOW_BROKER_URL", "SASFLOW_NAMESPACE", "SASFLOW_APP",
+             "SASFLOW_LOG_LEVEL"],
+        ("scheduler",): ["SASFLOW_SCHEDULER_BATCH", "SASFLOW_SCHEDULER_REPLY_PREFETCH",
+                         "SASFLOW_SCHEDULER_RESCAN_INTERVAL"],
+        ("agent",): ["SASFLOW_AGENT_CONCURRENCY"],
+        ("submitter",): ["SASFLOW_SUBMITTER_PREFETCH"],
+    }[tuple(command)]
+    missing = [variable for variable in expected if f"envvar:{variable}" not in text
+               and f",{variable}" not in text]
+    assert missing == []
+
+
+def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> None:
+    env = {
+        "SASFLOW_DATABASE_URL": "postgresql+psycopg://app:hunter2@db.internal:5432/flows",
+        "SASFLOW_BROKER_URL": "amqp://svc:pa/ss@mq:5672/%2F",
+        "SASFLOW_NAMESPACE": "from-env",
+    }
+    result = CliRunner().invoke(cli, ["--namespace", "from-option", "config", "show", "-o",
+                                      "json"], env=env)
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown == {
+        "database_url": "postgresql+psycopg://app:***@db.internal:5432/flows",
+        "broker_url": "amqp://svc:***@mq:5672/%2F",
+        "namespace": "from-option",
+        "app": None,
+    }
+    table = CliRunner().invoke(cli, ["config", "show"], env=env)
+    assert "hunter2" not in table.output
+    assert "pa/ss" not in table.output
+
+
+def test_invalid_namespace_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["--namespace", "bad name!", "config", "show"])
+    assert result.exit_code == 2
+    assert "namespace" in result.output
+
+
+def test_submit_rejects_non_json_input_and_missing_app() -> None:
+    bad = CliRunner().invoke(cli, ["submit", "order", "--input", "{nope"])
+    assert bad.exit_code == 2
+    assert "not JSON" in bad.output
+    no_app = CliRunner().invoke(cli, ["submit", "order", "--input", "{}"], env={"SASFLOW_APP": ""})
+    assert no_app.exit_code == 1
+    assert "--app" in no_app.output
+
