@@ -92,6 +92,18 @@ def test_scheduler_killed_mid_batch_loses_nothing(
     procs.assert_alive_except("scheduler-1")
 
 
+def _start_system_with_work_in_flight(engine: Engine, names: Names, procs: Processes) -> None:
+    """Submitter, two schedulers and an agent; 60 two-step runs submitted, some completed."""
+    procs.start("submitter", "submitter")
+    procs.start("scheduler-1", "scheduler")
+    procs.start("scheduler-2", "scheduler")
+    procs.start("agent", "agent", "echo", "--concurrency", "8")
+    time.sleep(2)
+    _submit(engine, names, 60, delay=0.1, prefix="before")
+    harness.wait_for(lambda: "completed" in harness.run_states(engine).values(), timeout=30,
+                     what="work in flight")
+
+
 @pytest.fixture
 def rabbitmq_app() -> Iterator[str]:
     ctl = shutil.which("rabbitmqctl")
@@ -104,14 +116,7 @@ def rabbitmq_app() -> Iterator[str]:
 def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
     engine: Engine, names: Names, procs: Processes, rabbitmq_app: str
 ) -> None:
-    procs.start("submitter", "submitter")
-    procs.start("scheduler-1", "scheduler")
-    procs.start("scheduler-2", "scheduler")
-    procs.start("agent", "agent", "echo", "--concurrency", "8")
-    time.sleep(2)
-    _submit(engine, names, 60, delay=0.1, prefix="before")
-    harness.wait_for(lambda: "completed" in harness.run_states(engine).values(), timeout=30,
-                     what="work in flight")
+    _start_system_with_work_in_flight(engine, names, procs)
     subprocess.run([rabbitmq_app, "stop_app"], capture_output=True, timeout=120, check=True)
     time.sleep(3)
     _submit(engine, names, 20, delay=0.1, prefix="during")
@@ -143,14 +148,7 @@ def postgres_cluster() -> Iterator[list[str]]:
 def test_postgresql_restart_during_a_run_processes_reconnect_and_runs_complete(
     engine: Engine, names: Names, procs: Processes, postgres_cluster: list[str]
 ) -> None:
-    procs.start("submitter", "submitter")
-    procs.start("scheduler-1", "scheduler")
-    procs.start("scheduler-2", "scheduler")
-    procs.start("agent", "agent", "echo", "--concurrency", "8")
-    time.sleep(2)
-    _submit(engine, names, 60, delay=0.1, prefix="before")
-    harness.wait_for(lambda: "completed" in harness.run_states(engine).values(), timeout=30,
-                     what="work in flight")
+    _start_system_with_work_in_flight(engine, names, procs)
     subprocess.run([*postgres_cluster, "restart", "-m", "fast"], capture_output=True,
                    timeout=120, check=True)
     submitted = procs.run("submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker",
