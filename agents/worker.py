@@ -225,6 +225,8 @@ class AgentWorker:
         self._transport.ack(job.delivery)
 
     def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
+        if "defer_seconds" in fields:
+            fields["defer_seconds"] = min(fields["defer_seconds"], MAX_DEFER_SECONDS)
         return Reply.model_validate({"step_id": request.step_id, "attempt": request.attempt,
                                      "status": status, "agent": self.agent.name, **fields})
 
@@ -278,8 +280,7 @@ class AgentWorker:
             output = retrying(spec.retry, budget=call.remaining(),
                               is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
         except BreakerOpenError as exc:
-            return self._reply(request, "deferred",
-                               defer_seconds=min(exc.retry_after, MAX_DEFER_SECONDS),
+            return self._reply(request, "deferred", defer_seconds=exc.retry_after,
                                error=ErrorInfo(type="BreakerOpen", message=str(exc)))
         except Exception as exc:  # noqa: BLE001 - user code: every failure becomes a reply
             if self._is_transient(exc):
