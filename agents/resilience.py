@@ -78,6 +78,7 @@ class SharedBreaker:
         )
         self._lock = threading.Lock()
         self._trial = False
+        self._trial_started = 0.0
 
     @property
     def state(self) -> str:
@@ -101,11 +102,14 @@ class SharedBreaker:
                 if wait > 0:
                     raise BreakerOpenError(self.dependency, wait)
                 self._cb.half_open()
-            if self._trial:
+            # A trial that outlived reset_timeout is presumed hung: let another one through.
+            trial_age = time.monotonic() - self._trial_started
+            if self._trial and trial_age < self.policy.reset_timeout:
                 raise BreakerOpenError(
                     self.dependency, min(HALF_OPEN_DEFER, self.policy.reset_timeout)
                 )
             self._trial = True
+            self._trial_started = time.monotonic()
             return True
 
     def record(self, *, trial: bool, failure: BaseException | None) -> None:

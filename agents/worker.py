@@ -19,8 +19,8 @@ from typing import Any
 from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.resilience import SharedBreaker, retrying
-from sasflow.errors import BrokerUnavailableError, InvalidMessageError
-from sasflow.messages import ErrorInfo, Reply, Request, dumps, parse
+from sasflow.errors import BrokerUnavailableError, InvalidMessageError, PublishError
+from sasflow.messages import ErrorInfo, Reply, Request, dumps, parse, safe_text
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
@@ -45,7 +45,22 @@ class Job:
 class Outcome:
     job: Job
     reply: Reply | None
-    """None: stay silent (deadline passed, or retries ran out inside the deadline)."""
+    """None: stay silent (the deadline passed)."""
+    body: bytes = b""
+    """The encoded reply, made in the worker thread so a bad value never reaches the owner."""
+
+    @classmethod
+    def of(cls, job: Job, reply: Reply | None) -> Outcome:
+        if reply is None:
+            return cls(job, None)
+        try:
+            return cls(job, reply, reply.encode())
+        except ValueError as exc:  # pydantic could not serialise it: say so instead
+            fallback = reply.model_copy(update={"status": "error", "output": None,
+                                                "defer_seconds": None,
+                                                "error": ErrorInfo(type="InvalidOutputError",
+                                                                   message=safe_text(str(exc)))})
+            return cls(job, fallback, fallback.encode())
 
 
 @dataclass
@@ -117,8 +132,11 @@ class AgentWorker:
         while not self._stop.is_set():
             self._transport.process(self._next_wait())
             self._settle()
-        # Stop taking requests; let running handlers finish (each within its deadline).
+        # Stop taking requests; interrupt retry sleeps (those steps are handed back as
+        # deferred); let calls in progress finish, each within its deadline.
         self._transport.cancel_consumers()
+        for job in self._jobs.values():
+            job.call.cancelled.set()
         while self._jobs:
             self._transport.process(self._next_wait())
             self._settle()
@@ -156,9 +174,15 @@ class AgentWorker:
         )
         job = Job(delivery, request, call)
         key = (request.step_id, request.attempt)
-        if key in self._jobs:
-            # The same attempt is already running here (redelivered after a reconnect).
-            self._transport.ack(delivery)
+        running = self._jobs.get(key)
+        if running is not None:
+            # The same attempt already runs here. Redelivered after a reconnect: the new
+            # delivery replaces the dead one and is acked after the reply. A duplicate on the
+            # same connection is acked now; the first copy is acked after the reply.
+            if running.delivery.generation != delivery.generation:
+                running.delivery = delivery
+            else:
+                self._transport.ack(delivery)
             return
         self._jobs[key] = job
         spec = self.agent.spec(request.action)
@@ -168,7 +192,7 @@ class AgentWorker:
                 type="UnknownActionError",
                 message=f"agent {self.agent.name!r} has no action {request.action!r} "
                         f"(it has: {known})"))
-            self._outcomes.put(Outcome(job, reply))
+            self._outcomes.put(Outcome.of(job, reply))
             return
         self._pool.submit(self._execute, job, spec)
 
@@ -201,19 +225,22 @@ class AgentWorker:
         key = (job.request.step_id, job.request.attempt)
         if job.abandoned:
             return
-        self._jobs.pop(key, None)
         reply = outcome.reply
         if reply is not None and time.monotonic() >= job.call.deadline:
             reply = None  # finished too late: the pattern says stay silent
         if reply is None:
             self.stats.silent += 1
         else:
-            self._transport.publish(Outgoing(
-                exchange="",
-                routing_key=job.delivery.reply_to or self._names.replies,
-                body=reply.encode(),
-                correlation_id=job.delivery.correlation_id,
-            ))
+            try:
+                self._publish_reply(job, outcome.body)
+            except PublishError as exc:  # refused (e.g. too large): report that instead
+                log.exception("step %s: the broker refused the reply", job.request.step_id)
+                reply = self._reply(job.request, "error", error=ErrorInfo(
+                    type="PublishError", message=f"the broker refused the reply: {exc}"))
+                self._publish_reply(job, reply.encode())
+            except BrokerUnavailableError:
+                self._outcomes.put(outcome)  # publish it on the next connection
+                raise
             if reply.status == "ok":
                 self.stats.replied_ok += 1
             elif reply.status == "deferred":
@@ -222,11 +249,24 @@ class AgentWorker:
                 self.stats.replied_failed += 1
             else:
                 self.stats.replied_error += 1
+        self._jobs.pop(key, None)
         self._transport.ack(job.delivery)
+
+    def _publish_reply(self, job: Job, body: bytes) -> None:
+        self._transport.publish(Outgoing(
+            exchange="",
+            routing_key=job.delivery.reply_to or self._names.replies,
+            body=body,
+            correlation_id=job.delivery.correlation_id,
+        ))
 
     def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
         if "defer_seconds" in fields:
             fields["defer_seconds"] = min(fields["defer_seconds"], MAX_DEFER_SECONDS)
+        error = fields.get("error")
+        if isinstance(error, ErrorInfo):
+            fields["error"] = ErrorInfo(type=safe_text(error.type, 200),
+                                        message=safe_text(error.message))
         return Reply.model_validate({"step_id": request.step_id, "attempt": request.attempt,
                                      "status": status, "agent": self.agent.name, **fields})
 
@@ -257,7 +297,9 @@ class AgentWorker:
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
         outcome = Outcome(job, None)
         try:
-            outcome = Outcome(job, self._run_handler(job, spec))
+            if job.call.cancelled.is_set() or job.call.remaining() <= 0:
+                return  # waited in the pool past its deadline: never call the remote late
+            outcome = Outcome.of(job, self._run_handler(job, spec))
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
             log.exception("step %s attempt %s: the agent failed to run the handler",
                           job.request.step_id, job.request.attempt)

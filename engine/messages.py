@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sasflow.errors import InvalidMessageError
 
@@ -36,6 +36,14 @@ class Submission(_Message):
     priority: int = Field(default=0, ge=-1000, le=1000)
     reply_to: str | None = Field(default=None, min_length=1, max_length=255)
     version: int | None = Field(default=None, ge=1)
+
+    @field_validator("reply_to")
+    @classmethod
+    def _short_string(cls, value: str | None) -> str | None:
+        # AMQP routing keys are short strings: at most 255 bytes, not characters.
+        if value is not None and len(value.encode("utf-8")) > 255:
+            raise ValueError("reply_to must be at most 255 bytes in UTF-8")
+        return value
 
 
 class Request(_Message):
@@ -118,12 +126,16 @@ def parse(model: type[M], body: bytes) -> M:
         data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise InvalidMessageError(f"{model.__name__}: body is not UTF-8 JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidMessageError(f"{model.__name__}: JSON nested too deeply") from exc
     if not isinstance(data, dict):
         raise InvalidMessageError(
             f"{model.__name__}: body must be a JSON object, got {type(data).__name__}"
         )
     try:
         return model.model_validate(data)
+    except RecursionError as exc:
+        raise InvalidMessageError(f"{model.__name__}: JSON nested too deeply") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}"
@@ -133,8 +145,36 @@ def parse(model: type[M], body: bytes) -> M:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON, or InvalidMessageError if `value` is not JSON-serialisable."""
+    """Compact JSON that every sasflow process can send and store, or InvalidMessageError.
+
+    Rejects what JSON or the state store cannot hold: non-JSON types, NaN and infinities, lone
+    surrogates (not UTF-8) and the NUL character (PostgreSQL's jsonb refuses it).
+    """
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+    except RecursionError as exc:
+        raise InvalidMessageError("value is nested too deeply") from exc
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(f"value holds text that is not UTF-8: {exc.reason}") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidMessageError(f"value is not JSON: {exc}") from exc
+    if "\\u0000" in text and _has_nul(value):  # cheap test first: rare in real data
+        raise InvalidMessageError("value holds a NUL character (\\u0000), which cannot be stored")
+    return text
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def safe_text(text: str, limit: int = 4000) -> str:
+    """`text` made storable and sendable: no NUL, no lone surrogates, at most `limit` chars."""
+    cleaned = text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+    return cleaned[:limit]

@@ -7,16 +7,20 @@ marked published only after the broker confirmed it, so consumers dedupe on `eve
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
 from sqlalchemy import Engine, Select, Update
 
+from sasflow.errors import PublishError
 from sasflow.messages import StatusEvent
 from sasflow.store import queries
 from sasflow.store.db import transaction
 from sasflow.transport.base import Outgoing, Transport
 from sasflow.transport.topology import Names
+
+log = logging.getLogger(__name__)
 
 
 @cache
@@ -55,10 +59,14 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 detail=row.detail,
             ).encode()
             headers = {"run_id": row.run_id, "key": row.business_key}
-            transport.publish(Outgoing(names.status, routing_key(row.workflow, row.entity,
-                                                                 row.to_state), body, headers))
-            if row.reply_to:
-                transport.publish(Outgoing("", row.reply_to, body, headers))
+            try:
+                transport.publish(Outgoing(names.status, routing_key(row.workflow, row.entity,
+                                                                     row.to_state), body, headers))
+                if row.reply_to:
+                    transport.publish(Outgoing("", row.reply_to, body, headers))
+            except PublishError:
+                # Refused for good (e.g. too large): one bad event must not block the others.
+                log.exception("status event %s not published", row.id)
         if rows:
             conn.execute(_mark(), {"b_event_ids": [r.id for r in rows]})
     return len(rows)

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from types import FrameType
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 
 def process_id(role: str) -> str:
     """A name unique to this process incarnation (used as `locked_by` and in logs)."""
-    return f"{role}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    # Bounded: it is stored in columns of 100 characters.
+    return f"{role[:30]}:{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def stop_on_signals(stop: threading.Event) -> None:
@@ -30,6 +32,10 @@ def stop_on_signals(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+HEALTHY_SECONDS = 30.0
+"""A connection that lasted this long resets the reconnect backoff."""
 
 
 class Reconnect:
@@ -55,9 +61,12 @@ def serve_forever(
     """Call `serve` until `stop` is set, reconnecting after the broker or database went away."""
     reconnect = reconnect or Reconnect()
     while not stop.is_set():
+        started = time.monotonic()
         try:
             serve()
         except (BrokerUnavailableError, StoreUnavailableError) as exc:
+            if time.monotonic() - started > HEALTHY_SECONDS:
+                reconnect.reset()  # it served well before this outage: start over quickly
             delay = reconnect.next_delay()
             log.warning("%s: %s; reconnecting in %.1fs", name, exc, delay)
             stop.wait(delay)

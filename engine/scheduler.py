@@ -24,7 +24,7 @@ from sasflow.errors import (
     PublishError,
     StoreUnavailableError,
 )
-from sasflow.messages import Reply, Request, parse
+from sasflow.messages import ErrorInfo, Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
@@ -192,8 +192,12 @@ class Scheduler:
         except Exception:
             log.exception("%s: applying %d replies failed; applying them one by one",
                           self.id, len(held))
-            for item in held:
-                self._apply_alone(item)
+            for index, item in enumerate(held):
+                try:
+                    self._apply_alone(item)
+                except StoreUnavailableError:
+                    self._replies = held[index:] + self._replies  # unacked: try them again
+                    raise
             return
         # Tags grow per channel: one multiple-ack of the last covers the batch (dead-lettered
         # ones were acked already; a multiple-ack skips them).
@@ -211,18 +215,37 @@ class Scheduler:
             self._wake.set()
 
     def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:
+        delivery, reply = item
         try:
             self._apply([item])
         except StoreUnavailableError:
-            self._replies.append(item)
             raise
         except Exception as exc:
-            log.exception("%s: reply for step %s cannot be applied", self.id, item[1].step_id)
-            self._transport.dead_letter(item[0], f"reply could not be applied: {exc!r}",
-                                        dead_letter_exchange=self._names.dead_letter_exchange)
-            self.stats.dead_lettered += 1
-            return
-        self._transport.ack(item[0])
+            log.exception("%s: reply for step %s cannot be applied", self.id, reply.step_id)
+            if not self._apply_instead(delivery, reply, exc):
+                self._transport.dead_letter(delivery, f"reply could not be applied: {exc!r}",
+                                            dead_letter_exchange=self._names.dead_letter_exchange)
+                self.stats.dead_lettered += 1
+                return
+        self._transport.ack(delivery)
+
+    def _apply_instead(self, delivery: Delivery, reply: Reply, exc: Exception) -> bool:
+        """The store refused what the reply carries (e.g. a value jsonb cannot hold): fail the
+        step with that reason, so the run shows it instead of waiting for its deadline."""
+        if reply.status == "error":
+            return False
+        substitute = Reply(step_id=reply.step_id, attempt=reply.attempt, status="error",
+                           agent=reply.agent, error=ErrorInfo(
+                               type="InvalidReplyError",
+                               message=safe_text(f"the reply could not be stored: {exc}")))
+        try:
+            self._apply([(delivery, substitute)])
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            log.exception("%s: could not fail step %s instead", self.id, reply.step_id)
+            return False
+        return True
 
     # -- claims ---------------------------------------------------------------------------
 
@@ -238,9 +261,13 @@ class Scheduler:
         for index, step in enumerate(claimed):
             try:
                 self._publish_request(step, claimed_at)
-            except (BrokerUnavailableError, PublishError) as exc:
+            except PublishError as exc:
+                # The broker refused this request (e.g. too large): retrying cannot help.
+                self._fail_unpublishable(step, exc)
+                continue
+            except BrokerUnavailableError as exc:
                 self._release(claimed[index:], f"request not published: {exc}")
-                raise BrokerUnavailableError(str(exc)) from exc
+                raise
             self.stats.dispatched += 1
         return len(claimed) == batch
 
@@ -274,6 +301,16 @@ class Scheduler:
                 mandatory=True,
             )
         )
+
+    def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
+        log.error("%s: step %s cannot be dispatched: %s", self.id, step.id, exc)
+        failure = Reply(step_id=step.id, attempt=step.attempt, status="error",
+                        error=ErrorInfo(type="PublishError",
+                                        message=safe_text(f"request refused by the broker: {exc}")))
+        with transaction(self._engine) as conn:
+            apply_replies(conn, self._registry, [failure], namespace=self._names.namespace,
+                          actor=self.id)
+        self._events_dirty = True
 
     def _declare_agent(self, agent: str) -> None:
         declare_agent_queue(self._transport, self._names, agent)

@@ -40,9 +40,10 @@ class CliContext:
             self._registry = load_registry(self.settings.app)
         return self._registry
 
-    def engine(self, role: str, pool_size: int = 5) -> Engine:
+    def engine(self, role: str, pool_size: int = 5,
+               statement_timeout_ms: int | None = 60_000) -> Engine:
         return make_engine(self.settings.database_url, application_name=f"sasflow-{role}",
-                           pool_size=pool_size)
+                           pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
 
     def transport(self, role: str) -> RabbitMQTransport:
         return RabbitMQTransport(self.settings.broker_url, process_name=f"sasflow-{role}")

@@ -19,7 +19,7 @@ def db() -> None:
 @click.pass_obj
 def upgrade(obj: CliContext, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head)."""
-    engine = obj.engine("db")
+    engine = obj.engine("db", statement_timeout_ms=None)
     try:
         migrate.upgrade(engine, revision)
         click.echo(f"database at revision {migrate.current(engine)}")
@@ -34,7 +34,7 @@ def upgrade(obj: CliContext, revision: str) -> None:
 @click.pass_obj
 def downgrade(obj: CliContext, revision: str) -> None:
     """Downgrade the schema to REVISION ('base' removes every table)."""
-    engine = obj.engine("db")
+    engine = obj.engine("db", statement_timeout_ms=None)
     try:
         migrate.downgrade(engine, revision)
         click.echo(f"database at revision {migrate.current(engine)}")
@@ -48,7 +48,7 @@ def downgrade(obj: CliContext, revision: str) -> None:
 @click.pass_obj
 def current(obj: CliContext) -> None:
     """Print the database's revision and the head revision."""
-    engine = obj.engine("db")
+    engine = obj.engine("db", statement_timeout_ms=None)
     try:
         click.echo(f"current: {migrate.current(engine) or '(empty)'}")
         click.echo(f"head: {migrate.head()}")
@@ -62,7 +62,7 @@ def current(obj: CliContext) -> None:
 @click.pass_obj
 def check(obj: CliContext) -> None:
     """Exit 0 if the schema is at head and matches the models, 1 otherwise."""
-    engine = obj.engine("db")
+    engine = obj.engine("db", statement_timeout_ms=None)
     try:
         at, head = migrate.current(engine), migrate.head()
         if at != head:

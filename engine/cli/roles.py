@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+
 import click
 
 from sasflow.agents.agent import Agent
@@ -54,6 +58,17 @@ def scheduler(obj: CliContext, batch: int, reply_prefetch: int, rescan_interval:
         raise fail(exc) from exc
 
 
+def exit_despite_hung_handlers() -> None:
+    """Handlers abandoned at their deadline may still hold worker threads, which Python would
+    wait for at exit: everything owed was replied or acked already, so leave now."""
+    hung = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if hung:
+        logging.getLogger(__name__).warning("exiting with %d handler threads still running",
+                                            len(hung))
+        logging.shutdown()
+        os._exit(0)
+
+
 @click.command()
 @click.argument("name")
 @click.option("--concurrency", "-c", type=click.IntRange(1, 1000), default=4, show_default=True,
@@ -71,3 +86,4 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
         role.run()
     except SasflowError as exc:
         raise fail(exc) from exc
+    exit_despite_hung_handlers()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
@@ -13,7 +14,13 @@ from sasflow.errors import ConfigurationError, StoreUnavailableError
 from sasflow.redact import redact_url
 
 
-def make_engine(url: str, *, application_name: str = "sasflow", pool_size: int = 5) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    application_name: str = "sasflow",
+    pool_size: int = 5,
+    statement_timeout_ms: int | None = 60_000,
+) -> Engine:
     """An engine with the settings every sasflow process uses (pre-ping survives DB restarts)."""
     try:
         parsed = make_url(url)
@@ -31,8 +38,25 @@ def make_engine(url: str, *, application_name: str = "sasflow", pool_size: int =
         pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
-        connect_args={"application_name": application_name[:63], "connect_timeout": 10},
+        connect_args=_connect_args(application_name, statement_timeout_ms),
     )
+
+
+def _connect_args(application_name: str, statement_timeout_ms: int | None) -> dict[str, Any]:
+    # Keepalives and a TCP user timeout notice a vanished server in about 30 s instead of
+    # the kernel's ~15 minutes; the statement timeout bounds any one statement.
+    args: dict[str, Any] = {
+        "application_name": application_name[:63],
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,
+    }
+    if statement_timeout_ms is not None:
+        args["options"] = f"-c statement_timeout={statement_timeout_ms}"
+    return args
 
 
 def is_disconnect(exc: BaseException) -> bool:

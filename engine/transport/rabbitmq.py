@@ -23,6 +23,7 @@ from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEA
 log = logging.getLogger(__name__)
 
 PERSISTENT = 2
+PRECONDITION_FAILED = 406
 JSON = "application/json"
 
 
@@ -140,10 +141,17 @@ class RabbitMQTransport:
             reply_to=message.reply_to,
         )
         with _translated():
-            self._chan().basic_publish(
-                message.exchange, message.routing_key, message.body, props,
-                mandatory=message.mandatory,
-            )
+            try:
+                self._chan().basic_publish(
+                    message.exchange, message.routing_key, message.body, props,
+                    mandatory=message.mandatory,
+                )
+            except (pika.exceptions.ShortStringTooLong, pika.exceptions.BodyTooLongError) as exc:
+                raise PublishError(f"message not sendable: {exc!r}") from exc
+            except pika.exceptions.ChannelClosedByBroker as exc:
+                if exc.reply_code == PRECONDITION_FAILED:  # e.g. larger than max_message_size
+                    raise PublishError(f"broker refused the message: {exc.reply_text}") from exc
+                raise
 
     def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
         if delivery.generation != self._generation:

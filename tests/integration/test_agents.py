@@ -193,3 +193,41 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
 
 def _consuming(worker: Any) -> bool:
     return bool(worker._transport.generation)  # connected at least once
+
+
+def test_unstorable_handler_output_fails_the_step_with_the_reason_and_the_agent_survives(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    """Output with a NUL character or a lone surrogate (jsonb and UTF-8 cannot hold them), and
+    an error message with them, become `error` replies with a readable reason."""
+    odd = Agent("odd")
+
+    @odd.handler("nul")
+    def nul(call: Call) -> str:
+        return "a\x00b"
+
+    @odd.handler("surrogate")
+    def surrogate(call: Call) -> dict[str, str]:
+        return {"name": "\udcff"}
+
+    @odd.handler("bad_message")
+    def bad_message(call: Call) -> None:
+        raise PermanentError("broken \x00 text \ud800")
+
+    flow = Workflow("odd", [Step("nul", "odd", "nul", after=()),
+                            Step("surrogate", "odd", "surrogate", after=()),
+                            Step("bad_message", "odd", "bad_message", after=())])
+    registry = Registry([flow], [odd])
+    with engine.begin() as conn:
+        submit_run(conn, registry, "odd", {}, key="k")
+    worker = harness.agent(odd, names)
+    with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
+        harness.wait_for(lambda: {r.state for r in harness.step_rows(engine)} == {"error"},
+                         what="all three steps fail")
+    errors = {r.name: r.error for r in harness.step_rows(engine)}
+    assert errors["nul"]["type"] == "InvalidOutputError"
+    assert "NUL" in errors["nul"]["message"]
+    assert errors["surrogate"]["type"] == "InvalidOutputError"
+    assert errors["bad_message"] == {"type": "PermanentError",
+                                     "message": "broken \\0 text \\ud800"}
+    assert set(harness.run_states(engine).values()) == {"error"}

@@ -88,3 +88,26 @@ def test_scheduler_dead_letters_malformed_replies_drops_stale_ones_and_keeps_ser
     rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
     assert rows["a"].output == {"text": "ABC"}
     assert rows["b"].state == "processing"  # dispatched after "a" (no agent runs in this test)
+
+
+def test_a_reply_the_store_cannot_hold_fails_its_step_instead_of_stalling(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    """A foreign agent replies `ok` with a NUL character in the output (valid JSON that jsonb
+    refuses): the step goes to error with the database's reason and the run fails visibly."""
+    with engine.begin() as conn:
+        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
+    role = harness.scheduler(engine, database_url, basic.registry, names)
+    with harness.running(role):
+        harness.wait_for(lambda: role.stats.dispatched == 1, what="first dispatch")
+        (step,) = [r for r in harness.step_rows(engine, run.run_id) if r.name == "a"]
+        body = (b'{"step_id": %d, "attempt": 1, "status": "ok", "output": "x\\u0000y"}'
+                % step.id)
+        harness.publish_raw(names.replies, body)
+        harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "error"},
+                         what="run fails")
+    rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
+    assert rows["a"].state == "error"
+    assert rows["a"].error["type"] == "InvalidReplyError"
+    assert "could not be stored" in rows["a"].error["message"]
+    assert role.stats.dead_lettered == 0
