@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli import config, db, roles, submit
+from sasflow.cli import config, db, roles, runs, submit
 from sasflow.cli.context import CliContext, build_settings, setup_logging
 
 
@@ -42,6 +42,7 @@ cli.add_command(submit.submit_command)
 cli.add_command(roles.submitter)
 cli.add_command(roles.scheduler)
 cli.add_command(roles.agent)
+cli.add_command(runs.runs)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Advance runs after their steps changed: make successors ready, finish or fail the run.
+"""Advance runs after their steps changed: make successors ready, finish the run, or apply its
+failure policy (error and an alert, or compensation).
 
 Callers hold the runs' row locks (see queries.lock_runs_of_steps), so two schedulers applying
 the last two replies of a fan-in cannot both miss that the join step became ready.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, update
@@ -17,6 +19,8 @@ from sasflow.errors import InvalidInputError, SasflowError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.store import queries
+from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert, raise_alert
+from sasflow.store.compensation import create_chain
 from sasflow.store.events import Event
 from sasflow.store.schema import runs, steps
 from sasflow.store.sqltime import now
@@ -29,17 +33,24 @@ DONE_STEP_STATES = frozenset({"processed", "skipped"})
 
 @dataclass
 class Advance:
-    """What advancing did: events to record and how many steps became ready."""
+    """What advancing did: events to record, steps made ready, runs ended, alerts raised."""
 
     events: list[Event] = field(default_factory=list)
     ready: int = 0
     finished_runs: list[int] = field(default_factory=list)
+    alerts: list[int] = field(default_factory=list)
+    compensations: int = 0
 
 
 _make_ready = (
     update(steps)
     .where(steps.c.id == bindparam("b_id"), steps.c.state == "waiting")
     .values(state="pending", input=bindparam("b_input"), not_before=now(), updated_at=now())
+)
+_release_waiting = (
+    update(steps)
+    .where(steps.c.id == bindparam("b_id"), steps.c.state == "waiting")
+    .values(state="pending", not_before=now(), updated_at=now())
 )
 _fail_waiting = (
     update(steps)
@@ -50,6 +61,11 @@ _skip = (
     update(steps)
     .where(steps.c.id == bindparam("b_id"), steps.c.state.in_(("waiting", "pending")))
     .values(state="skipped", locked_by=None, updated_at=now())
+)
+_set_run_state = (
+    update(runs)
+    .where(runs.c.id == bindparam("b_id"))
+    .values(state=bindparam("b_state"), error=bindparam("b_error"), updated_at=now())
 )
 _finish_run = (
     update(runs)
@@ -65,27 +81,36 @@ _finish_run = (
 
 
 def advance_runs(
-    conn: Connection, registry: Registry, run_ids: Iterable[int], *, actor: str
+    conn: Connection, registry: Registry | None, run_ids: Iterable[int], *, actor: str
 ) -> Advance:
-    """Bring each of `run_ids` up to date with its steps' states."""
+    """Bring each of `run_ids` up to date with its steps' states.
+
+    Without a registry (the supervisor) no step input can be built: only failures and
+    compensation are handled, which need nothing but the stored rows.
+    """
     ids = sorted(set(run_ids))
     advancer = _Advancer(conn, registry, actor)
     if not ids:
         return advancer.result
-    run_rows = {r.id: r for r in conn.execute(queries.runs_by_id(), {"b_run_ids": ids})}
+    # Mutable copies: advancing a run updates the states it reasons about as it goes.
+    run_rows = {r.id: SimpleNamespace(**r._asdict())
+                for r in conn.execute(queries.runs_by_id(), {"b_run_ids": ids})}
     by_run: dict[int, list[Any]] = defaultdict(list)
     for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": ids}):
-        if row.kind == "forward":
-            by_run[row.run_id].append(row)
+        by_run[row.run_id].append(SimpleNamespace(**row._asdict()))
     for run_id in ids:
         run = run_rows[run_id]
+        forward = [r for r in by_run[run_id] if r.kind == "forward"]
         if run.state in ACTIVE_RUN_STATES:
-            advancer.advance(run, by_run[run_id])
+            advancer.advance(run, forward)
+        elif run.state == "compensating":
+            compensation = [r for r in by_run[run_id] if r.kind == "compensation"]
+            advancer.compensate(run, forward, compensation)
     return advancer.result
 
 
 class _Advancer:
-    def __init__(self, conn: Connection, registry: Registry, actor: str) -> None:
+    def __init__(self, conn: Connection, registry: Registry | None, actor: str) -> None:
         self.conn = conn
         self.registry = registry
         self.actor = actor
@@ -97,6 +122,14 @@ class _Advancer:
                                         step=row.name, from_state=from_state,
                                         to_state=to_state, actor=self.actor, reason=reason))
 
+    def _run_event(self, run: Any, from_state: str, to_state: str, detail: Any,
+                   reason: str | None = None) -> None:
+        self.result.events.append(Event(run_id=run.id, entity="run", from_state=from_state,
+                                        to_state=to_state, actor=self.actor, detail=detail,
+                                        reason=reason))
+
+    # -- the forward flow -------------------------------------------------------------------
+
     def advance(self, run: Any, rows: Sequence[Any]) -> None:
         state = {r.name: r.state for r in rows}
         errors = {r.name: r.error for r in rows}
@@ -104,10 +137,12 @@ class _Advancer:
         ctx = StepContext(
             run_input=run.input, outputs=outputs, run_id=run.id, business_key=run.business_key
         )
-        try:
-            workflow: Workflow | None = self.registry.workflow(run.workflow, run.version)
-        except SasflowError:
-            workflow = None
+        workflow: Workflow | None = None
+        if self.registry is not None:
+            try:
+                workflow = self.registry.workflow(run.workflow, run.version)
+            except SasflowError:
+                workflow = None
 
         for row in rows:
             deps_done = all(state.get(d) == "processed" for d in row.depends_on)
@@ -129,10 +164,12 @@ class _Advancer:
 
         failed = [r for r in rows if state[r.name] == "error"]
         if failed:
-            self._fail(run, rows, state, {"step": failed[0].name,
-                                          "error": errors[failed[0].name]})
-        elif workflow is None and any(s == "waiting" for s in state.values()):
-            self._fail(run, rows, state, {
+            first = failed[0]
+            self._failed(run, rows, state, first, {"step": first.name,
+                                                   "error": errors[first.name]})
+        elif (self.registry is not None and workflow is None
+              and any(s == "waiting" for s in state.values())):
+            self._failed(run, rows, state, None, {
                 "type": "UnknownWorkflowError",
                 "message": f"workflow {run.workflow!r} version {run.version} is not loaded by "
                            f"{self.actor}; deploy it to every scheduler, then resubmit the run",
@@ -153,18 +190,94 @@ class _Advancer:
             return
         self._finish(run, "completed", output, None)
 
-    def _fail(self, run: Any, rows: Sequence[Any], state: dict[str, str], error: Any) -> None:
-        self._finish(run, "error", None, error)
+    def _failed(self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any,
+                error: Any) -> None:
+        """Apply the run's failure policy: compensation, or error and an alert."""
         for row in rows:
             if state[row.name] in ("waiting", "pending"):
                 if self.conn.execute(_skip, {"b_id": row.id}).rowcount != 1:
                     continue  # claimed meanwhile: its reply is applied but the run stays failed
                 self._event(run, row, state[row.name], "skipped", "run failed")
+                state[row.name] = "skipped"
+        if run.on_failure == "compensate":
+            self.conn.execute(_set_run_state, {"b_id": run.id, "b_state": "compensating",
+                                               "b_error": error})
+            self._run_event(run, run.state, "compensating", {"error": error}, "step failed")
+            self.result.compensations += 1
+            run.state, run.error = "compensating", error
+            for row in rows:
+                row.state = state[row.name]
+            self.compensate(run, rows, [])
+            return
+        self._finish(run, "error", None, error)
+        where = f"step {step.name!r}" if step is not None else "its definition"
+        message = (f"run {run.id} of {run.workflow} (key {run.business_key}) failed at {where}: "
+                   f"{_describe(error)}")
+        subject = str(step.id) if step is not None else f"run-{run.id}"
+        alert_id = raise_alert(self.conn, Alert(STEP_FAILED, subject, message, run_id=run.id,
+                                                step_id=step.id if step is not None else None,
+                                                detail=error))
+        if alert_id is not None:
+            self.result.alerts.append(alert_id)
 
     def _finish(self, run: Any, to_state: str, output: Any, error: Any) -> None:
         self.conn.execute(_finish_run, {"b_id": run.id, "b_state": to_state,
                                         "b_output": output, "b_error": error})
         self.result.finished_runs.append(run.id)
         detail = {"output": output} if to_state == "completed" else {"error": error}
-        self.result.events.append(Event(run_id=run.id, entity="run", from_state=run.state,
-                                        to_state=to_state, actor=self.actor, detail=detail))
+        self._run_event(run, run.state, to_state, detail)
+
+    # -- compensation ---------------------------------------------------------------------
+
+    def compensate(self, run: Any, forward: Sequence[Any], chain: Sequence[Any]) -> None:
+        """Advance a `compensating` run: wait for in-flight steps, create the chain, release
+        its next step, and end in `compensated` or `compensation_failed`."""
+        if any(r.state == "processing" for r in forward):
+            return  # an in-flight step may still succeed: it must be undone too
+        if not chain:
+            created = create_chain(self.conn, run, forward)
+            if not created:
+                self._finish(run, "compensated", None, run.error)
+                return
+            for row in created:
+                self.result.events.append(Event(
+                    run_id=run.id, entity="step", step=row["name"], from_state=None,
+                    to_state=row["state"], actor=self.actor, reason="compensation",
+                    detail={"action": row["action"]}))
+            self.result.ready += 1
+            return
+        state = {r.name: r.state for r in chain}
+        failed = [r for r in chain if r.state == "error"]
+        if failed:
+            step = failed[0]
+            for row in chain:
+                if row.state in ("waiting", "pending") and \
+                        self.conn.execute(_skip, {"b_id": row.id}).rowcount == 1:
+                    self._event(run, row, row.state, "skipped", "compensation failed")
+            error = {"step": step.name, "compensation": True, "error": step.error}
+            self._finish(run, "compensation_failed", None, error)
+            message = (f"run {run.id} of {run.workflow} (key {run.business_key}): compensating "
+                       f"step {step.name!r} failed ({_describe(step.error)}); the run needs an "
+                       "operator")
+            alert_id = raise_alert(self.conn, Alert(COMPENSATION_FAILED, str(step.id), message,
+                                                    run_id=run.id, step_id=step.id,
+                                                    detail=error))
+            if alert_id is not None:
+                self.result.alerts.append(alert_id)
+            return
+        if all(s == "processed" for s in state.values()):
+            self._finish(run, "compensated", None, run.error)  # keep why it was compensated
+            return
+        for row in chain:
+            if row.state == "waiting" and all(state.get(d) == "processed" for d in row.depends_on):
+                self.conn.execute(_release_waiting, {"b_id": row.id})
+                self.result.ready += 1
+                self._event(run, row, "waiting", "pending", "compensation")
+
+
+def _describe(error: Any) -> str:
+    if isinstance(error, dict):
+        inner = error.get("error", error)
+        if isinstance(inner, dict) and "message" in inner:
+            return f"{inner.get('type', 'Error')}: {inner['message']}"
+    return str(error)

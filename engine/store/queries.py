@@ -181,9 +181,9 @@ def defer_step() -> Update:
     )
 
 
-def count_failure() -> Update:
-    """Fenced: count one failure of an attempt; below the threshold the step goes back to
-    pending after an exponential, capped backoff, at the threshold to error (primary key)."""
+def _failure_values() -> dict[str, Any]:
+    """SET clause counting one failure: below the threshold back to pending after an
+    exponential, capped backoff (the database's clock), at the threshold to error."""
     failures = steps.c.failure_count + 1
     exhausted = failures >= steps.c.max_failures
     delay = func.least(
@@ -191,34 +191,65 @@ def count_failure() -> Update:
         steps.c.backoff_initial_s
         * func.power(steps.c.backoff_multiplier, func.least(steps.c.failure_count, 64)),
     )
+    return {
+        "failure_count": failures,
+        "state": case((exhausted, literal("error")), else_=literal("pending")),
+        "not_before": case((exhausted, steps.c.not_before), else_=plus_seconds(now(), delay)),
+        "locked_by": None,
+        "complete_by": None,
+        "error": bindparam("b_error"),
+        "updated_at": now(),
+    }
+
+
+_failure_result = (*_step_result, steps.c.id, steps.c.state, steps.c.failure_count,
+                   steps.c.not_before, steps.c.attempt)
+
+
+def count_failure() -> Update:
+    """Fenced: count one failure of an attempt (primary key)."""
     return (
         update(steps)
         .where(_processing_with_attempt)
-        .values(
-            failure_count=failures,
-            state=case((exhausted, literal("error")), else_=literal("pending")),
-            not_before=case((exhausted, steps.c.not_before), else_=plus_seconds(now(), delay)),
-            locked_by=None,
-            complete_by=None,
-            error=bindparam("b_error"),
-            updated_at=now(),
-        )
-        .returning(*_step_result, steps.c.state, steps.c.failure_count, steps.c.not_before)
+        .values(**_failure_values())
+        .returning(*_failure_result)
+    )
+
+
+def sweep_expired() -> Update:
+    """Count one failure for up to :batch processing steps whose deadline passed, skipping rows
+    another sweeper holds (ix_steps_expiry). Re-checked under the lock, so never twice."""
+    expired = (
+        select(steps.c.id)
+        .where(steps.c.state == "processing", steps.c.complete_by < now())
+        .order_by(steps.c.complete_by)
+        .limit(bindparam("b_batch"))
+        .with_for_update(skip_locked=True)
+        .cte("expired")
+    )
+    return (
+        update(steps)
+        .where(steps.c.id == expired.c.id, steps.c.state == "processing",
+               steps.c.complete_by < now())
+        .values(**_failure_values())
+        .returning(*_failure_result)
+    )
+
+
+def stalled_steps() -> Select[Any]:
+    """Ready steps nobody claimed for :stalled_after seconds, per agent (ix_steps_ready)."""
+    return (
+        select(steps.c.agent, func.count().label("steps"), func.min(steps.c.not_before)
+               .label("since"))
+        .where(steps.c.state == "pending",
+               steps.c.not_before < plus_seconds(now(), -bindparam("b_stalled_after")))
+        .group_by(steps.c.agent)
     )
 
 
 def steps_of_runs() -> Select[Any]:
     """Every step of the given runs, to advance them (uq_steps_run_id_kind_name)."""
-    return select(
-        steps.c.id,
-        steps.c.run_id,
-        steps.c.name,
-        steps.c.kind,
-        steps.c.state,
-        steps.c.depends_on,
-        steps.c.output,
-        steps.c.error,
-    ).where(steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
+    return select(steps).where(steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
 
 
 def runs_by_id() -> Select[Any]:
@@ -230,6 +261,8 @@ def runs_by_id() -> Select[Any]:
         runs.c.business_key,
         runs.c.input,
         runs.c.state,
+        runs.c.on_failure,
+        runs.c.error,
     ).where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)))
 
 

@@ -63,6 +63,7 @@ runs = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False, server_default=text("'pending'")),
     Column("reply_to", String(255), nullable=True),
+    Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
@@ -162,8 +163,17 @@ alerts = Table(
     Column("detail", Json, nullable=True),
     Column("acknowledged", Boolean, nullable=False, server_default=false()),
     Column("acknowledged_by", String(200), nullable=True),
+    Column("acknowledge_reason", Text, nullable=True),
     _ts("acknowledged_at"),
+    _ts("notified_at"),
     _ts("created_at", nullable=False, default_now=True),
+    # Serves the alert dispatcher (the sinks' outbox): only alerts not yet sent.
+    Index(
+        "ix_alerts_unnotified",
+        "id",
+        postgresql_where=text("notified_at IS NULL"),
+        sqlite_where=text("notified_at IS NULL"),
+    ),
     # One open alert per step and kind.
     Index(
         "uq_alerts_open_dedup_key",
@@ -172,6 +182,18 @@ alerts = Table(
         postgresql_where=text("NOT acknowledged"),
         sqlite_where=text("NOT acknowledged"),
     ),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    # One row per singleton role (the supervisor): who holds it, until when, and a fencing
+    # token that grows with every change of holder.
+    Column("name", String(100), primary_key=True),
+    Column("holder", String(100), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    _ts("acquired_at", nullable=False, default_now=True),
+    _ts("expires_at", nullable=False),
 )
 
 schedulers = Table(

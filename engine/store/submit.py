@@ -74,6 +74,7 @@ def submit(
             priority=submission.priority,
             state="pending",
             reply_to=submission.reply_to,
+            on_failure=workflow.on_failure,
         )
         .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
         .returning(runs.c.id)

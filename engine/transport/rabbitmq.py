@@ -86,10 +86,14 @@ class RabbitMQTransport:
         with _translated():
             self._chan().exchange_declare(name, exchange_type=ExchangeType(kind), durable=True)
 
-    def declare_queue(self, name: str, *, dead_letter_exchange: str | None) -> None:
+    def declare_queue(self, name: str, *, dead_letter_exchange: str | None,
+                      max_length: int | None = None) -> None:
         arguments: dict[str, Any] = {}
         if dead_letter_exchange is not None:
             arguments["x-dead-letter-exchange"] = dead_letter_exchange
+        if max_length is not None:
+            arguments["x-max-length"] = max_length
+            arguments["x-overflow"] = "drop-head"
         with _translated():
             self._chan().queue_declare(name, durable=True, arguments=arguments or None)
 
@@ -97,31 +101,38 @@ class RabbitMQTransport:
         with _translated():
             self._chan().queue_bind(queue, exchange, routing_key=routing_key)
 
-    def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
-        generation = self._generation
+    def _delivery(self, queue: str, method: Basic.Deliver | Basic.GetOk,
+                  props: BasicProperties, body: bytes) -> Delivery:
+        return Delivery(
+            tag=int(method.delivery_tag or 0),
+            body=body,
+            queue=queue,
+            generation=self._generation,
+            redelivered=bool(method.redelivered),
+            headers=dict(props.headers or {}),
+            correlation_id=props.correlation_id,
+            reply_to=props.reply_to,
+            content_type=props.content_type,
+            message_id=props.message_id,
+        )
 
+    def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         def on_message(
             _ch: BlockingChannel, method: Basic.Deliver, props: BasicProperties, body: bytes
         ) -> None:
-            handler(
-                Delivery(
-                    tag=int(method.delivery_tag or 0),
-                    body=body,
-                    queue=queue,
-                    generation=generation,
-                    redelivered=bool(method.redelivered),
-                    headers=dict(props.headers or {}),
-                    correlation_id=props.correlation_id,
-                    reply_to=props.reply_to,
-                    content_type=props.content_type,
-                    message_id=props.message_id,
-                )
-            )
+            handler(self._delivery(queue, method, props, body))
 
         with _translated():
             channel = self._chan()
             channel.basic_qos(prefetch_count=prefetch)
             channel.basic_consume(queue, on_message, auto_ack=False)
+
+    def get(self, queue: str) -> Delivery | None:
+        with _translated():
+            method, props, body = self._chan().basic_get(queue, auto_ack=False)
+        if method is None or props is None:
+            return None
+        return self._delivery(queue, method, props, body if isinstance(body, bytes) else b"")
 
     def cancel_consumers(self) -> None:
         if self._channel is None or not self._channel.is_open:

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from sasflow.transport.base import Transport
 
+DEAD_REQUESTS_MAX = 100_000
+"""Bound of the supervisor's dead-request copy (oldest dropped first) when none consumes it."""
+
 REASON_HEADER = "x-sasflow-reason"
 SOURCE_HEADER = "x-sasflow-source-queue"
 PROCESS_HEADER = "x-sasflow-process"
@@ -42,19 +45,30 @@ class Names:
     def dead_letter_queue(self) -> str:
         return f"{self.namespace}.dead"
 
+    @property
+    def dead_requests(self) -> str:
+        """The supervisor's copy of dead-lettered requests (the operator's stays in .dead)."""
+        return f"{self.namespace}.dead.requests"
+
     def agent(self, name: str) -> str:
         return f"{self.namespace}.agent.{name}"
 
     def all_queues(self, agents: Iterable[str]) -> list[str]:
-        return [self.submit, self.replies, self.dead_letter_queue,
+        return [self.submit, self.replies, self.dead_letter_queue, self.dead_requests,
                 *(self.agent(a) for a in agents)]
 
 
 def declare_common(transport: Transport, names: Names) -> None:
     """Exchanges and queues every role relies on (idempotent)."""
-    transport.declare_exchange(names.dead_letter_exchange, "fanout")
+    # Dead letters are routed by their source queue's name: every one reaches <ns>.dead, and
+    # requests (from <ns>.agent.*) also reach the supervisor's bounded copy.
+    transport.declare_exchange(names.dead_letter_exchange, "topic")
     transport.declare_queue(names.dead_letter_queue, dead_letter_exchange=None)
-    transport.bind_queue(names.dead_letter_queue, names.dead_letter_exchange, "")
+    transport.bind_queue(names.dead_letter_queue, names.dead_letter_exchange, "#")
+    transport.declare_queue(names.dead_requests, dead_letter_exchange=None,
+                            max_length=DEAD_REQUESTS_MAX)
+    transport.bind_queue(names.dead_requests, names.dead_letter_exchange,
+                         f"{names.namespace}.agent.#")
     transport.declare_exchange(names.status, "topic")
     transport.declare_exchange(names.alerts, "topic")
     transport.declare_queue(names.submit, dead_letter_exchange=names.dead_letter_exchange)

@@ -1,0 +1,164 @@
+"""The supervisor role: a daemon (`--interval`) or one bounded sweep (`--once`, for cron)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
+from sasflow.runtime import process_id
+from sasflow.supervisor.lease import Lease, LeaseLostError
+from sasflow.supervisor.sweep import (
+    SweepReport,
+    count_dead_requests,
+    flag_stalled,
+    sweep_expired,
+)
+from sasflow.transport.base import Delivery, Transport
+from sasflow.transport.topology import Names, declare_common
+
+log = logging.getLogger(__name__)
+
+DEAD_REQUESTS_PER_SWEEP = 1000
+
+
+class Dispatcher(Protocol):
+    """Delivers raised alerts to the sinks (see sasflow.supervisor.dispatch)."""
+
+    def start(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def dispatch_pending(self, budget_s: float) -> int: ...
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """Tuning of one supervisor process."""
+
+    interval: float = 5.0
+    """Seconds between sweeps of the daemon."""
+    batch: int = 500
+    """Expired steps counted per transaction."""
+    budget: float = 30.0
+    """Seconds one sweep may take; what is left is swept next time."""
+    stalled_after: float = 300.0
+    """Seconds a ready step may stay unclaimed before a `stalled` alert."""
+    lease_ttl: float | None = None
+    """Seconds the leader's lease lasts without renewal [default: max(3 x interval, 15)]."""
+
+    @property
+    def ttl(self) -> float:
+        return self.lease_ttl if self.lease_ttl is not None else max(3 * self.interval, 15.0)
+
+
+class Supervisor:
+    """Sweeps while it holds the supervisor lease; any number may run, one acts."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        names: Names,
+        *,
+        transport: Transport | None = None,
+        dispatcher: Dispatcher | None = None,
+        options: SupervisorOptions | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.id = process_id("supervisor")
+        self._engine = engine
+        self._names = names
+        self._transport = transport
+        self._dispatcher = dispatcher
+        self._options = options or SupervisorOptions()
+        self._stop = stop or threading.Event()
+        self.lease = Lease(self.id, ttl=self._options.ttl)
+        self._broker_ready = False
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self._stop
+
+    def sweep_once(self) -> SweepReport | None:
+        """One sweep if this process is (or becomes) the leader; None when another one is.
+
+        Raises StoreUnavailableError when the database cannot be reached."""
+        if not self.lease.acquire(self._engine):
+            return None
+        started = time.monotonic()
+        report = SweepReport()
+        options = self._options
+        try:
+            sweep_expired(self._engine, self.lease, batch=options.batch, budget=options.budget,
+                          actor=self.id, report=report)
+            self._count_dead_requests(report)
+            flag_stalled(self._engine, self.lease, stalled_after=options.stalled_after,
+                         actor=self.id, report=report)
+        except LeaseLostError as exc:
+            log.warning("%s", exc)
+            report.complete = False
+        report.seconds = time.monotonic() - started
+        if report.alerts and self._dispatcher is not None:
+            self._dispatcher.wake()
+        return report
+
+    def _count_dead_requests(self, report: SweepReport) -> None:
+        if self._transport is None:
+            return
+        try:
+            if not self._broker_ready:
+                self._transport.connect()
+                declare_common(self._transport, self._names)
+                self._broker_ready = True
+            taken: list[Delivery] = []
+            while len(taken) < DEAD_REQUESTS_PER_SWEEP:
+                delivery = self._transport.get(self._names.dead_requests)
+                if delivery is None:
+                    break
+                taken.append(delivery)
+            count_dead_requests(self._engine, self.lease, taken, actor=self.id, report=report)
+            for delivery in taken:
+                self._transport.ack(delivery)
+        except BrokerUnavailableError as exc:
+            # The sweep does not need the broker; dead requests wait for the next sweep.
+            self._broker_ready = False
+            log.warning("%s: dead-lettered requests not read: %s", self.id, exc)
+
+    def close(self) -> None:
+        """Release the broker connection (`run()` does it on its way out)."""
+        if self._transport is not None:
+            self._transport.close()
+        self._broker_ready = False
+
+    def run(self) -> None:
+        """Sweep every `interval` seconds until stopped; survive database and broker outages."""
+        if self._dispatcher is not None:
+            self._dispatcher.start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    report = self.sweep_once()
+                except StoreUnavailableError as exc:
+                    log.warning("%s: %s; retrying in %.1fs", self.id, exc,
+                                self._options.interval)
+                else:
+                    if report is not None and (report.reclaimed or report.escalated
+                                               or report.alerts or report.dead_requests):
+                        log.info("%s swept: %s", self.id, report.summary())
+                self._stop.wait(self._options.interval)
+        finally:
+            try:
+                self.lease.release(self._engine)
+            except StoreUnavailableError:
+                log.warning("%s: could not release the lease; it expires by itself", self.id)
+            if self._dispatcher is not None:
+                self._dispatcher.stop()
+            self.close()
+        log.info("%s stopped", self.id)

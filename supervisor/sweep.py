@@ -1,0 +1,158 @@
+"""One supervisor sweep: count the failures of expired steps, escalate, flag stalled work.
+
+The supervisor holds no business logic: it decides only "this attempt failed" (the step goes
+back to pending after a backoff, or to error at its threshold); what a failed run then does
+(error and an alert, or compensation) is the run's own policy, applied by `advance_runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from sqlalchemy import Engine, Select, Update
+
+from sasflow.store import events, queries
+from sasflow.store.advance import advance_runs
+from sasflow.store.alerts import STALLED, Alert, raise_alert
+from sasflow.store.db import transaction
+from sasflow.supervisor.lease import Lease
+from sasflow.transport.base import Delivery
+from sasflow.transport.topology import REASON_HEADER
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_ERROR = {"type": "Timeout", "message": "no reply before the step's deadline"}
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did (printed by `sasflow supervisor --once`)."""
+
+    reclaimed: int = 0
+    """Expired steps made pending again (after their backoff)."""
+    escalated: int = 0
+    """Steps that reached their failure threshold and went to error."""
+    compensations: int = 0
+    """Runs whose failure started compensation."""
+    alerts: list[int] = field(default_factory=list)
+    dead_requests: int = 0
+    """Dead-lettered requests counted as failures before their deadline."""
+    seconds: float = 0.0
+    complete: bool = True
+    """False when the time budget ran out with expired steps left."""
+
+    def summary(self) -> str:
+        return (f"reclaimed={self.reclaimed} escalated={self.escalated} "
+                f"compensations={self.compensations} alerts={len(self.alerts)} "
+                f"dead_requests={self.dead_requests} seconds={self.seconds:.3f}"
+                + ("" if self.complete else " incomplete=budget"))
+
+
+@cache
+def _sweep() -> Update:
+    return queries.sweep_expired()
+
+
+@cache
+def _count_failure() -> Update:
+    return queries.count_failure()
+
+
+@cache
+def _stalled() -> Select[Any]:
+    return queries.stalled_steps()
+
+
+def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, actor: str,
+                  report: SweepReport) -> None:
+    """Count a failure for every expired step, in batches of `batch`, within `budget` s."""
+    deadline = time.monotonic() + budget
+    while True:
+        with transaction(engine) as conn:
+            lease.check(conn)
+            rows = conn.execute(_sweep(), {"b_batch": batch, "b_error": TIMEOUT_ERROR}).all()
+            _record(conn, rows, "expired", actor, report)
+        if len(rows) < batch:
+            return
+        if time.monotonic() >= deadline:
+            report.complete = False
+            return
+
+
+def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Delivery], *,
+                        actor: str, report: SweepReport) -> None:
+    """Requests that were dead-lettered (rejected by an agent, or expired unconsumed) provably
+    did not produce a reply for their attempt: count the failure now, fenced by the attempt."""
+    failures: list[tuple[int, int, str]] = []
+    for delivery in deliveries:
+        fence = _fence_of(delivery)
+        if fence is not None:
+            failures.append(fence)
+    if not failures:
+        return
+    with transaction(engine) as conn:
+        lease.check(conn)
+        rows = []
+        for step_id, attempt, reason in failures:
+            error = {"type": "RequestDeadLettered", "message": reason}
+            row = conn.execute(_count_failure(), {"b_step_id": step_id, "b_attempt": attempt,
+                                                  "b_error": error}).first()
+            if row is not None:
+                rows.append(row)
+        report.dead_requests += len(rows)
+        _record(conn, rows, "request dead-lettered", actor, report)
+
+
+def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
+    try:
+        body = json.loads(delivery.body)
+        step_id, attempt = int(body["step_id"]), int(body["attempt"])
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None  # not provably a request of ours: the operator's copy stays in <ns>.dead
+    reason = delivery.headers.get(REASON_HEADER)
+    if reason is None:
+        deaths = delivery.headers.get("x-death") or [{}]
+        reason = f"broker dead-lettered the request ({deaths[0].get('reason', 'unknown')})"
+    return step_id, attempt, str(reason)
+
+
+def _record(conn: Any, rows: Sequence[Any], reason: str, actor: str, report: SweepReport) -> None:
+    batch = [
+        events.Event(run_id=r.run_id, entity="step", step_id=r.id, step=r.name,
+                     from_state="processing", to_state=r.state, attempt=r.attempt, actor=actor,
+                     reason=reason, detail={"failure_count": r.failure_count,
+                                            "not_before": r.not_before.isoformat()})
+        for r in rows
+    ]
+    report.reclaimed += sum(1 for r in rows if r.state == "pending")
+    report.escalated += sum(1 for r in rows if r.state == "error")
+    failed_runs = {r.run_id for r in rows if r.state == "error"}
+    if failed_runs:
+        advanced = advance_runs(conn, None, failed_runs, actor=actor)
+        batch.extend(advanced.events)
+        report.alerts.extend(advanced.alerts)
+        report.compensations += advanced.compensations
+    events.record(conn, batch)
+
+
+def flag_stalled(engine: Engine, lease: Lease, *, stalled_after: float, actor: str,
+                 report: SweepReport) -> None:
+    """Raise one `stalled` alert per agent whose ready steps nobody claimed for too long
+    (no scheduler alive, or none that can reach the broker)."""
+    with transaction(engine) as conn:
+        lease.check(conn)
+        for row in conn.execute(_stalled(), {"b_stalled_after": stalled_after}):
+            message = (f"{row.steps} ready step(s) for agent {row.agent!r} have not been claimed "
+                       f"since {row.since.isoformat()}: is a scheduler running?")
+            alert_id = raise_alert(conn, Alert(STALLED, row.agent, message,
+                                               detail={"agent": row.agent, "steps": row.steps,
+                                                       "since": row.since.isoformat(),
+                                                       "reported_by": actor}))
+            if alert_id is not None:
+                report.alerts.append(alert_id)

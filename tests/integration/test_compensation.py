@@ -1,0 +1,96 @@
+"""Compensation: a failed run undoes its processed steps in reverse order, as supervised steps;
+a compensation that fails for good leaves the run for an operator, with an alert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
+from sasflow.agents import Agent, Call, PermanentError
+from sasflow.store.schema import alerts, runs
+from sasflow.transport.topology import Names
+from tests.integration import harness
+
+pytestmark = pytest.mark.integration
+
+
+def _travel(broken_undo: str | None = None) -> tuple[Registry, list[tuple[str, Any]]]:
+    """Book a flight, a hotel, then a car (which fails); each booking has its cancellation."""
+    calls: list[tuple[str, Any]] = []
+    booking = Agent("booking")
+
+    @booking.handler("book")
+    def book(call: Call) -> dict[str, str]:
+        calls.append(("book", call.step))
+        if call.step == "car":
+            raise PermanentError("no cars left")
+        return {"reference": f"{call.step}-{call.idempotency_key[:6]}"}
+
+    @booking.handler("cancel")
+    def cancel(call: Call) -> dict[str, str]:
+        calls.append(("cancel", call.input))
+        if call.step == broken_undo:
+            raise PermanentError(f"{call.step} cannot be cancelled")
+        return {"cancelled": call.input["output"]["reference"]}
+
+    quick = StepPolicy(timeout=5, max_failures=1)
+    flow = Workflow("trip", [
+        Step("flight", "booking", "book", compensate="cancel", policy=quick),
+        Step("hotel", "booking", "book", compensate="cancel", policy=quick),
+        Step("car", "booking", "book", compensate="cancel", policy=quick),
+    ], on_failure="compensate")
+    return Registry([flow], [booking]), calls
+
+
+def _run(engine: Engine, database_url: str, names: Names, registry: Registry,
+         until: set[str]) -> int:
+    with engine.begin() as conn:
+        run = submit_run(conn, registry, "trip", {"who": "ada"}, key="trip-1",
+                         namespace=names.namespace)
+    agent = next(a for a in registry.agents if isinstance(a, Agent))
+    with harness.running(harness.scheduler(engine, database_url, registry, names),
+                         harness.agent(agent, names)):
+        harness.wait_for(lambda: set(harness.run_states(engine).values()) <= until,
+                         what=f"run reaches {until}")
+    return run.run_id
+
+
+def test_third_step_failing_compensates_the_second_then_the_first(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    registry, calls = _travel()
+    run_id = _run(engine, database_url, names, registry, {"compensated"})
+    assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
+    undone = [c[1]["output"]["reference"].split("-")[0] for c in calls if c[0] == "cancel"]
+    assert undone == ["hotel", "flight"]
+    assert all(c[1]["input"] == {"who": "ada"} for c in calls if c[0] == "cancel")
+    by_kind = {(r.kind, r.name): r.state for r in harness.step_rows(engine, run_id)}
+    assert by_kind == {
+        ("forward", "flight"): "processed", ("forward", "hotel"): "processed",
+        ("forward", "car"): "error",
+        ("compensation", "hotel"): "processed", ("compensation", "flight"): "processed",
+    }
+    with engine.connect() as conn:
+        run = conn.execute(select(runs).where(runs.c.id == run_id)).one()
+        raised = conn.execute(select(alerts.c.kind)).scalars().all()
+    assert run.finished_at is not None
+    assert run.error["step"] == "car"
+    assert raised == []  # compensated on purpose: nothing for an operator
+
+
+def test_a_failing_compensation_ends_in_the_operator_state_with_an_alert(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    registry, calls = _travel(broken_undo="flight")
+    run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
+    assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
+    with engine.connect() as conn:
+        run = conn.execute(select(runs).where(runs.c.id == run_id)).one()
+        raised = conn.execute(select(alerts.c.kind, alerts.c.message)).all()
+    assert run.error["compensation"] is True
+    assert run.error["step"] == "flight"
+    assert [a.kind for a in raised] == ["compensation_failed"]
+    assert "needs an operator" in raised[0].message
