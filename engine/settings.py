@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import json
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sasflow.redact import redact_url
 
@@ -34,11 +37,52 @@ class Settings(BaseSettings):
         description="Module (or module:attribute) holding the workflow and agent registry.",
     )
 
-    def redacted(self) -> dict[str, str | None]:
+    alert_webhook_url: str | None = Field(
+        default=None,
+        description="URL the supervisor POSTs each alert's JSON to (http:// or https://).",
+    )
+    alert_smtp_host: str | None = Field(
+        default=None, description="SMTP relay for alert e-mails.")
+    alert_smtp_port: int = Field(default=25, ge=1, le=65535, description="SMTP relay port.")
+    alert_smtp_username: str | None = Field(
+        default=None, description="SMTP login (none: no login).")
+    alert_smtp_password: SecretStr | None = Field(
+        default=None, description="SMTP password.")
+    alert_smtp_starttls: bool = Field(
+        default=False, description="Upgrade the SMTP connection with STARTTLS.")
+    alert_email_from: str | None = Field(
+        default=None, description="Sender address of alert e-mails.")
+    alert_email_to: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Recipients of alert e-mails, comma-separated (a@x,b@y) or a JSON list.",
+    )
+    alert_exchange: bool = Field(
+        default=True, description="Publish alerts to the <namespace>.alerts topic exchange.")
+
+    @field_validator("alert_email_to", mode="before")
+    @classmethod
+    def _split_recipients(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    def redacted(self) -> dict[str, Any]:
         """The settings as a mapping, passwords replaced by ***."""
         return {
             "database_url": redact_url(self.database_url),
             "broker_url": redact_url(self.broker_url),
             "namespace": self.namespace,
             "app": self.app,
+            "alert_webhook_url": redact_url(self.alert_webhook_url)
+            if self.alert_webhook_url else None,
+            "alert_smtp_host": self.alert_smtp_host,
+            "alert_smtp_port": self.alert_smtp_port,
+            "alert_smtp_username": self.alert_smtp_username,
+            "alert_smtp_password": "***" if self.alert_smtp_password is not None else None,
+            "alert_smtp_starttls": self.alert_smtp_starttls,
+            "alert_email_from": self.alert_email_from,
+            "alert_email_to": list(self.alert_email_to),
+            "alert_exchange": self.alert_exchange,
         }

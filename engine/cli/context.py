@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,15 @@ class CliContext:
 
     def transport(self, role: str) -> RabbitMQTransport:
         return RabbitMQTransport(self.settings.broker_url, process_name=f"sasflow-{role}")
+
+
+def default_actor() -> str:
+    """`$USER@hostname`."""
+    try:
+        user = getpass.getuser()
+    except OSError:  # no USER/LOGNAME and no passwd entry (containers with an arbitrary uid)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def setup_logging(level: str) -> None:

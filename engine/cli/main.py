@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli import config, db, roles, runs, submit
+from sasflow.cli import alerts, config, db, roles, runs, submit, supervisor
 from sasflow.cli.context import CliContext, build_settings, setup_logging
 
 
@@ -43,6 +43,8 @@ cli.add_command(roles.submitter)
 cli.add_command(roles.scheduler)
 cli.add_command(roles.agent)
 cli.add_command(runs.runs)
+cli.add_command(alerts.alerts)
+cli.add_command(supervisor.supervisor)
 
 
 def main() -> None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from sasflow.cli.context import CliContext, fail
+from sasflow.cli.context import CliContext, default_actor, fail
 from sasflow.cli.output import OUTPUT_OPTION, parse_moment, print_table, to_json
 from sasflow.errors import SasflowError
 from sasflow.ops import cancel as cancel_ops
@@ -19,11 +17,6 @@ from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
 from sasflow.store.db import transaction
 from sasflow.store.schema import RUN_STATES
-
-
-def default_actor() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
-
 
 BY_OPTION = click.option("--by", "actor", default=default_actor, show_default="$USER@host",
                          help="Who acts (recorded in the audit trail).")

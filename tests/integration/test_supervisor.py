@@ -18,12 +18,15 @@ from sasflow.agents import Agent, Call
 from sasflow.store import queries
 from sasflow.store.db import transaction
 from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.lease import Lease, LeaseLostError
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
+from sasflow.supervisor.sinks import LogSink, WebhookSink
 from sasflow.supervisor.sweep import SweepReport, sweep_expired
 from sasflow.transport.topology import REASON_HEADER, Names
 from tests.apps import basic
 from tests.integration import harness
+from tests.integration.webhook import bodies, url_of, webhook_server
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +37,9 @@ class Supervisors:
     def __init__(self, engine: Engine, names: Names) -> None:
         self.engine, self.names, self.made = engine, names, list[Supervisor]()
 
-    def __call__(self, **options: Any) -> Supervisor:
+    def __call__(self, dispatcher: AlertDispatcher | None = None, **options: Any) -> Supervisor:
         role = Supervisor(self.engine, self.names, transport=harness.transport("supervisor"),
-                          options=SupervisorOptions(**options))
+                          dispatcher=dispatcher, options=SupervisorOptions(**options))
         self.made.append(role)
         return role
 
@@ -50,9 +53,10 @@ def supervisors(engine: Engine, names: Names) -> Iterator[Supervisors]:
 
 
 def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_with_one_alert(
-    engine: Engine, database_url: str, names: Names,
-    supervisors: Supervisors,
+    engine: Engine, database_url: str, names: Names, supervisors: Supervisors
 ) -> None:
+    """Each expiry is retried after a longer backoff; at the threshold the step and run go to
+    error and exactly one alert is raised, which reaches a webhook."""
     silent = Agent("silent")
     started: list[float] = []
 
@@ -67,13 +71,19 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
                         [silent])
     with engine.begin() as conn:
         run = submit_run(conn, registry, "stuck", {}, key="k", namespace=names.namespace)
-    with harness.running(
-        harness.scheduler(engine, database_url, registry, names, rescan_interval=0.1),
-        harness.agent(silent, names),
-        supervisors(interval=0.1),
-    ):
-        harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "error"},
-                         timeout=30, what="run errors after 3 expiries")
+    with webhook_server() as hook:
+        dispatcher = AlertDispatcher(engine, [LogSink(), WebhookSink(url_of(hook))],
+                                     namespace=names.namespace)
+        with harness.running(
+            harness.scheduler(engine, database_url, registry, names, rescan_interval=0.1),
+            harness.agent(silent, names),
+            supervisors(dispatcher=dispatcher, interval=0.1),
+        ):
+            harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "error"},
+                             timeout=30, what="run errors after 3 expiries")
+            harness.wait_for(lambda: len(hook.requests) >= 1, what="the webhook is called")
+            time.sleep(0.5)  # a second (duplicate) delivery would arrive by now
+        received = bodies(hook)
     assert len(started) == 3
     gaps = [b - a for a, b in itertools.pairwise(started)]
     # attempt n+1 starts after the deadline (0.4 s) plus backoff 0.3 s, then 0.9 s
@@ -86,6 +96,8 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
     with engine.connect() as conn:
         raised = conn.execute(select(alerts.c.kind, alerts.c.step_id, alerts.c.run_id)).all()
     assert [tuple(a) for a in raised] == [("step_failed", step.id, run.run_id)]
+    assert [(b["kind"], b["step_id"], b["run_id"]) for b in received] == [
+        ("step_failed", step.id, run.run_id)]
 
 
 def _expired_steps(engine: Engine, count: int) -> list[int]:

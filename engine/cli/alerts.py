@@ -1,0 +1,93 @@
+"""`sasflow alerts list | show | ack`: what the supervisor raised, and the operator's answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Connection
+
+from sasflow.cli.context import CliContext, default_actor, fail
+from sasflow.cli.output import OUTPUT_OPTION, cell, print_table, to_json
+from sasflow.errors import SasflowError
+from sasflow.ops import alerts as alert_ops
+from sasflow.store.db import transaction
+
+T = TypeVar("T")
+
+
+def _in_transaction(obj: CliContext, work: Callable[[Connection], T]) -> T:
+    engine = obj.engine("ops", pool_size=1)
+    try:
+        with transaction(engine) as conn:
+            return work(conn)
+    except SasflowError as exc:
+        raise fail(exc) from exc
+    finally:
+        engine.dispose()
+
+
+@click.group()
+def alerts() -> None:
+    """List, inspect and acknowledge the alerts the supervisor raised."""
+
+
+@alerts.command("list")
+@click.option("--all", "include_all", is_flag=True, help="Include acknowledged alerts.")
+@click.option("--kind", help="Only this kind (step_failed, compensation_failed, stalled...).")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@OUTPUT_OPTION
+@click.pass_obj
+def list_command(obj: CliContext, include_all: bool, kind: str | None, limit: int,
+                 output: str) -> None:
+    """List open alerts, newest first."""
+    found = _in_transaction(obj, lambda conn: alert_ops.list_alerts(
+        conn, include_acknowledged=include_all, kind=kind, limit=limit))
+    if output == "json":
+        click.echo(to_json(found))
+        return
+    columns = ["id", "kind", "run", "step", "created", "notified", "message"]
+    if include_all:
+        columns.append("acknowledged by")
+    print_table(f"{len(found)} {'' if include_all else 'open '}alert(s)", columns,
+                [[a["id"], a["kind"], a["run_id"], a["step_id"], a["created_at"],
+                  a["notified_at"], a["message"],
+                  *([a["acknowledged_by"] if a["acknowledged"] else ""] if include_all else [])]
+                 for a in found])
+
+
+@alerts.command("show")
+@click.argument("alert_id", type=int)
+@OUTPUT_OPTION
+@click.pass_obj
+def show_command(obj: CliContext, alert_id: int, output: str) -> None:
+    """Show every field of one alert."""
+    alert = _in_transaction(obj, lambda conn: alert_ops.show_alert(conn, alert_id))
+    if output == "json":
+        click.echo(to_json(alert))
+        return
+    table = Table("field", "value", title=f"alert {alert_id}", title_justify="left")
+    table.columns[1].overflow = "fold"
+    for key, value in alert.items():
+        table.add_row(key, cell(value, width=100_000))
+    Console().print(table)
+
+
+@alerts.command("ack")
+@click.argument("alert_id", type=int)
+@click.option("--reason", required=True, help="Why (recorded with the alert).")
+@click.option("--by", "actor", default=default_actor, show_default="$USER@hostname",
+              help="Who acknowledges.")
+@OUTPUT_OPTION
+@click.pass_obj
+def ack_command(obj: CliContext, alert_id: int, reason: str, actor: str, output: str) -> None:
+    """Acknowledge an open alert: someone is on it (the same alert may then be raised again)."""
+    alert = _in_transaction(obj, lambda conn: alert_ops.acknowledge(
+        conn, alert_id, actor=actor, reason=reason))
+    if output == "json":
+        click.echo(to_json(alert))
+        return
+    click.echo(f"acknowledged alert {alert_id} ({alert['kind']}) as {actor}: {reason}")

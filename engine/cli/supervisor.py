@@ -1,0 +1,78 @@
+"""`sasflow supervisor`: the daemon, or one bounded sweep for cron / systemd timers / CronJobs."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.errors import SasflowError, StoreUnavailableError
+from sasflow.supervisor.dispatch import AlertDispatcher
+from sasflow.supervisor.service import Supervisor, SupervisorOptions
+from sasflow.supervisor.sinks import build_sinks
+
+EXIT_RAN = 0
+EXIT_COULD_NOT_RUN = 1
+
+
+@click.command()
+@click.option("--once", is_flag=True,
+              help="Run one sweep, print a summary line and exit (for cron and timers).")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
+              envvar="SASFLOW_SUPERVISOR_INTERVAL", show_envvar=True,
+              help="Seconds between sweeps of the daemon.")
+@click.option("--budget", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              envvar="SASFLOW_SUPERVISOR_BUDGET", show_envvar=True,
+              help="Seconds one sweep (and with --once, alert delivery) may take.")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=500, show_default=True,
+              envvar="SASFLOW_SUPERVISOR_BATCH", show_envvar=True,
+              help="Expired steps counted per transaction.")
+@click.option("--stalled-after", type=click.FloatRange(1, 86400 * 7), default=300.0,
+              show_default=True, envvar="SASFLOW_SUPERVISOR_STALLED_AFTER", show_envvar=True,
+              help="Seconds a ready step may wait unclaimed before a 'stalled' alert.")
+@click.option("--lease-ttl", type=click.FloatRange(1, 3600), default=None,
+              envvar="SASFLOW_SUPERVISOR_LEASE_TTL", show_envvar=True,
+              help="Seconds the leader's lease lasts unrenewed [default: max(3 x interval, 15)].")
+@click.pass_obj
+def supervisor(obj: CliContext, once: bool, interval: float, budget: float, batch: int,
+               stalled_after: float, lease_ttl: float | None) -> None:
+    """Recover expired steps, escalate failures and deliver alerts.
+
+    Any number of supervisors may run (cron overlap, several hosts): one holds the lease and
+    acts. With --once the exit status is 0 when the sweep ran or another supervisor holds the
+    lease, 1 when it could not run (database unreachable), 2 on a usage error.
+    """
+    options = SupervisorOptions(interval=interval, batch=batch, budget=budget,
+                                stalled_after=stalled_after, lease_ttl=lease_ttl)
+    engine = obj.engine("supervisor")
+    role: Supervisor | None = None
+    try:
+        dispatcher = AlertDispatcher(
+            engine, build_sinks(obj.settings, lambda: obj.transport("alerts")),
+            namespace=obj.settings.namespace)
+        role = Supervisor(engine, obj.names, transport=obj.transport("supervisor"),
+                          dispatcher=dispatcher, options=options,
+                          stop=None if once else stop_event())
+        if not once:
+            role.run()
+            return
+        started = time.monotonic()
+        try:
+            report = role.sweep_once()
+        except StoreUnavailableError as exc:
+            click.echo(f"sasflow supervisor: could not run: {exc}", err=True)
+            raise SystemExit(EXIT_COULD_NOT_RUN) from exc
+        if report is None:
+            click.echo("skipped: another supervisor holds the lease")
+            return
+        delivered = dispatcher.dispatch_pending(max(0.5, budget - (time.monotonic() - started)))
+        role.lease.release(engine)
+        click.echo(f"swept: {report.summary()} delivered={delivered}")
+    except SasflowError as exc:
+        raise fail(exc) from exc
+    finally:
+        if once and role is not None:
+            dispatcher.stop()
+            role.close()
+        engine.dispose()

@@ -1,0 +1,53 @@
+"""A webhook receiver for tests: an HTTP server on 127.0.0.1 recording every POST."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class WebhookServer(http.server.ThreadingHTTPServer):
+    statuses: list[int]
+    requests: list[tuple[dict[str, str], bytes]]
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    server: WebhookServer
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append((dict(self.headers), body))
+        status = self.server.statuses.pop(0) if self.server.statuses else 200
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_args: Any, **_kwargs: Any) -> None:
+        return  # quiet: pytest would show the access log as test output
+
+
+@contextlib.contextmanager
+def webhook_server(*statuses: int) -> Iterator[WebhookServer]:
+    """An HTTP server on 127.0.0.1 answering POSTs with `statuses` in turn, then 200."""
+    server = WebhookServer(("127.0.0.1", 0), _Receiver)
+    server.statuses, server.requests = list(statuses), []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def url_of(server: WebhookServer, path: str = "/hook/T0K3N") -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}{path}"
+
+
+def bodies(server: WebhookServer) -> list[Any]:
+    return [json.loads(body) for _headers, body in server.requests]
