@@ -9,7 +9,7 @@ and a takeover waits for the current sweep transaction to end.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from sasflow.errors import SasflowError
@@ -62,12 +62,14 @@ class Lease:
         return taken is not None
 
     def check(self, conn: Connection) -> None:
-        """Inside a sweep transaction: lock the lease row and make sure it is still ours."""
+        """Inside a sweep transaction: lock the lease row, make sure it is still ours, and
+        extend it (a long sweep renews its lease batch by batch)."""
         held = conn.execute(
-            select(leases.c.token)
+            update(leases)
             .where(leases.c.name == self.name, leases.c.holder == self.holder,
                    leases.c.token == self.token, leases.c.expires_at > now())
-            .with_for_update()
+            .values(expires_at=plus_seconds(now(), self.ttl))
+            .returning(leases.c.token)
         ).scalar_one_or_none()
         if held is None:
             self.token = None

@@ -97,7 +97,7 @@ class Supervisor:
         options = self._options
         try:
             sweep_expired(self._engine, self.lease, batch=options.batch, budget=options.budget,
-                          actor=self.id, report=report)
+                          actor=self.id, report=report, namespace=self._names.namespace)
             self._count_dead_requests(report)
             flag_stalled(self._engine, self.lease, stalled_after=options.stalled_after,
                          actor=self.id, report=report)
@@ -123,7 +123,13 @@ class Supervisor:
                 if delivery is None:
                     break
                 taken.append(delivery)
-            count_dead_requests(self._engine, self.lease, taken, actor=self.id, report=report)
+            try:
+                count_dead_requests(self._engine, self.lease, taken, actor=self.id,
+                                    report=report, namespace=self._names.namespace)
+            except BaseException:
+                # Closing the channel hands the unacked messages back to the queue.
+                self.close()
+                raise
             for delivery in taken:
                 self._transport.ack(delivery)
         except BrokerUnavailableError as exc:

@@ -6,7 +6,7 @@ Every sink sends the same JSON document (`AlertRecord.to_json()`), UTF-8 encoded
 {
   "id": 42,                                   // alerts.id, unique per database
   "kind": "step_failed",                      // step_failed | compensation_failed | stalled
-  "message": "step charge of run 7 failed: ...",
+  "message": "run 7 of order (key o-1) failed at step 'charge': PermanentError: declined",
   "run_id": 7,                                // or null
   "step_id": 19,                              // or null
   "detail": {"...": "..."},                   // kind-specific JSON, or null
@@ -37,7 +37,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
+from email.utils import formatdate
 from typing import Any, Protocol, runtime_checkable
 
 from tenacity import (
@@ -217,7 +217,8 @@ def build_email(alert: AlertRecord, sender: str, recipients: Sequence[str]) -> E
     message["To"] = ", ".join(recipients)
     message["Date"] = formatdate(usegmt=True)
     domain = sender.rpartition("@")[2].strip("> ") or "sasflow.invalid"
-    message["Message-ID"] = make_msgid(f"alert-{alert.id}", domain=domain)
+    # Stable across resends of the same alert, so mail clients can deduplicate.
+    message["Message-ID"] = f"<sasflow-alert-{alert.namespace}-{alert.id}@{domain}>"
     message.set_content(f"{alert.message}\n\n{alert.to_json(indent=2)}\n")
     return message
 

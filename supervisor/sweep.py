@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Engine, Select, Update
+from sqlalchemy import Connection, Engine, Select, Update
 
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
 from sasflow.store.alerts import STALLED, Alert, raise_alert
 from sasflow.store.db import transaction
+from sasflow.store.notify import notify_ready
 from sasflow.supervisor.lease import Lease
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
@@ -70,14 +71,14 @@ def _stalled() -> Select[Any]:
 
 
 def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, actor: str,
-                  report: SweepReport) -> None:
+                  report: SweepReport, namespace: str = "sasflow") -> None:
     """Count a failure for every expired step, in batches of `batch`, within `budget` s."""
     deadline = time.monotonic() + budget
     while True:
         with transaction(engine) as conn:
             lease.check(conn)
             rows = conn.execute(_sweep(), {"b_batch": batch, "b_error": TIMEOUT_ERROR}).all()
-            _record(conn, rows, "expired", actor, report)
+            _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
         if len(rows) < batch:
             return
         if time.monotonic() >= deadline:
@@ -86,7 +87,7 @@ def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, ac
 
 
 def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Delivery], *,
-                        actor: str, report: SweepReport) -> None:
+                        actor: str, report: SweepReport, namespace: str = "sasflow") -> None:
     """Requests that were dead-lettered (rejected by an agent, or expired unconsumed) provably
     did not produce a reply for their attempt: count the failure now, fenced by the attempt."""
     failures: list[tuple[int, int, str]] = []
@@ -106,7 +107,8 @@ def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Deliv
             if row is not None:
                 rows.append(row)
         report.dead_requests += len(rows)
-        _record(conn, rows, "request dead-lettered", actor, report)
+        _record(conn, rows, "request dead-lettered", actor=actor, report=report,
+                namespace=namespace)
 
 
 def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
@@ -122,7 +124,8 @@ def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
     return step_id, attempt, str(reason)
 
 
-def _record(conn: Any, rows: Sequence[Any], reason: str, actor: str, report: SweepReport) -> None:
+def _record(conn: Connection, rows: Sequence[Any], reason: str, *, actor: str,
+            report: SweepReport, namespace: str) -> None:
     batch = [
         events.Event(run_id=r.run_id, entity="step", step_id=r.id, step=r.name,
                      from_state="processing", to_state=r.state, attempt=r.attempt, actor=actor,
@@ -138,6 +141,8 @@ def _record(conn: Any, rows: Sequence[Any], reason: str, actor: str, report: Swe
         batch.extend(advanced.events)
         report.alerts.extend(advanced.alerts)
         report.compensations += advanced.compensations
+        if advanced.ready:
+            notify_ready(conn, namespace)
     events.record(conn, batch)
 
 

@@ -74,7 +74,8 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
         .where(steps.c.run_id == run_id).order_by(steps.c.kind.desc(), steps.c.id)
     )
     timeline = conn.execute(
-        select(events.c.id, events.c.created_at, events.c.entity, events.c.step,
+        select(events.c.id, events.c.created_at, events.c.entity, events.c.step_id,
+               events.c.step,
                events.c.from_state, events.c.to_state, events.c.attempt, events.c.actor,
                events.c.reason, events.c.detail)
         .where(events.c.run_id == run_id).order_by(events.c.id)

@@ -175,18 +175,20 @@ class _Advancer:
                            f"{self.actor}; deploy it to every scheduler, then resubmit the run",
             })
         elif all(s in DONE_STEP_STATES for s in state.values()):
-            self._complete(run, workflow, ctx)
+            self._complete(run, rows, state, workflow, ctx)
 
-    def _complete(self, run: Any, workflow: Workflow | None, ctx: StepContext) -> None:
+    def _complete(self, run: Any, rows: Sequence[Any], state: dict[str, str],
+                  workflow: Workflow | None, ctx: StepContext) -> None:
         if workflow is None:
             self._finish(run, "completed", dict(ctx.outputs), None)
             return
         try:
             output = workflow.output(ctx)
             dumps(output)
-        except Exception as exc:  # noqa: BLE001 - user code: reported on the run
+        except Exception as exc:  # noqa: BLE001 - user code: the run's failure policy applies
             message = f"run output builder raised {type(exc).__name__}: {exc}"
-            self._finish(run, "error", None, {"type": "InvalidOutputError", "message": message})
+            self._failed(run, rows, state, None, {"type": "InvalidOutputError",
+                                                  "message": message})
             return
         self._finish(run, "completed", output, None)
 
@@ -210,7 +212,7 @@ class _Advancer:
             self.compensate(run, rows, [])
             return
         self._finish(run, "error", None, error)
-        where = f"step {step.name!r}" if step is not None else "its definition"
+        where = f"step {step.name!r}" if step is not None else "the run level"
         message = (f"run {run.id} of {run.workflow} (key {run.business_key}) failed at {where}: "
                    f"{_describe(error)}")
         subject = str(step.id) if step is not None else f"run-{run.id}"
@@ -241,9 +243,10 @@ class _Advancer:
                 return
             for row in created:
                 self.result.events.append(Event(
-                    run_id=run.id, entity="step", step=row["name"], from_state=None,
-                    to_state=row["state"], actor=self.actor, reason="compensation",
-                    detail={"action": row["action"]}))
+                    run_id=run.id, entity="step", step_id=row["id"], step=row["name"],
+                    from_state=None, to_state=row["state"], actor=self.actor,
+                    reason="compensation", detail={"kind": "compensation",
+                                                   "action": row["action"]}))
             self.result.ready += 1
             return
         state = {r.name: r.state for r in chain}

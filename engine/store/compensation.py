@@ -65,5 +65,8 @@ def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dic
         })
         previous = step.name
     if rows:
-        conn.execute(insert(steps), rows)
+        ids = conn.execute(insert(steps).returning(steps.c.id, steps.c.name,
+                                                   sort_by_parameter_order=True), rows).all()
+        for row, inserted in zip(rows, ids, strict=True):
+            row["id"] = inserted.id
     return rows

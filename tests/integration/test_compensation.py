@@ -10,6 +10,7 @@ from sqlalchemy import Engine, select
 
 from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call, PermanentError
+from sasflow.ops.resubmit import resubmit
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
 from tests.integration import harness
@@ -17,9 +18,10 @@ from tests.integration import harness
 pytestmark = pytest.mark.integration
 
 
-def _travel(broken_undo: str | None = None) -> tuple[Registry, list[tuple[str, Any]]]:
+def _travel(*broken_undo: str) -> tuple[Registry, list[tuple[str, Any]], set[str]]:
     """Book a flight, a hotel, then a car (which fails); each booking has its cancellation."""
     calls: list[tuple[str, Any]] = []
+    broken = set(broken_undo)
     booking = Agent("booking")
 
     @booking.handler("book")
@@ -32,7 +34,7 @@ def _travel(broken_undo: str | None = None) -> tuple[Registry, list[tuple[str, A
     @booking.handler("cancel")
     def cancel(call: Call) -> dict[str, str]:
         calls.append(("cancel", call.input))
-        if call.step == broken_undo:
+        if call.step in broken:
             raise PermanentError(f"{call.step} cannot be cancelled")
         return {"cancelled": call.input["output"]["reference"]}
 
@@ -42,7 +44,7 @@ def _travel(broken_undo: str | None = None) -> tuple[Registry, list[tuple[str, A
         Step("hotel", "booking", "book", compensate="cancel", policy=quick),
         Step("car", "booking", "book", compensate="cancel", policy=quick),
     ], on_failure="compensate")
-    return Registry([flow], [booking]), calls
+    return Registry([flow], [booking]), calls, broken
 
 
 def _run(engine: Engine, database_url: str, names: Names, registry: Registry,
@@ -61,7 +63,7 @@ def _run(engine: Engine, database_url: str, names: Names, registry: Registry,
 def test_third_step_failing_compensates_the_second_then_the_first(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    registry, calls = _travel()
+    registry, calls, _ = _travel()
     run_id = _run(engine, database_url, names, registry, {"compensated"})
     assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
     undone = [c[1]["output"]["reference"].split("-")[0] for c in calls if c[0] == "cancel"]
@@ -84,7 +86,7 @@ def test_third_step_failing_compensates_the_second_then_the_first(
 def test_a_failing_compensation_ends_in_the_operator_state_with_an_alert(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    registry, calls = _travel(broken_undo="flight")
+    registry, calls, _ = _travel("flight")
     run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
     assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
     with engine.connect() as conn:
@@ -94,3 +96,27 @@ def test_a_failing_compensation_ends_in_the_operator_state_with_an_alert(
     assert run.error["step"] == "flight"
     assert [a.kind for a in raised] == ["compensation_failed"]
     assert "needs an operator" in raised[0].message
+
+
+def test_resubmitting_a_run_whose_compensation_failed_retries_the_compensation(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    """The operator fixes what blocked the undo and resubmits: only the failed compensation
+    runs again, the forward steps do not, and the run ends compensated."""
+    registry, calls, broken = _travel("flight")
+    run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
+    broken.clear()
+    with engine.begin() as conn:
+        done = resubmit(conn, registry, run_id, actor="ops", reason="airline fixed",
+                        namespace=names.namespace)
+    assert (done.reset_steps, done.ready_steps) == (("flight",), ("flight",))
+    agent = next(a for a in registry.agents if isinstance(a, Agent))
+    with harness.running(harness.scheduler(engine, database_url, registry, names),
+                         harness.agent(agent, names)):
+        harness.wait_for(lambda: harness.run_states(engine) == {run_id: "compensated"},
+                         what="compensation completes")
+    assert [c[0] for c in calls] == ["book"] * 3 + ["cancel"] * 3
+    with engine.connect() as conn:
+        open_alerts = conn.execute(select(alerts.c.id).where(
+            alerts.c.acknowledged.is_(False))).all()
+    assert open_alerts == []
