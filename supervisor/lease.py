@@ -36,16 +36,8 @@ class Lease:
     def acquire(self, engine: Engine) -> bool:
         """Renew the lease, or take it if it is free or expired; True when we hold it."""
         with transaction(engine) as conn:
-            if self.token is not None:
-                renewed = conn.execute(
-                    update(leases)
-                    .where(leases.c.name == self.name, leases.c.holder == self.holder,
-                           leases.c.token == self.token, leases.c.expires_at > now())
-                    .values(expires_at=plus_seconds(now(), self.ttl))
-                    .returning(leases.c.token)
-                ).scalar_one_or_none()
-                if renewed is not None:
-                    return True
+            if self.token is not None and self._extend(conn) is not None:
+                return True
             statement = pg_insert(leases).values(
                 name=self.name, holder=self.holder, token=1,
                 expires_at=plus_seconds(now(), self.ttl),
@@ -64,16 +56,20 @@ class Lease:
     def check(self, conn: Connection) -> None:
         """Inside a sweep transaction: lock the lease row, make sure it is still ours, and
         extend it (a long sweep renews its lease batch by batch)."""
-        held = conn.execute(
+        if self._extend(conn) is None:
+            self.token = None
+            raise LeaseLostError(f"{self.holder} no longer holds the {self.name} lease")
+
+    def _extend(self, conn: Connection) -> int | None:
+        """Push our unexpired lease's end out by the TTL (locking its row); its token, or None
+        when the lease is no longer ours."""
+        return conn.execute(
             update(leases)
             .where(leases.c.name == self.name, leases.c.holder == self.holder,
                    leases.c.token == self.token, leases.c.expires_at > now())
             .values(expires_at=plus_seconds(now(), self.ttl))
             .returning(leases.c.token)
         ).scalar_one_or_none()
-        if held is None:
-            self.token = None
-            raise LeaseLostError(f"{self.holder} no longer holds the {self.name} lease")
 
     def release(self, engine: Engine) -> None:
         """Give the lease up (on shutdown) so another supervisor need not wait for it."""

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 import click
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import Connection
 
-from sasflow.cli.context import CliContext, default_actor, fail
+from sasflow.cli.context import CliContext, default_actor
 from sasflow.cli.output import OUTPUT_OPTION, cell, print_table, to_json
-from sasflow.errors import SasflowError
 from sasflow.ops import alerts as alert_ops
-from sasflow.store.db import transaction
-
-T = TypeVar("T")
-
-
-def _in_transaction(obj: CliContext, work: Callable[[Connection], T]) -> T:
-    engine = obj.engine("ops", pool_size=1)
-    try:
-        with transaction(engine) as conn:
-            return work(conn)
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
 
 
 @click.group()
@@ -44,7 +25,7 @@ def alerts() -> None:
 def list_command(obj: CliContext, include_all: bool, kind: str | None, limit: int,
                  output: str) -> None:
     """List open alerts, newest first."""
-    found = _in_transaction(obj, lambda conn: alert_ops.list_alerts(
+    found = obj.in_transaction(lambda conn: alert_ops.list_alerts(
         conn, include_acknowledged=include_all, kind=kind, limit=limit))
     if output == "json":
         click.echo(to_json(found))
@@ -65,7 +46,7 @@ def list_command(obj: CliContext, include_all: bool, kind: str | None, limit: in
 @click.pass_obj
 def show_command(obj: CliContext, alert_id: int, output: str) -> None:
     """Show every field of one alert."""
-    alert = _in_transaction(obj, lambda conn: alert_ops.show_alert(conn, alert_id))
+    alert = obj.in_transaction(lambda conn: alert_ops.show_alert(conn, alert_id))
     if output == "json":
         click.echo(to_json(alert))
         return
@@ -85,7 +66,7 @@ def show_command(obj: CliContext, alert_id: int, output: str) -> None:
 @click.pass_obj
 def ack_command(obj: CliContext, alert_id: int, reason: str, actor: str, output: str) -> None:
     """Acknowledge an open alert: someone is on it (the same alert may then be raised again)."""
-    alert = _in_transaction(obj, lambda conn: alert_ops.acknowledge(
+    alert = obj.in_transaction(lambda conn: alert_ops.acknowledge(
         conn, alert_id, actor=actor, reason=reason))
     if output == "json":
         click.echo(to_json(alert))

@@ -6,20 +6,23 @@ import getpass
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import click
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from sasflow.appload import load_registry
 from sasflow.errors import ConfigurationError, SasflowError
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
-from sasflow.store.db import make_engine
+from sasflow.store.db import make_engine, transaction
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
+
+T = TypeVar("T")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
 
@@ -46,6 +49,18 @@ class CliContext:
                statement_timeout_ms: int | None = 60_000) -> Engine:
         return make_engine(self.settings.database_url, application_name=f"sasflow-{role}",
                            pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
+
+    def in_transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run an operator's `work` in one transaction of its own short-lived engine; a
+        sasflow error becomes a clean CLI error."""
+        engine = self.engine("ops", pool_size=1)
+        try:
+            with transaction(engine) as conn:
+                return work(conn)
+        except SasflowError as exc:
+            raise fail(exc) from exc
+        finally:
+            engine.dispose()
 
     def transport(self, role: str) -> RabbitMQTransport:
         return RabbitMQTransport(self.settings.broker_url, process_name=f"sasflow-{role}")

@@ -15,7 +15,6 @@ from sasflow.errors import SasflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
-from sasflow.store.db import transaction
 from sasflow.store.schema import RUN_STATES
 
 BY_OPTION = click.option("--by", "actor", default=default_actor, show_default="$USER@host",
@@ -62,14 +61,7 @@ def list_command(obj: CliContext, states: tuple[str, ...], workflow: str | None,
                  output: str) -> None:
     """List runs, newest first."""
     where = _run_filter(states, workflow, key, since, until, limit)
-    engine = obj.engine("ops", pool_size=1)
-    try:
-        with transaction(engine) as conn:
-            found = run_ops.list_runs(conn, where)
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
+    found = obj.in_transaction(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
         return
@@ -85,14 +77,7 @@ def list_command(obj: CliContext, states: tuple[str, ...], workflow: str | None,
 @click.pass_obj
 def show_command(obj: CliContext, run_id: int, output: str) -> None:
     """Show a run: its steps (state, attempt, failures, error) and its event timeline."""
-    engine = obj.engine("ops", pool_size=1)
-    try:
-        with transaction(engine) as conn:
-            detail = run_ops.show_run(conn, run_id)
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
+    detail = obj.in_transaction(lambda conn: run_ops.show_run(conn, run_id))
     if output == "json":
         click.echo(to_json(detail))
         return
@@ -130,35 +115,31 @@ def resubmit_command(obj: CliContext, run_id: int | None, reason: str, from_step
                      dry_run: bool, yes: bool, actor: str, output: str) -> None:
     """Resubmit RUN_ID (from its failed step by default), or, without RUN_ID, every run the
     filters select (default --state error): preview with --dry-run, act with --yes."""
-    engine = obj.engine("ops", pool_size=1)
     try:
         registry = obj.registry()
-        if run_id is not None:
-            if dry_run or yes or states or workflow or key or since or until:
-                raise click.UsageError("filters, --dry-run and --yes are for bulk resubmission "
-                                       "(without RUN_ID)")
-            new_input = _read_input(input_file) if input_file else None
-            with transaction(engine) as conn:
-                done = resubmit_ops.resubmit(conn, registry, run_id, actor=actor, reason=reason,
-                                             from_step=from_step, new_input=new_input,
-                                             namespace=obj.settings.namespace)
-            result: dict[str, Any] = {"run_id": done.run_id, "reset": list(done.reset_steps),
-                                      "ready": list(done.ready_steps)}
-        else:
-            if from_step or input_file:
-                raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
-            if not dry_run and not yes:
-                raise click.UsageError("bulk resubmission needs --dry-run or --yes")
-            where = _run_filter(states, workflow, key, since, until, limit)
-            with transaction(engine) as conn:
-                ids = resubmit_ops.resubmit_many(conn, registry, where, actor=actor,
-                                                 reason=reason, dry_run=dry_run,
-                                                 namespace=obj.settings.namespace)
-            result = {"dry_run": dry_run, "count": len(ids), "run_ids": ids}
     except SasflowError as exc:
         raise fail(exc) from exc
-    finally:
-        engine.dispose()
+    result: dict[str, Any]
+    if run_id is not None:
+        if dry_run or yes or states or workflow or key or since or until:
+            raise click.UsageError("filters, --dry-run and --yes are for bulk resubmission "
+                                   "(without RUN_ID)")
+        new_input = _read_input(input_file) if input_file else None
+        done = obj.in_transaction(lambda conn: resubmit_ops.resubmit(
+            conn, registry, run_id, actor=actor, reason=reason, from_step=from_step,
+            new_input=new_input, namespace=obj.settings.namespace))
+        result = {"run_id": done.run_id, "reset": list(done.reset_steps),
+                  "ready": list(done.ready_steps)}
+    else:
+        if from_step or input_file:
+            raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
+        if not dry_run and not yes:
+            raise click.UsageError("bulk resubmission needs --dry-run or --yes")
+        where = _run_filter(states, workflow, key, since, until, limit)
+        ids = obj.in_transaction(lambda conn: resubmit_ops.resubmit_many(
+            conn, registry, where, actor=actor, reason=reason, dry_run=dry_run,
+            namespace=obj.settings.namespace))
+        result = {"dry_run": dry_run, "count": len(ids), "run_ids": ids}
     if output == "json":
         click.echo(to_json(result))
     elif "dry_run" in result:
@@ -189,15 +170,9 @@ def _read_input(path: Path) -> Any:
 def cancel_command(obj: CliContext, run_id: int, reason: str, compensate: bool, actor: str,
                    output: str) -> None:
     """Cancel a pending or running run; late replies of its steps are ignored."""
-    engine = obj.engine("ops", pool_size=1)
-    try:
-        with transaction(engine) as conn:
-            done = cancel_ops.cancel(conn, run_id, actor=actor, reason=reason,
-                                     compensate=compensate, namespace=obj.settings.namespace)
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
+    done = obj.in_transaction(lambda conn: cancel_ops.cancel(
+        conn, run_id, actor=actor, reason=reason, compensate=compensate,
+        namespace=obj.settings.namespace))
     result = {"run_id": done.run_id, "state": done.state,
               "cancelled_steps": list(done.cancelled_steps)}
     if output == "json":
