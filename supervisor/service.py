@@ -154,6 +154,9 @@ class Supervisor:
                 except StoreUnavailableError as exc:
                     log.warning("%s: %s; retrying in %.1fs", self.id, exc,
                                 self._options.interval)
+                except Exception:  # a bug must not end the daemon: log it, sweep again later
+                    log.exception("%s: sweep failed; retrying in %.1fs", self.id,
+                                  self._options.interval)
                 else:
                     if report is not None and (report.reclaimed or report.escalated
                                                or report.alerts or report.dead_requests):

@@ -253,7 +253,8 @@ def steps_of_runs() -> Select[Any]:
 
 
 def runs_by_id() -> Select[Any]:
-    """The runs to advance (primary key)."""
+    """The runs to advance, locked in id order (primary key): whoever advances a run (scheduler,
+    supervisor, operator) holds its row, so two of them never both fail or finish it."""
     return select(
         runs.c.id,
         runs.c.workflow,
@@ -263,7 +264,8 @@ def runs_by_id() -> Select[Any]:
         runs.c.state,
         runs.c.on_failure,
         runs.c.error,
-    ).where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)))
+    ).where(runs.c.id.in_(bindparam("b_run_ids", expanding=True))).order_by(
+        runs.c.id).with_for_update()
 
 
 def unpublished_events() -> Select[Any]:
