@@ -38,6 +38,10 @@ class StoreUnavailableError(SasflowError):
     """The state store (database) cannot be reached."""
 
 
+class ConflictError(StoreUnavailableError):
+    """A concurrent transaction got in the way (deadlock or serialization failure); retry."""
+
+
 class BrokerUnavailableError(SasflowError):
     """The message broker cannot be reached."""
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, Update
+from sqlalchemy import Connection, Engine, Select, Update, select
 
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
 from sasflow.store.alerts import STALLED, Alert, raise_alert
-from sasflow.store.db import transaction
+from sasflow.store.db import run_transaction, transaction
 from sasflow.store.notify import notify_ready
+from sasflow.store.schema import steps
 from sasflow.supervisor.lease import Lease
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
@@ -56,6 +57,21 @@ class SweepReport:
 
 
 @cache
+def _expired_runs() -> Select[Any]:
+    return queries.expired_runs()
+
+
+@cache
+def _lock_runs() -> Select[Any]:
+    return queries.lock_runs(skip_locked=True)
+
+
+@cache
+def _lock_runs_waiting() -> Select[Any]:
+    return queries.lock_runs(skip_locked=False)
+
+
+@cache
 def _sweep() -> Update:
     return queries.sweep_expired()
 
@@ -72,15 +88,24 @@ def _stalled() -> Select[Any]:
 
 def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, actor: str,
                   report: SweepReport, namespace: str = "sasflow") -> None:
-    """Count a failure for every expired step, in batches of `batch`, within `budget` s."""
+    """Count a failure for every expired step, `batch` at a time, within `budget` seconds.
+
+    Each batch locks the runs of its expired steps first (as schedulers applying replies do),
+    skipping runs another transaction holds: they are swept next time."""
     deadline = time.monotonic() + budget
-    while True:
-        with transaction(engine) as conn:
-            lease.check(conn)
-            rows = conn.execute(_sweep(), {"b_batch": batch, "b_error": TIMEOUT_ERROR}).all()
-            _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
-        if len(rows) < batch:
-            return
+
+    def one_batch(conn: Connection) -> int:
+        lease.check(conn)
+        candidates = sorted(set(conn.execute(_expired_runs(), {"b_batch": batch}).scalars()))
+        if not candidates:
+            return 0
+        locked = list(conn.execute(_lock_runs(), {"b_run_ids": candidates}).scalars())
+        rows = conn.execute(_sweep(), {"b_run_ids": locked, "b_error": TIMEOUT_ERROR}).all() \
+            if locked else []
+        _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
+        return len(candidates)
+
+    while run_transaction(engine, one_batch) >= batch:
         if time.monotonic() >= deadline:
             report.complete = False
             return
@@ -97,8 +122,12 @@ def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Deliv
             failures.append(fence)
     if not failures:
         return
-    with transaction(engine) as conn:
+
+    def count(conn: Connection) -> None:
         lease.check(conn)
+        run_ids = sorted(set(conn.execute(
+            select(steps.c.run_id).where(steps.c.id.in_([f[0] for f in failures]))).scalars()))
+        conn.execute(_lock_runs_waiting(), {"b_run_ids": run_ids}).all()
         rows = []
         for step_id, attempt, reason in failures:
             error = {"type": "RequestDeadLettered", "message": reason}
@@ -109,6 +138,8 @@ def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Deliv
         report.dead_requests += len(rows)
         _record(conn, rows, "request dead-lettered", actor=actor, report=report,
                 namespace=namespace)
+
+    run_transaction(engine, count)
 
 
 def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
@@ -150,7 +181,7 @@ def flag_stalled(engine: Engine, lease: Lease, *, stalled_after: float, actor: s
                  report: SweepReport) -> None:
     """Raise one `stalled` alert per agent whose ready steps nobody claimed for too long
     (no scheduler alive, or none that can reach the broker)."""
-    with transaction(engine) as conn:
+    with transaction(engine) as conn:  # inserts alerts only: no lock on steps or runs
         lease.check(conn)
         for row in conn.execute(_stalled(), {"b_stalled_after": stalled_after}):
             message = (f"{row.steps} ready step(s) for agent {row.agent!r} have not been claimed "

@@ -18,7 +18,7 @@ from sasflow.errors import ConfigurationError, SasflowError
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
-from sasflow.store.db import make_engine, transaction
+from sasflow.store.db import make_engine, run_transaction
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 
@@ -55,8 +55,7 @@ class CliContext:
         sasflow error becomes a clean CLI error."""
         engine = self.engine("ops", pool_size=1)
         try:
-            with transaction(engine) as conn:
-                return work(conn)
+            return run_transaction(engine, work)
         except SasflowError as exc:
             raise fail(exc) from exc
         finally:

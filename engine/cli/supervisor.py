@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import click
@@ -75,4 +76,6 @@ def supervisor(obj: CliContext, once: bool, interval: float, budget: float, batc
         if once and role is not None:
             dispatcher.stop()
             role.close()
+            with contextlib.suppress(SasflowError):  # on failure paths too: never block cron
+                role.lease.release(engine)
         engine.dispose()

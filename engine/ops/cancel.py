@@ -44,11 +44,14 @@ def cancel(
         raise InvalidActionError(f"run {run_id} is {run.state}: only pending or running runs "
                                  "can be cancelled")
     stop_states = ("waiting", "pending") if compensate else ("waiting", "pending", "processing")
-    stopped = conn.execute(
-        select(steps.c.id, steps.c.name, steps.c.state)
+    candidates = conn.execute(
+        select(steps.c.id, steps.c.name, steps.c.state, steps.c.attempt)
         .where(steps.c.run_id == run_id, steps.c.state.in_(stop_states))
         .with_for_update()
     ).all()
+    # To compensate, an earlier attempt with an unknown outcome must be known first: retried.
+    stopped = [s for s in candidates
+               if not (compensate and s.state == "pending" and s.attempt > 0)]
     if stopped:
         conn.execute(update(steps).where(steps.c.id.in_([s.id for s in stopped])).values(
             state="cancelled", locked_by=None, complete_by=None, updated_at=now()))

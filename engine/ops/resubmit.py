@@ -145,8 +145,9 @@ def _retry_compensation(conn: Connection, run: Any, *, actor: str, reason: str,
         to_state = "pending" if deps_done else "waiting"
         conn.execute(update(steps).where(steps.c.id == row.id).values(
             state=to_state, error=None, failure_count=0, locked_by=None, complete_by=None,
-            not_before=now(), idempotency_key=row.idempotency_key if _outcome_unknown(row)
-            else uuid.uuid4().hex, updated_at=now()))
+            deferred_since=None, not_before=now(),
+            idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
+            updated_at=now()))
         reset.append(row.name)
         if deps_done:
             ready.append(row.name)

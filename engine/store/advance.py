@@ -167,8 +167,7 @@ class _Advancer:
             first = failed[0]
             self._failed(run, rows, state, first, {"step": first.name,
                                                    "error": errors[first.name]})
-        elif (self.registry is not None and workflow is None
-              and any(s == "waiting" for s in state.values())):
+        elif self.registry is not None and workflow is None:
             self._failed(run, rows, state, None, {
                 "type": "UnknownWorkflowError",
                 "message": f"workflow {run.workflow!r} version {run.version} is not loaded by "
@@ -195,12 +194,17 @@ class _Advancer:
     def _failed(self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any,
                 error: Any) -> None:
         """Apply the run's failure policy: compensation, or error and an alert."""
+        compensating = run.on_failure == "compensate"
         for row in rows:
-            if state[row.name] in ("waiting", "pending"):
-                if self.conn.execute(_skip, {"b_id": row.id}).rowcount != 1:
-                    continue  # claimed meanwhile: its reply is applied but the run stays failed
-                self._event(run, row, state[row.name], "skipped", "run failed")
-                state[row.name] = "skipped"
+            if state[row.name] not in ("waiting", "pending"):
+                continue
+            if compensating and _in_flight(row.kind, state[row.name], row.attempt):
+                continue  # a retry of an attempt with unknown outcome: it must finish first
+            if self.conn.execute(_skip, {"b_id": row.id}).rowcount != 1:
+                state[row.name] = "processing"  # claimed meanwhile: in flight
+                continue
+            self._event(run, row, state[row.name], "skipped", "run failed")
+            state[row.name] = "skipped"
         if run.on_failure == "compensate":
             self.conn.execute(_set_run_state, {"b_id": run.id, "b_state": "compensating",
                                                "b_error": error})
@@ -234,7 +238,7 @@ class _Advancer:
     def compensate(self, run: Any, forward: Sequence[Any], chain: Sequence[Any]) -> None:
         """Advance a `compensating` run: wait for in-flight steps, create the chain, release
         its next step, and end in `compensated` or `compensation_failed`."""
-        if any(r.state == "processing" for r in forward):
+        if any(_in_flight(r.kind, r.state, r.attempt) for r in forward):
             return  # an in-flight step may still succeed: it must be undone too
         if not chain:
             created = create_chain(self.conn, run, forward)
@@ -276,6 +280,11 @@ class _Advancer:
                 self.conn.execute(_release_waiting, {"b_id": row.id})
                 self.result.ready += 1
                 self._event(run, row, "waiting", "pending", "compensation")
+
+
+def _in_flight(kind: str, state: str, attempt: int) -> bool:
+    """Processing, or a forward step waiting to retry an attempt whose outcome is unknown."""
+    return state == "processing" or (kind == "forward" and state == "pending" and attempt > 0)
 
 
 def _describe(error: Any) -> str:

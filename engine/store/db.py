@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from sasflow.errors import ConfigurationError, StoreUnavailableError
+from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
 from sasflow.redact import redact_url
+
+T = TypeVar("T")
+
+CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
 def make_engine(
@@ -68,13 +75,30 @@ def is_disconnect(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def translated() -> Iterator[None]:
-    """Turn a lost database connection into StoreUnavailableError at the adapter boundary."""
+    """Turn a lost database connection into StoreUnavailableError, and a deadlock or
+    serialization failure into ConflictError, at the adapter boundary."""
     try:
         yield
     except DBAPIError as exc:
+        if isinstance(exc.orig, CONFLICTS):
+            raise ConflictError(f"concurrent update, retry: {exc.orig}") from exc
         if is_disconnect(exc):
             raise StoreUnavailableError(f"state store unavailable: {exc.orig}") from exc
         raise
+
+
+def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts: int = 5) -> T:
+    """`work` in one transaction, run again (after a short random pause) when a concurrent
+    transaction made it fail with a deadlock or serialization failure."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with transaction(engine) as conn:
+                return work(conn)
+        except ConflictError:
+            if attempt == attempts:
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * attempt)  # noqa: S311 - jitter, not crypto
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @contextlib.contextmanager

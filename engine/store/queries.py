@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Select,
     Update,
     and_,
@@ -31,6 +32,17 @@ _processing_with_attempt = and_(
 )
 
 
+def _claimable_in_run() -> ColumnElement[bool]:
+    """Steps of active runs; in a compensating run, its compensation steps and the retries of
+    forward steps whose earlier attempt has an unknown outcome (it must be known, and undone
+    if it succeeded, before the run can be compensated)."""
+    return or_(
+        runs.c.state.in_(("pending", "running")),
+        and_(runs.c.state == "compensating",
+             or_(steps.c.kind == "compensation", steps.c.attempt > 0)),
+    )
+
+
 def claim_ready() -> Update:
     """Lock up to :batch ready steps and mark them processing (ix_steps_ready).
 
@@ -39,14 +51,16 @@ def claim_ready() -> Update:
     """
     ready = (
         select(steps.c.id)
+        .join(runs, runs.c.id == steps.c.run_id)
         .where(
             steps.c.state == "pending",
             steps.c.locked_by.is_(None),
             steps.c.not_before <= now(),
+            _claimable_in_run(),
         )
         .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)
         .limit(bindparam("b_batch"))
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=steps, skip_locked=True)
         .cte("ready")
     )
     return (
@@ -216,14 +230,35 @@ def count_failure() -> Update:
     )
 
 
-def sweep_expired() -> Update:
-    """Count one failure for up to :batch processing steps whose deadline passed, skipping rows
-    another sweeper holds (ix_steps_expiry). Re-checked under the lock, so never twice."""
-    expired = (
-        select(steps.c.id)
+def expired_runs() -> Select[Any]:
+    """The runs of up to :batch steps whose deadline passed, oldest first (ix_steps_expiry)."""
+    return (
+        select(steps.c.run_id)
         .where(steps.c.state == "processing", steps.c.complete_by < now())
         .order_by(steps.c.complete_by)
         .limit(bindparam("b_batch"))
+    )
+
+
+def lock_runs(skip_locked: bool) -> Select[Any]:
+    """Lock runs in id order (primary key). Whoever changes a run's steps and then advances it
+    takes the run first, so schedulers, the supervisor and operators never deadlock."""
+    return (
+        select(runs.c.id)
+        .where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)))
+        .order_by(runs.c.id)
+        .with_for_update(skip_locked=skip_locked)
+    )
+
+
+def sweep_expired() -> Update:
+    """Count one failure for the expired processing steps of the (locked) runs :run_ids,
+    skipping rows another sweeper holds (ix_steps_expiry). Re-checked under the lock, so a
+    failure is never counted twice."""
+    expired = (
+        select(steps.c.id)
+        .where(steps.c.state == "processing", steps.c.complete_by < now(),
+               steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
         .with_for_update(skip_locked=True)
         .cte("expired")
     )

@@ -3,14 +3,18 @@ a compensation that fails for good leaves the run for an operator, with an alert
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
+from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call, PermanentError
+from sasflow.messages import ErrorInfo, Reply
 from sasflow.ops.resubmit import resubmit
+from sasflow.store.apply import apply_replies
+from sasflow.store.claim import claim_steps
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
 from tests.integration import harness
@@ -120,3 +124,44 @@ def test_resubmitting_a_run_whose_compensation_failed_retries_the_compensation(
         open_alerts = conn.execute(select(alerts.c.id).where(
             alerts.c.acknowledged.is_(False))).all()
     assert open_alerts == []
+
+
+def test_a_step_retrying_an_unknown_outcome_is_finished_and_undone_before_compensating(
+    engine: Engine, names: Names
+) -> None:
+    """Steps a, b, c run in parallel; a succeeds, c's attempt fails transiently (so it waits to
+    retry, outcome of its first attempt unknown), b fails for good: compensation waits for c's
+    retry, which is still dispatched although the run is compensating, and then undoes a and c."""
+    agent = Agent("par")
+    for action in ("do", "undo"):
+        agent.add_handler(action, lambda _call: None)
+    fast = StepPolicy(timeout=5, max_failures=3, backoff=Backoff(initial=0.05, maximum=0.05))
+    flow = Workflow("par", [Step(n, "par", "do", after=(), compensate="undo", policy=fast)
+                            for n in ("a", "b", "c")], on_failure="compensate")
+    registry = Registry([flow], [agent])
+    with engine.begin() as conn:
+        run = submit_run(conn, registry, "par", {}, key="p", namespace=names.namespace)
+
+    def claim() -> dict[str, int]:
+        with engine.begin() as conn:
+            return {c.name: c.id for c in claim_steps(conn, locked_by="t", batch=10)}
+
+    def reply(step_id: int, attempt: int, status: str) -> None:
+        error = None if status == "ok" else ErrorInfo(type="X", message=status)
+        with engine.begin() as conn:
+            apply_replies(conn, registry, [Reply(step_id=step_id, attempt=attempt,
+                                                 status=status, error=error)],
+                          namespace=names.namespace, actor="t")
+
+    ids = claim()
+    reply(ids["a"], 1, "ok")
+    reply(ids["c"], 1, "failed")
+    reply(ids["b"], 1, "error")
+    assert harness.run_states(engine) == {run.run_id: "compensating"}
+    kinds = {(r.kind, r.name): r.state for r in harness.step_rows(engine, run.run_id)}
+    assert ("compensation", "a") not in kinds, "compensation started before c was known"
+    time.sleep(0.1)  # c's backoff
+    assert claim() == {"c": ids["c"]}
+    reply(ids["c"], 2, "ok")
+    chain = [r.name for r in harness.step_rows(engine, run.run_id) if r.kind == "compensation"]
+    assert sorted(chain) == ["a", "c"]

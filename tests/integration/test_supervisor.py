@@ -151,11 +151,16 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
         barrier.wait()
         while True:
             with transaction(engine) as conn:
-                rows = conn.execute(queries.sweep_expired(), {"b_batch": 20, "b_error": None}).all()
+                candidates = sorted(set(conn.execute(queries.expired_runs(),
+                                                     {"b_batch": 20}).scalars()))
+                if not candidates:
+                    return
+                locked = conn.execute(queries.lock_runs(skip_locked=True),
+                                      {"b_run_ids": candidates}).scalars().all()
+                rows = conn.execute(queries.sweep_expired(),
+                                    {"b_run_ids": list(locked), "b_error": None}).all()
             with lock:
                 swept.extend(r.id for r in rows)
-            if not rows:
-                return
 
     threads = [threading.Thread(target=raw_sweep) for _ in range(2)]
     for thread in threads:
