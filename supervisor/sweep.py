@@ -96,14 +96,15 @@ def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, ac
 
     def one_batch(conn: Connection) -> int:
         lease.check(conn)
-        candidates = sorted(set(conn.execute(_expired_runs(), {"b_batch": batch}).scalars()))
-        if not candidates:
+        expired = list(conn.execute(_expired_runs(), {"b_batch": batch}).scalars())
+        if not expired:
             return 0
-        locked = list(conn.execute(_lock_runs(), {"b_run_ids": candidates}).scalars())
+        runs_of_expired = sorted(set(expired))  # several expired steps may share a run
+        locked = list(conn.execute(_lock_runs(), {"b_run_ids": runs_of_expired}).scalars())
         rows = conn.execute(_sweep(), {"b_run_ids": locked, "b_error": TIMEOUT_ERROR}).all() \
             if locked else []
         _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
-        return len(candidates)
+        return len(expired)  # a full batch of expired steps: there may be more
 
     while run_transaction(engine, one_batch) >= batch:
         if time.monotonic() >= deadline:

@@ -253,3 +253,19 @@ def test_events_record_each_expiry_with_the_backoff(
     assert (event.from_state, event.to_state, event.attempt) == ("processing", "pending", 1)
     assert event.detail["failure_count"] == 1
     assert run == "pending"
+
+
+def test_expired_steps_sharing_runs_are_all_swept_across_batches(
+    engine: Engine, supervisors: Supervisors
+) -> None:
+    """Both steps of each run expired, swept in batches smaller than their number."""
+    with engine.begin() as conn:
+        for i in range(30):
+            submit_run(conn, basic.registry, "diamond", {"text": "x"}, key=f"d{i}")
+        conn.execute(update(steps).where(steps.c.name.in_(("left", "right"))).values(
+            state="processing", attempt=1, locked_by="gone",
+            complete_by=func.now() - text("interval '1 minute'")))
+    report = supervisors(batch=7).sweep_once()
+    assert report is not None
+    assert report.reclaimed == 60
+    assert report.complete
