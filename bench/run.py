@@ -37,9 +37,9 @@ from sqlalchemy import Engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import apps, limits
-from bench.latency import build_registry, percentile
 from bench.sweep import measure as measure_sweep
-from sasflow import submit_run
+from sasflow import Registry, Step, Workflow, submit_run
+from sasflow.agents import Agent, Call
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
@@ -290,6 +290,22 @@ def run_w12(sizes: Sizes, results: Results, which: set[str]) -> None:
 
 
 # ----------------------------------------------------------------------------- W3
+
+def build_registry() -> tuple[Registry, Agent]:
+    noop = Agent("noop")
+
+    @noop.handler("nothing")
+    def nothing(_call: Call) -> None:
+        return None
+
+    return Registry([Workflow("one", [Step("only", "noop", "nothing")])], [noop]), noop
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 
 def latency_once(sizes: Sizes) -> list[float]:
     """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms."""
