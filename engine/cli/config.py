@@ -28,6 +28,18 @@ def show(obj: CliContext, output: str) -> None:
         return
     table = Table("setting", "value", "variable")
     table.columns[1].overflow = "fold"
+    table.columns[2].overflow = "fold"  # variable names are copied: never cut them
     for key, value in values.items():
-        table.add_row(key, "" if value is None else str(value), f"SASFLOW_{key.upper()}")
+        table.add_row(key, _shown(value), f"SASFLOW_{key.upper()}")
     Console().print(table)
+
+
+def _shown(value: object) -> str:
+    """A setting as one would write it in its variable (lists comma-separated)."""
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

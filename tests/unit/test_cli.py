@@ -72,3 +72,14 @@ def test_submit_rejects_non_json_input_and_missing_app() -> None:
     assert no_app.exit_code == 1
     assert "--app" in no_app.output
 
+
+
+def test_config_show_table_prints_lists_and_booleans_as_variables_take_them() -> None:
+    result = CliRunner().invoke(cli, ["config", "show"], env={
+        "SASFLOW_ALERT_EMAIL_TO": "ops@example.com,dev@example.com",
+        "SASFLOW_ALERT_EXCHANGE": "false"})
+    assert result.exit_code == 0, result.output
+    assert "ops@example.com,dev@exam" in result.output  # folded, but comma-separated
+    assert "['" not in result.output
+    assert "│ false " in result.output
+    assert "…" not in result.output
