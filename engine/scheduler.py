@@ -210,7 +210,8 @@ class Scheduler:
                                    namespace=self._names.namespace, actor=self.id)
         self.stats.applied += report.applied
         self.stats.dropped += len(report.dropped)
-        self._events_dirty = True
+        # Only applied replies record events worth relaying; dropped ones change nothing.
+        self._events_dirty = self._events_dirty or report.applied > 0
         if report.ready:
             self._wake.set()
 

@@ -33,11 +33,10 @@ DONE_STEP_STATES = frozenset({"processed", "skipped"})
 
 @dataclass
 class Advance:
-    """What advancing did: events to record, steps made ready, runs ended, alerts raised."""
+    """What advancing did: events to record, steps made ready, alerts raised."""
 
     events: list[Event] = field(default_factory=list)
     ready: int = 0
-    finished_runs: list[int] = field(default_factory=list)
     alerts: list[int] = field(default_factory=list)
     compensations: int = 0
 
@@ -229,7 +228,6 @@ class _Advancer:
     def _finish(self, run: Any, to_state: str, output: Any, error: Any) -> None:
         self.conn.execute(_finish_run, {"b_id": run.id, "b_state": to_state,
                                         "b_output": output, "b_error": error})
-        self.result.finished_runs.append(run.id)
         detail = {"output": output} if to_state == "completed" else {"error": error}
         self._run_event(run, run.state, to_state, detail)
 

@@ -25,7 +25,6 @@ class ApplyReport:
     applied: int = 0
     dropped: list[Reply] = field(default_factory=list)
     ready: int = 0
-    finished_runs: list[int] = field(default_factory=list)
 
 
 @cache
@@ -101,7 +100,6 @@ def apply_replies(
     batch.extend(advanced.events)
     events.record(conn, batch)
     report.ready = advanced.ready
-    report.finished_runs = advanced.finished_runs
     if advanced.ready:
         notify_ready(conn, namespace)
     return report

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, func, select
 
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
+from tests import services
 from tests.acceptance.processes import Processes
 from tests.integration import harness
 
@@ -22,7 +23,7 @@ RUNS = 1000
 
 
 def _publish_submissions(names: Names, count: int, workflow: str = "pipeline") -> None:
-    with harness.broker_channel_for_test() as channel:
+    with services.broker_channel() as channel:
         channel.confirm_delivery()
         channel.queue_declare(names.submit, durable=True,
                               arguments={"x-dead-letter-exchange": names.dead_letter_exchange})

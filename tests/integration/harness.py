@@ -107,9 +107,6 @@ def step_rows(engine: Engine, run_id: int | None = None) -> list[Any]:
         return list(conn.execute(query))
 
 
-broker_channel_for_test = services.broker_channel
-
-
 def publish_raw(queue: str, body: bytes, **properties: Any) -> None:
     with services.broker_channel() as channel:
         channel.confirm_delivery()

@@ -38,7 +38,7 @@ from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import services
 from tests.integration import harness
-from tests.integration.webhook import bodies, url_of, webhook_server
+from tests.integration.webhook import bodies, serving, url_of, webhook_server
 
 pytestmark = pytest.mark.integration
 
@@ -99,14 +99,8 @@ class _SmtpSession(socketserver.StreamRequestHandler):
 def smtp_server() -> Iterator[SmtpServer]:
     server = SmtpServer(("127.0.0.1", 0), _SmtpSession)
     server.envelopes = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # --- sinks the tests control ---------------------------------------------------------------

@@ -10,6 +10,7 @@ from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs
 from sasflow.store.submit import submit
 from sasflow.transport.topology import Names
+from tests import services
 from tests.apps import basic
 from tests.integration import harness
 
@@ -49,7 +50,7 @@ def test_status_notifications_reach_the_topic_exchange_and_reply_to(
     run id and business key for correlation."""
     status_queue = harness.bind_status_queue(names, "pipeline.#")
     reply_queue = f"{names.namespace}.client-replies"
-    with harness.broker_channel_for_test() as channel:
+    with services.broker_channel() as channel:
         channel.queue_declare(reply_queue, durable=True)
     run_id = _submit(engine, names, "pipeline", "order-42", "abc", reply_to=reply_queue)
     with harness.running(harness.scheduler(engine, database_url, basic.registry, names),

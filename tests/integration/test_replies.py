@@ -3,11 +3,14 @@ dead-lettered while the scheduler keeps serving."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import Engine, select, update
 
-from sasflow import submit_run
+from sasflow import SubmitResult, submit_run
 from sasflow.messages import ErrorInfo, Reply
+from sasflow.scheduler import Scheduler
 from sasflow.store.apply import apply_replies
 from sasflow.store.claim import claim_steps
 from sasflow.store.db import transaction
@@ -61,15 +64,26 @@ def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
     assert len(processed) == 1
 
 
+def _pipeline_and_scheduler(engine: Engine, database_url: str,
+                            names: Names) -> tuple[SubmitResult, Scheduler]:
+    with engine.begin() as conn:
+        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
+    return run, harness.scheduler(engine, database_url, basic.registry, names)
+
+
+def _first_dispatched(engine: Engine, role: Scheduler, run: SubmitResult) -> Any:
+    """Wait until the scheduler dispatched step "a" (no agent runs: it stays processing)."""
+    harness.wait_for(lambda: role.stats.dispatched == 1, what="first dispatch")
+    (step,) = [r for r in harness.step_rows(engine, run.run_id) if r.name == "a"]
+    return step
+
+
 def test_scheduler_dead_letters_malformed_replies_drops_stale_ones_and_keeps_serving(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    with engine.begin() as conn:
-        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
-    role = harness.scheduler(engine, database_url, basic.registry, names)
+    run, role = _pipeline_and_scheduler(engine, database_url, names)
     with harness.running(role):
-        harness.wait_for(lambda: role.stats.dispatched == 1, what="first dispatch")
-        (step,) = [r for r in harness.step_rows(engine, run.run_id) if r.name == "a"]
+        step = _first_dispatched(engine, role, run)
         harness.publish_raw(names.replies, b"\xff\xfe not json")
         harness.publish_raw(names.replies, b'{"step_id": 1, "attempt": 1, "status": "maybe"}')
         stale = Reply(step_id=step.id, attempt=7, status="ok", output={"text": "NO"})
@@ -95,12 +109,9 @@ def test_a_reply_the_store_cannot_hold_fails_its_step_instead_of_stalling(
 ) -> None:
     """A foreign agent replies `ok` with a NUL character in the output (valid JSON that jsonb
     refuses): the step goes to error with the database's reason and the run fails visibly."""
-    with engine.begin() as conn:
-        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
-    role = harness.scheduler(engine, database_url, basic.registry, names)
+    run, role = _pipeline_and_scheduler(engine, database_url, names)
     with harness.running(role):
-        harness.wait_for(lambda: role.stats.dispatched == 1, what="first dispatch")
-        (step,) = [r for r in harness.step_rows(engine, run.run_id) if r.name == "a"]
+        step = _first_dispatched(engine, role, run)
         body = (b'{"step_id": %d, "attempt": 1, "status": "ok", "output": "x\\u0000y"}'
                 % step.id)
         harness.publish_raw(names.replies, body)

@@ -11,6 +11,7 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, i
 from sasflow import InvalidInputError, UnknownWorkflowError, submit_run
 from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import REASON_HEADER, SOURCE_HEADER, Names
+from tests import services
 from tests.apps import basic
 from tests.integration import harness
 
@@ -100,7 +101,7 @@ def test_submitter_inserts_dedupes_and_dead_letters_poison_while_serving(
 
 def _queue_exists(queue: str) -> bool:
     try:
-        with harness.broker_channel_for_test() as channel:
+        with services.broker_channel() as channel:
             channel.queue_declare(queue, passive=True)
     except pika.exceptions.ChannelClosedByBroker:
         return False

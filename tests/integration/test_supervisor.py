@@ -24,6 +24,7 @@ from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, WebhookSink
 from sasflow.supervisor.sweep import SweepReport, sweep_expired
 from sasflow.transport.topology import REASON_HEADER, Names
+from tests import services
 from tests.apps import basic
 from tests.integration import harness
 from tests.integration.webhook import bodies, url_of, webhook_server
@@ -225,7 +226,7 @@ def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
     role = supervisors()
     assert role.sweep_once() is not None  # declares the dead-letter topology
     body = (b'{"step_id": %d, "attempt": 1, "agent": "echo", "broken": true}' % step_id)
-    with harness.broker_channel_for_test() as channel:
+    with services.broker_channel() as channel:
         channel.confirm_delivery()
         channel.basic_publish(names.dead_letter_exchange, names.agent("echo"), body,
                               pika.BasicProperties(

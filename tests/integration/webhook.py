@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import socketserver
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 
 class WebhookServer(http.server.ThreadingHTTPServer):
@@ -30,11 +31,12 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
         return  # quiet: pytest would show the access log as test output
 
 
+S = TypeVar("S", bound=socketserver.BaseServer)
+
+
 @contextlib.contextmanager
-def webhook_server(*statuses: int) -> Iterator[WebhookServer]:
-    """An HTTP server on 127.0.0.1 answering POSTs with `statuses` in turn, then 200."""
-    server = WebhookServer(("127.0.0.1", 0), _Receiver)
-    server.statuses, server.requests = list(statuses), []
+def serving(server: S) -> Iterator[S]:
+    """Serve `server` from a thread for the duration of the block, then shut it down."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -43,6 +45,15 @@ def webhook_server(*statuses: int) -> Iterator[WebhookServer]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextlib.contextmanager
+def webhook_server(*statuses: int) -> Iterator[WebhookServer]:
+    """An HTTP server on 127.0.0.1 answering POSTs with `statuses` in turn, then 200."""
+    server = WebhookServer(("127.0.0.1", 0), _Receiver)
+    server.statuses, server.requests = list(statuses), []
+    with serving(server):
+        yield server
 
 
 def url_of(server: WebhookServer, path: str = "/hook/T0K3N") -> str:

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from sasflow.cli.main import cli
+from tests.unit.expected import ALERT_DEFAULTS
 
 
 @pytest.mark.parametrize("command", [[], ["scheduler"], ["agent"], ["submitter"]])
@@ -43,15 +44,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         "broker_url": "amqp://svc:***@mq:5672/%2F",
         "namespace": "from-option",
         "app": None,
-        "alert_webhook_url": None,
-        "alert_smtp_host": None,
-        "alert_smtp_port": 25,
-        "alert_smtp_username": None,
-        "alert_smtp_password": None,
-        "alert_smtp_starttls": False,
-        "alert_email_from": None,
-        "alert_email_to": [],
-        "alert_exchange": True,
+        **ALERT_DEFAULTS,
     }
     table = CliRunner().invoke(cli, ["config", "show"], env=env)
     assert "hunter2" not in table.output

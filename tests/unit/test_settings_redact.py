@@ -9,6 +9,7 @@ import pytest
 
 from sasflow.redact import redact_url
 from sasflow.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
+from tests.unit.expected import ALERT_DEFAULTS
 
 
 @pytest.fixture
@@ -99,15 +100,7 @@ def test_redacted_hides_passwords_in_both_urls(clean_env: pytest.MonkeyPatch) ->
         "broker_url": "amqps://mq:***@broker.example:5671/%2F",
         "namespace": "prod",
         "app": "shop.flows",
-        "alert_webhook_url": None,
-        "alert_smtp_host": None,
-        "alert_smtp_port": 25,
-        "alert_smtp_username": None,
-        "alert_smtp_password": None,
-        "alert_smtp_starttls": False,
-        "alert_email_from": None,
-        "alert_email_to": [],
-        "alert_exchange": True,
+        **ALERT_DEFAULTS,
     }
 
 

@@ -1,0 +1,18 @@
+"""Expected values shared by several unit tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ALERT_DEFAULTS: dict[str, Any] = {
+    "alert_webhook_url": None,
+    "alert_smtp_host": None,
+    "alert_smtp_port": 25,
+    "alert_smtp_username": None,
+    "alert_smtp_password": None,
+    "alert_smtp_starttls": False,
+    "alert_email_from": None,
+    "alert_email_to": [],
+    "alert_exchange": True,
+}
+"""The alert settings as `Settings.redacted()` shows them when none is configured."""
