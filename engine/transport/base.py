@@ -6,7 +6,7 @@ with `call_threadsafe`. RabbitMQ implements it in `sasflow.transport.rabbitmq`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,6 +72,15 @@ class Transport(Protocol):
 
     def publish(self, message: Outgoing) -> None:
         """Publish persistently and wait for the broker's confirm (PublishError if refused)."""
+        ...
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        """Publish every message persistently and wait until the broker settled all of them.
+
+        Returns one entry per message, in order: None when confirmed, or the PublishError
+        that refused it (unroutable, nacked, not sendable). Raises BrokerUnavailableError when
+        the connection fails; then no message of the batch may be assumed delivered.
+        """
         ...
 
     def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pika
@@ -163,6 +163,17 @@ class RabbitMQTransport:
                 if exc.reply_code == PRECONDITION_FAILED:  # e.g. larger than max_message_size
                     raise PublishError(f"broker refused the message: {exc.reply_text}") from exc
                 raise
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        results: list[Exception | None] = []
+        for message in messages:
+            try:
+                self.publish(message)
+            except PublishError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
 
     def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
         if delivery.generation != self._generation:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from email import message_from_bytes, policy
 from types import SimpleNamespace
@@ -91,6 +91,9 @@ class FakeTransport:
             self.fail_next_publish = False
             raise BrokerUnavailableError("connection reset")
         self.published.append(message)
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        raise NotImplementedError
 
     def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
         raise NotImplementedError
