@@ -1,0 +1,1 @@
+"""The tutorial's app (docs/tutorial.md)."""
