@@ -1,0 +1,296 @@
+"""Check every shell command shown in README.md and docs/**/*.md against the real thing.
+
+A command is a line of a fenced block marked `sh`, `bash` or `shell` (in a `console` block,
+a line starting with `$ `), split at `&&`, `||`, `;` and `|`. Each one must be:
+
+- `sasflow ...`: parsed by the real click command tree (the command path exists, every option
+  exists on that command and gets its value, choices are valid, no extra arguments);
+- a script or file of this repository (`./scripts/demo`, `python bench/run.py`,
+  `. scripts/services.sh`): the file exists;
+- a shell builtin that only sets the scene (`export`, `cd`, `set`, assignments);
+- or on ALLOWLIST, which names the test (or script run by CI) that exercises it.
+
+Besides commands, it checks markers (HTML comments on the line before a fenced block):
+`<!-- excerpt: PATH -->` says the block is copied verbatim from PATH (it must still be);
+`<!-- doc-run: NAME -->` says a test executes the block, and NAME must be in DOC_RUNS with
+that test. Exit status 0 when everything holds, 1 with one line per problem otherwise.
+
+    python scripts/check_docs.py
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from sasflow.cli.main import cli
+
+REPO = Path(__file__).resolve().parents[1]
+SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
+BUILTINS = {"export", "cd", "set", "unset", "true"}
+SOURCE = {".", "source"}
+PYTHON = {"python", "python3"}
+# Paths inside the virtualenv the docs tell users to create: `.venv/bin/X` runs X.
+VENV_BIN = ".venv/bin/"
+REPO_DIRS = ("scripts/", "examples/", "docs/", "deploy/", "bench/", "tests/", "alembic/")
+
+# Commands the docs show that are not sasflow's, each with what exercises it: a pytest node
+# (`file::test`) or a repository script that CI runs. Keys are the program, or the program and
+# its first argument when only that subcommand is exercised.
+ALLOWLIST: dict[str, str] = {
+    "createdb": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "touch": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "rm": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "grep": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "kill": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "python3 -m venv": "scripts/venv.sh",
+    "pip install": "scripts/venv.sh",
+    "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
+    "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
+    "rabbitmqadmin": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
+}
+
+# Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.
+DOC_RUNS: dict[str, str] = {
+    "tutorial": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
+    "readme-quickstart": "tests/docs/test_tutorial.py::test_readme_quickstart_runs_as_written",
+}
+
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
+MARKER = re.compile(r"<!--\s*(?P<kind>excerpt|doc-run):\s*(?P<value>[^\s]+)\s*-->")
+# Redirections (`> file`, `2>&1`, `>> log`): not part of the command being checked.
+REDIRECT = re.compile(r"(?<!\S)\d?(?:>>|>|<)(?:&\d|\s*[^\s;&|]+)")
+OPERATORS = {"&&", "||", "|", ";", "&"}
+PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_:.|]*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int
+    language: str
+    text: str
+    marker: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class Command:
+    path: Path
+    line: int
+    text: str
+    words: tuple[str, ...]
+    error: str | None = None
+
+
+def doc_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    """Fenced blocks of a Markdown file, with the marker comment on the line before, if any."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    index = 0
+    while index < len(lines):
+        opened = FENCE.match(lines[index])
+        if not opened:
+            index += 1
+            continue
+        indent, fence = opened["indent"], opened["fence"]
+        previous = lines[index - 1].strip() if index else ""
+        found = MARKER.fullmatch(previous)
+        body: list[str] = []
+        start = index + 1
+        index += 1
+        while index < len(lines) and not lines[index].strip().startswith(fence):
+            line = lines[index]
+            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            index += 1
+        index += 1
+        yield Block(path, start, opened["lang"].lower(), "\n".join(body) + "\n",
+                    (found["kind"], found["value"]) if found else None)
+
+
+def commands(block: Block) -> Iterator[Command]:
+    """The commands of a shell block: continuation lines joined, comments, output and
+    redirections dropped, split at shell operators."""
+    pending = ""
+    first = block.line
+    for offset, raw in enumerate(block.text.splitlines()):
+        line = raw.rstrip()
+        if block.language == "console":
+            if not pending and not line.startswith("$ "):
+                continue
+            line = line if pending else line.removeprefix("$ ")
+        if not pending:
+            first = block.line + offset
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        text, pending = (pending + line).strip(), ""
+        try:
+            words = split_words(text)
+        except ValueError as exc:
+            yield Command(block.path, first, text, (), f"cannot parse: {exc}")
+            continue
+        current: list[str] = []
+        for word in [*words, ";"]:
+            if word in OPERATORS:
+                if current:
+                    yield Command(block.path, first, shlex.join(current), tuple(current))
+                current = []
+            else:
+                current.append(word)
+
+
+def split_words(text: str) -> list[str]:
+    """Shell words, operators as words of their own, comments and redirections dropped."""
+    lexer = shlex.shlex(REDIRECT.sub(" ", text), posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def _strip_assignments(words: list[str]) -> list[str]:
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]
+    return words
+
+
+def check_sasflow(args: list[str]) -> str | None:
+    """None if `sasflow ARGS` parses against the real CLI, else why not."""
+    command: click.Command = cli
+    ctx = click.Context(cli, info_name="sasflow", resilient_parsing=True, **cli.context_settings)
+    remaining = list(args)
+    while True:
+        parser = command.make_parser(ctx)
+        try:
+            values, extra, _ = parser.parse_args(list(remaining))
+        except click.UsageError as exc:
+            return f"`{' '.join(_path(ctx))}`: {exc.format_message()}"
+        for param in command.get_params(ctx):
+            value = values.get(param.name) if param.name else None
+            # Paths name the reader's own files: only their existence would be checked.
+            if (isinstance(value, str) and not PLACEHOLDER.match(value)
+                    and not isinstance(param.type, click.Path | click.File)):
+                try:
+                    param.type_cast_value(ctx, value)
+                except click.BadParameter as exc:
+                    return f"`{' '.join(_path(ctx))}` {param.name}: {exc.format_message()}"
+        if not isinstance(command, click.Group):
+            if extra:
+                return f"`{' '.join(_path(ctx))}`: unexpected arguments {extra}"
+            return None
+        if not extra:
+            asked_help = any(h in remaining for h in ctx.help_option_names) or "--version" in \
+                remaining
+            return None if asked_help else f"`{' '.join(_path(ctx))}`: no command given"
+        sub = command.get_command(ctx, extra[0])
+        if sub is None:
+            return f"`{' '.join(_path(ctx))}` has no command {extra[0]!r}"
+        ctx = click.Context(sub, info_name=extra[0], parent=ctx, resilient_parsing=True)
+        command, remaining = sub, extra[1:]
+
+
+def _path(ctx: click.Context) -> list[str]:
+    names: list[str] = []
+    current: click.Context | None = ctx
+    while current is not None:
+        names.insert(0, current.info_name or "")
+        current = current.parent
+    return names
+
+
+def _reference_exists(reference: str) -> bool:
+    file, _, test = reference.partition("::")
+    path = REPO / file
+    if not path.is_file():
+        return False
+    return not test or f"def {test}(" in path.read_text(encoding="utf-8")
+
+
+def check_command(command: Command) -> str | None:
+    """None if the command is checked, exercised or harmless, else the problem."""
+    if command.error:
+        return command.error
+    words = _strip_assignments(list(command.words))
+    if not words:
+        return None
+    program = words[0].removeprefix(VENV_BIN)
+    for word in words[1:]:
+        if word.startswith(REPO_DIRS) and not PLACEHOLDER.match(word):
+            target = word.split(":", 1)[0]
+            if not (REPO / target).exists():
+                return f"{word} does not exist in the repository"
+    if program == "sasflow":
+        return check_sasflow(words[1:])
+    if program in BUILTINS:
+        return None
+    if program in SOURCE or (program in PYTHON and len(words) > 1 and words[1].endswith(".py")):
+        target = words[1] if len(words) > 1 else ""
+        return None if (REPO / target).is_file() else f"{target!r} is not a file of the repo"
+    if "/" in program:
+        return None if (REPO / program).is_file() else f"{program} is not a file of the repo"
+    for key in (" ".join(words[:3]), " ".join([program, *words[1:2]]), program):
+        if key in ALLOWLIST:
+            reference = ALLOWLIST[key]
+            return None if _reference_exists(reference) else \
+                f"allowlisted `{key}` names {reference}, which does not exist"
+    return f"`{program}` is neither sasflow, a repository file nor on the ALLOWLIST of {__file__}"
+
+
+def check_block_marker(block: Block) -> str | None:
+    if block.marker is None:
+        return None
+    kind, value = block.marker
+    if kind == "excerpt":
+        source = REPO / value
+        if not source.is_file():
+            return f"excerpt of {value}, which does not exist"
+        if block.text.strip() not in source.read_text(encoding="utf-8"):
+            return f"no longer a verbatim excerpt of {value}"
+        return None
+    if value not in DOC_RUNS:
+        return f"doc-run {value!r} is not in DOC_RUNS (which test runs it?)"
+    if not _reference_exists(DOC_RUNS[value]):
+        return f"doc-run {value!r} names {DOC_RUNS[value]}, which does not exist"
+    return None
+
+
+def problems() -> Iterator[str]:
+    seen_runs: set[str] = set()
+    for path in doc_files():
+        shown = path.relative_to(REPO)
+        for block in blocks(path):
+            problem = check_block_marker(block)
+            if problem:
+                yield f"{shown}:{block.line}: {problem}"
+            if block.marker and block.marker[0] == "doc-run":
+                seen_runs.add(block.marker[1])
+            if block.language not in SHELL_LANGUAGES:
+                continue
+            for command in commands(block):
+                problem = check_command(command)
+                if problem:
+                    yield f"{shown}:{command.line}: {command.text}\n    {problem}"
+    for name in sorted(set(DOC_RUNS) - seen_runs):
+        yield f"DOC_RUNS lists {name!r} but no block is marked <!-- doc-run: {name} -->"
+
+
+def main() -> int:
+    found = list(problems())
+    for problem in found:
+        print(problem)
+    checked = sum(1 for p in doc_files() for b in blocks(p) if b.language in SHELL_LANGUAGES
+                  for _ in commands(b))
+    print(f"{checked} commands in {len(doc_files())} files: "
+          f"{'ok' if not found else f'{len(found)} problem(s)'}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

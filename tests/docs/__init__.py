@@ -1,0 +1,1 @@
+"""Tests that the documentation's commands and references are true."""
