@@ -16,10 +16,12 @@ Besides commands, it checks markers (HTML comments on the line before a fenced b
 that test. Exit status 0 when everything holds, 1 with one line per problem otherwise.
 
     python scripts/check_docs.py
+    python scripts/check_docs.py --command 'sasflow runs show 3'   # check given lines
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import sys
@@ -53,7 +55,6 @@ ALLOWLIST: dict[str, str] = {
     "pip install": "scripts/venv.sh",
     "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
-    "rabbitmqadmin": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
 }
 
 # Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.
@@ -164,36 +165,48 @@ def _strip_assignments(words: list[str]) -> list[str]:
 def check_sasflow(args: list[str]) -> str | None:
     """None if `sasflow ARGS` parses against the real CLI, else why not."""
     command: click.Command = cli
-    ctx = click.Context(cli, info_name="sasflow", resilient_parsing=True, **cli.context_settings)
+    ctx = click.Context(cli, info_name="sasflow", **cli.context_settings)
     remaining = list(args)
     while True:
-        parser = command.make_parser(ctx)
+        where = f"`{' '.join(_path(ctx))}`"
         try:
-            values, extra, _ = parser.parse_args(list(remaining))
+            values, extra, _ = command.make_parser(ctx).parse_args(list(remaining))
+            _convert_values(command, ctx, values)
         except click.UsageError as exc:
-            return f"`{' '.join(_path(ctx))}`: {exc.format_message()}"
-        for param in command.get_params(ctx):
-            value = values.get(param.name) if param.name else None
-            # Paths name the reader's own files: only their existence would be checked.
-            if (isinstance(value, str) and not PLACEHOLDER.match(value)
-                    and not isinstance(param.type, click.Path | click.File)):
-                try:
-                    param.type_cast_value(ctx, value)
-                except click.BadParameter as exc:
-                    return f"`{' '.join(_path(ctx))}` {param.name}: {exc.format_message()}"
+            return f"{where}: {exc.format_message()}"
+        asked_help = any(h in remaining for h in ctx.help_option_names)
         if not isinstance(command, click.Group):
-            if extra:
-                return f"`{' '.join(_path(ctx))}`: unexpected arguments {extra}"
-            return None
+            missing = [p.human_readable_name for p in command.params
+                       if p.required and _unset(values.get(p.name))]
+            problem = (f"unexpected arguments {extra}" if extra
+                       else f"missing {', '.join(missing)}" if missing and not asked_help
+                       else None)
+            return f"{where}: {problem}" if problem else None
         if not extra:
-            asked_help = any(h in remaining for h in ctx.help_option_names) or "--version" in \
-                remaining
-            return None if asked_help else f"`{' '.join(_path(ctx))}`: no command given"
+            given_up = asked_help or "--version" in remaining
+            return None if given_up else f"{where}: no command given"
         sub = command.get_command(ctx, extra[0])
         if sub is None:
-            return f"`{' '.join(_path(ctx))}` has no command {extra[0]!r}"
-        ctx = click.Context(sub, info_name=extra[0], parent=ctx, resilient_parsing=True)
+            return f"{where} has no command {extra[0]!r}"
+        ctx = click.Context(sub, info_name=extra[0], parent=ctx)
         command, remaining = sub, extra[1:]
+
+
+def _convert_values(command: click.Command, ctx: click.Context, values: dict[str, object]) -> None:
+    """Convert every given value with its parameter's type (choices, ranges, numbers), the way
+    click would; placeholders (`ID`, `NAME`) and paths (the reader's own files) are left."""
+    for param in command.get_params(ctx):
+        if isinstance(param.type, click.Path | click.File) or not param.name:
+            continue
+        value = values.get(param.name)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, str) and not PLACEHOLDER.match(item):
+                param.type.convert(item, param, ctx)
+
+
+def _unset(value: object) -> bool:
+    """Not given: None, or click's UNSET sentinel (click 8.2+ parsers return it)."""
+    return value is None or type(value).__name__ == "Sentinel"
 
 
 def _path(ctx: click.Context) -> list[str]:
@@ -215,35 +228,44 @@ def _reference_exists(reference: str) -> bool:
 
 def check_command(command: Command) -> str | None:
     """None if the command is checked, exercised or harmless, else the problem."""
+    words = _strip_assignments(list(command.words)) or ["true"]  # assignments only
     if command.error:
         return command.error
-    words = _strip_assignments(list(command.words))
-    if not words:
-        return None
     program = words[0].removeprefix(VENV_BIN)
-    for word in words[1:]:
-        if word.startswith(REPO_DIRS) and not PLACEHOLDER.match(word):
-            target = word.split(":", 1)[0]
-            if not (REPO / target).exists():
-                return f"{word} does not exist in the repository"
-    if program == "sasflow":
-        return check_sasflow(words[1:])
+    missing = [w for w in words[1:] if w.startswith(REPO_DIRS) and not PLACEHOLDER.match(w)
+               and not (REPO / w.split(":", 1)[0]).exists()]
+    if missing:
+        return f"{missing[0]} does not exist in the repository"
     if program in BUILTINS:
         return None
-    if program in SOURCE or (program in PYTHON and len(words) > 1 and words[1].endswith(".py")):
-        target = words[1] if len(words) > 1 else ""
+    if program == "sasflow":
+        return check_sasflow(words[1:])
+    target = _repository_file(program, words)
+    if target is not None:
         return None if (REPO / target).is_file() else f"{target!r} is not a file of the repo"
-    if "/" in program:
-        return None if (REPO / program).is_file() else f"{program} is not a file of the repo"
+    return _check_allowlisted(program, words)
+
+
+def _repository_file(program: str, words: list[str]) -> str | None:
+    """The repository file a command runs (`./scripts/demo`, `python bench/run.py`,
+    `. scripts/services.sh`), or None if it runs a program."""
+    if program in SOURCE or (program in PYTHON and len(words) > 1 and words[1].endswith(".py")):
+        return words[1] if len(words) > 1 else ""
+    return program if "/" in program else None
+
+
+def _check_allowlisted(program: str, words: list[str]) -> str | None:
     for key in (" ".join(words[:3]), " ".join([program, *words[1:2]]), program):
         if key in ALLOWLIST:
             reference = ALLOWLIST[key]
-            return None if _reference_exists(reference) else \
-                f"allowlisted `{key}` names {reference}, which does not exist"
+            if _reference_exists(reference):
+                return None
+            return f"allowlisted `{key}` names {reference}, which does not exist"
     return f"`{program}` is neither sasflow, a repository file nor on the ALLOWLIST of {__file__}"
 
 
 def check_block_marker(block: Block) -> str | None:
+    """None if the block's marker (if any) still holds, else the problem."""
     if block.marker is None:
         return None
     kind, value = block.marker
@@ -251,13 +273,13 @@ def check_block_marker(block: Block) -> str | None:
         source = REPO / value
         if not source.is_file():
             return f"excerpt of {value}, which does not exist"
-        if block.text.strip() not in source.read_text(encoding="utf-8"):
-            return f"no longer a verbatim excerpt of {value}"
-        return None
-    if value not in DOC_RUNS:
-        return f"doc-run {value!r} is not in DOC_RUNS (which test runs it?)"
-    if not _reference_exists(DOC_RUNS[value]):
-        return f"doc-run {value!r} names {DOC_RUNS[value]}, which does not exist"
+        excerpt = block.text.strip() in source.read_text(encoding="utf-8")
+        return None if excerpt else f"no longer a verbatim excerpt of {value}"
+    name = value.split("/", 1)[0]
+    if name not in DOC_RUNS:
+        return f"doc-run {name!r} is not in DOC_RUNS (which test runs it?)"
+    if not _reference_exists(DOC_RUNS[name]):
+        return f"doc-run {name!r} names {DOC_RUNS[name]}, which does not exist"
     return None
 
 
@@ -270,7 +292,7 @@ def problems() -> Iterator[str]:
             if problem:
                 yield f"{shown}:{block.line}: {problem}"
             if block.marker and block.marker[0] == "doc-run":
-                seen_runs.add(block.marker[1])
+                seen_runs.add(block.marker[1].split("/", 1)[0])
             if block.language not in SHELL_LANGUAGES:
                 continue
             for command in commands(block):
@@ -281,7 +303,20 @@ def problems() -> Iterator[str]:
         yield f"DOC_RUNS lists {name!r} but no block is marked <!-- doc-run: {name} -->"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--command", action="append", default=[], metavar="LINE",
+                        help="check these command lines instead of the docs (repeatable); "
+                             "prints `ok` or the problem for each")
+    args = parser.parse_args(argv)
+    if args.command:
+        failed = 0
+        for line in args.command:
+            block = Block(Path("<command line>"), 1, "sh", line + "\n", None)
+            found_here = [p for c in commands(block) if (p := check_command(c))]
+            failed += bool(found_here)
+            print(f"{line}\t{'; '.join(found_here) or 'ok'}")
+        return 1 if failed else 0
     found = list(problems())
     for problem in found:
         print(problem)

@@ -195,19 +195,21 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def pages() -> dict[Path, str]:
-    return {REFERENCE / "configuration.md": configuration_page(),
-            REFERENCE / "cli.md": cli_page()}
+def pages(directory: Path) -> dict[Path, str]:
+    return {directory / "configuration.md": configuration_page(),
+            directory / "cli.md": cli_page()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if a committed page differs from what would be generated")
+    parser.add_argument("--directory", type=Path, default=REFERENCE,
+                        help="where the pages are (default: docs/reference)")
     args = parser.parse_args(argv)
     stale = 0
-    for path, text in pages().items():
-        shown = path.relative_to(REPO)
+    for path, text in pages(args.directory).items():
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
         current = path.read_text(encoding="utf-8") if path.exists() else ""
         if current == text:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,4 +33,20 @@ def doc_run_blocks(page: str, name: str) -> list[DocBlock]:
         lines = tuple(line.strip() for line in joined.splitlines()
                       if line.strip() and not line.strip().startswith("#"))
         found.append(DocBlock(match["step"] or name, lines))
+    return found
+
+
+SHELL_BLOCK = re.compile(r"^[ \t]*(?P<fence>```+)(?:sh|bash)\n(?P<body>.*?)^[ \t]*(?P=fence)\s*$",
+                         re.MULTILINE | re.DOTALL)
+
+
+def shell_commands(page: str, program: str) -> list[list[str]]:
+    """Every command of `page`'s shell blocks that runs `program`, as argv (comments dropped)."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    found: list[list[str]] = []
+    for match in SHELL_BLOCK.finditer(text):
+        for line in match["body"].replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] == program:
+                found.append(words)
     return found
