@@ -66,3 +66,19 @@ def test_the_checker_refuses_what_the_cli_does_not_have() -> None:
     for line, expected in verdicts.items():
         assert (got[line] == "ok") if expected == "ok" else (expected in got[line]), \
             (line, got[line])
+
+
+def test_the_checker_finds_broken_links_and_anchors(tmp_path: Path) -> None:
+    (tmp_path / "concepts.md").write_text((REPO / "docs/concepts.md").read_text())
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## A section, with `code`\n\n"
+                    "[ok](#a-section-with-code) [ok](concepts.md#guarantees) "
+                    "[ok](https://example.com/x) `[not a link](nowhere.md)`\n"
+                    "[bad](nowhere.md) [bad](concepts.md#no-such-heading) [bad](#missing)\n")
+    done = _script("scripts/check_docs.py", "--links", str(page))
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "link to nowhere.md: no such file",
+        "link to concepts.md#no-such-heading: no heading #no-such-heading there",
+        "link to #missing: no heading #missing there",
+    ]
