@@ -10,6 +10,9 @@ a line starting with `$ `), split at `&&`, `||`, `;` and `|`. Each one must be:
 - a shell builtin that only sets the scene (`export`, `cd`, `set`, assignments);
 - or on ALLOWLIST, which names the test (or script run by CI) that exercises it.
 
+It also parses the `sasflow` command lines of the files in deploy/ (cron, systemd units,
+Kubernetes manifests), and checks that relative links and their #anchors resolve.
+
 Besides commands, it checks markers (HTML comments on the line before a fenced block):
 `<!-- excerpt: PATH -->` says the block is copied verbatim from PATH (it must still be);
 `<!-- doc-run: NAME -->` says a test executes the block, and NAME must be in DOC_RUNS with
@@ -22,6 +25,7 @@ that test. Exit status 0 when everything holds, 1 with one line per problem othe
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import sys
@@ -69,6 +73,8 @@ PENDING: dict[str, str] = {
     "docs/demo.md": "the demo branch (sasflow demo)",
     "docs/chaos.md": "the chaos branch",
 }
+YAML_COMMAND = re.compile(r"^\s*(?:command|args):\s*(?P<argv>\[.*\])\s*$")
+UNIT_COMMAND = re.compile(r"/bin/sasflow\s+(?P<args>[^'\"\n]+)")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*#*$", re.MULTILINE)
 FENCED = re.compile(r"^[ \t]*(```+|~~~+).*?^[ \t]*\1[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -100,7 +106,27 @@ class Command:
 
 
 def doc_files() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [REPO / "README.md", REPO / "deploy" / "README.md",
+            *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def deploy_problems() -> Iterator[str]:
+    """The `sasflow` command lines of the cron, systemd and Kubernetes files in deploy/."""
+    for path in sorted((REPO / "deploy").rglob("*")):
+        if not path.is_file() or path.suffix == ".md":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            argv: list[str] | None = None
+            if (listed := YAML_COMMAND.search(line)) is not None:
+                argv = json.loads(listed["argv"])
+            elif (run := UNIT_COMMAND.search(line)) is not None:
+                argv = ["sasflow", *shlex.split(run["args"])]
+            if argv and argv[0] == "sasflow":
+                problem = check_sasflow(argv[1:])
+                if problem:
+                    yield f"{path.relative_to(REPO)}:{number}: {problem}"
 
 
 def blocks(path: Path) -> Iterator[Block]:
@@ -342,6 +368,7 @@ def problems() -> Iterator[str]:
                 problem = check_command(command)
                 if problem:
                     yield f"{shown}:{command.line}: {command.text}\n    {problem}"
+    yield from deploy_problems()
     for name in sorted(set(DOC_RUNS) - seen_runs):
         yield f"DOC_RUNS lists {name!r} but no block is marked <!-- doc-run: {name} -->"
 
