@@ -69,8 +69,8 @@ IncludeObject = Callable[[object, str | None, str, bool, object | None], bool]
 
 def include_object(dialect_name: str) -> IncludeObject:
     """Autogenerate's filter. SQLite's reflection cannot read an index's expressions back
-    (ix_steps_ready's `priority DESC`), so there such an index is compared by name only: a
-    missing or extra one is still a difference, its definition is the migrations' own."""
+    (ix_steps_ready's `priority DESC`), so there such an index is compared by name only (an
+    extra one is still a difference; a missing one Alembic skips with a warning)."""
 
     def include(obj: object, name: str | None, type_: str,  # noqa: ARG001 - Alembic's hook
                 reflected: bool, compare_to: object | None) -> bool:

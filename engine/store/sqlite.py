@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from sasflow.redact import redact_url
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 10.0
-"""How long a transaction waits for the write lock before failing with "database is locked"."""
+"""How long a transaction waits for the write lock before failing with "database is locked"
+(pysqlite's `?timeout=SECONDS` URL parameter overrides it)."""
 
 DRIVERS = ("sqlite", "sqlite+pysqlite")
 
@@ -52,21 +54,32 @@ def make_sqlite_engine(url: URL, *, pool_size: int) -> Engine:
     folder = Path(database).expanduser().parent
     if not folder.is_dir():
         raise ConfigurationError(f"{shown!r}: folder {str(folder)!r} does not exist")
+    try:
+        timeout = float(str(url.query.get("timeout", BUSY_TIMEOUT_S)))
+    except ValueError as exc:
+        raise ConfigurationError(f"{shown!r}: timeout must be a number of seconds") from exc
     engine = create_engine(
         url,
         pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=pool_size,
-        connect_args={"timeout": BUSY_TIMEOUT_S},
+        connect_args={"timeout": timeout},
     )
-    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "connect", _configure(timeout))
     event.listen(engine, "begin", _begin_immediate)
     return engine
 
 
-def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:  # noqa: ARG001
-    # No implicit BEGIN/COMMIT from the driver: SQLAlchemy's `begin` event emits ours.
-    dbapi_connection.isolation_level = None
+def _configure(busy_timeout: float) -> Callable[[Any, ConnectionPoolEntry], None]:
+    def on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:  # noqa: ARG001
+        # No implicit BEGIN/COMMIT from the driver: SQLAlchemy's `begin` event emits ours.
+        dbapi_connection.isolation_level = None
+        _set_pragmas(dbapi_connection, busy_timeout)
+
+    return on_connect
+
+
+def _set_pragmas(dbapi_connection: Any, busy_timeout: float) -> None:
     cursor = dbapi_connection.cursor()
     try:
         (mode,) = cursor.execute("PRAGMA journal_mode=WAL").fetchone()
@@ -74,7 +87,7 @@ def _on_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:  # 
             log.warning("SQLite refused WAL journal mode (%s): readers will wait for writers", mode)
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         try:
             cursor.execute("SELECT power(2.0, 2.0)")
         except sqlite3.OperationalError:  # built without SQLITE_ENABLE_MATH_FUNCTIONS
