@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, select
+from sqlalchemy import Boolean, ColumnElement, Connection, Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -87,3 +87,26 @@ def _joined_sqlite(element: joined_value, compiler: SQLCompiler, **kw: Any) -> s
         raise TypeError(f"joined_value needs a table column, got {element.column!r}")
     subquery = select(element.column).where(element.on).correlate_except(table)
     return compiler.process(subquery.scalar_subquery(), **kw)
+
+
+class is_false(ColumnElement[bool]):  # noqa: N801 - reads as SQL
+    """`column IS false`; on SQLite `NOT column`, the exact form of the partial indexes'
+    predicates (`WHERE NOT published`), which SQLite's planner needs to use them."""
+
+    inherit_cache = True
+    type = Boolean()
+    _is_implicitly_boolean = True  # a predicate: SQLAlchemy must not append "= 1" on SQLite
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement)]  # noqa: RUF012
+
+    def __init__(self, column: ColumnElement[bool]) -> None:
+        self.column = column
+
+
+@compiles(is_false)
+def _is_false_default(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.column.is_(False), **kw)
+
+
+@compiles(is_false, SQLITE)
+def _is_false_sqlite(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"NOT {compiler.process(element.column, **kw)}"

@@ -22,7 +22,7 @@ from sqlalchemy import (
     update,
 )
 
-from sasflow.store.dialect import joined_value, least
+from sasflow.store.dialect import is_false, joined_value, least
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -324,7 +324,7 @@ def unpublished_events() -> Select[Any]:
             runs.c.reply_to,
         )
         .join(runs, runs.c.id == events.c.run_id)
-        .where(events.c.published.is_(False))
+        .where(is_false(events.c.published))
         .order_by(events.c.id)
         .limit(bindparam("b_limit"))
         .with_for_update(of=events, skip_locked=True)

@@ -398,3 +398,16 @@ def test_an_open_alert_is_raised_once(sqlite_engine: Engine) -> None:
         duplicate = raise_alert(conn, alert)
     assert first is not None
     assert duplicate is None
+
+
+def test_the_relay_reads_unpublished_events_through_their_partial_index(
+    sqlite_engine: Engine,
+) -> None:
+    """On SQLite `published IS 0` would scan every event ever recorded: the relay's predicate is
+    written `NOT published`, the index's own, there."""
+    statement = queries.unpublished_events().compile(dialect=sqlite_engine.dialect)
+    params = statement.construct_params({"b_limit": 10})
+    args = tuple(params[name] for name in statement.positiontup or ())
+    with sqlite_engine.connect() as conn:
+        plan = [row[-1] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", args)]
+    assert "SCAN events USING INDEX ix_events_unpublished" in plan
