@@ -4,10 +4,12 @@ held, with no LISTEN/NOTIFY (the scheduler's short rescan wakes it)."""
 
 from __future__ import annotations
 
+import json
 import threading
 
+import pika.exceptions
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
 from sasflow.messages import Submission
 from sasflow.store.db import transaction
@@ -16,6 +18,7 @@ from sasflow.store.sqltime import now, plus_seconds
 from sasflow.store.submit import submit
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
+from tests import services
 from tests.apps import basic
 from tests.integration import harness
 
@@ -67,3 +70,37 @@ def test_scheduler_agent_and_supervisor_complete_runs_on_sqlite_and_rabbitmq(
     assert (orphan_a.state, orphan_a.attempt, orphan_a.failure_count) == ("processed", 2, 1)
     assert len(expiry) == 1
     assert scheduler.stats.applied == 2 * 21 + 4
+
+
+def test_the_submitter_dedupes_and_dead_letters_poison_on_sqlite(
+    sqlite_engine: Engine, names: Names,
+) -> None:
+    """Submissions share one transaction with a savepoint each: a rejected one is rolled back
+    alone (SAVEPOINT inside SQLite's BEGIN IMMEDIATE), the others commit, a duplicate key is
+    the same run."""
+    role = harness.submitter(sqlite_engine, basic.registry, names)
+    good = json.dumps({"workflow": "pipeline", "key": "o-1", "input": {"text": "a"}}).encode()
+    with harness.running(role):
+        harness.wait_for(lambda: _queue_exists(names.submit), what="submit queue")
+        for body in (good, json.dumps({"workflow": "ghost"}).encode(), good,
+                     json.dumps({"workflow": "diamond", "key": "o-2",
+                                 "input": {"text": "b"}}).encode()):
+            harness.publish_raw(names.submit, body)
+        harness.wait_for(lambda: role.stats.created == 2 and role.stats.duplicates == 1,
+                         what="two runs, one duplicate")
+        (dead,) = harness.dead_letters(names, 1)
+    assert "unknown workflow 'ghost'" in str(dead["reason"])
+    with sqlite_engine.connect() as conn:
+        keys = sorted(conn.execute(select(runs.c.business_key)).scalars())
+        step_count = conn.execute(select(func.count()).select_from(steps)).scalar_one()
+    assert keys == ["o-1", "o-2"]
+    assert step_count == 2 + 4
+
+
+def _queue_exists(queue: str) -> bool:
+    try:
+        with services.broker_channel() as channel:
+            channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    return True
