@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import multiprocessing
 import re
 import shutil
 import sqlite3
@@ -279,6 +280,41 @@ def test_eight_threads_claim_2000_ready_steps_each_exactly_once(sqlite_engine: E
     assert {r.id: r.locked_by for r in rows} == owner
     assert {r.attempt for r in rows} == {1}
     assert dispatched == 2000
+
+
+def _claim_until_empty(url: str, name: str, barrier: threading.Barrier) -> list[int]:
+    """A claimer process: its own engine, batches of 20 until nothing is ready."""
+    engine = make_engine(url, pool_size=1)
+    barrier.wait(60)  # start together, once every process is up
+    ids: list[int] = []
+    try:
+        while batch := run_transaction(
+                engine, lambda conn: claim_steps(conn, locked_by=name, batch=20)):
+            ids.extend(c.id for c in batch)
+            time.sleep(0.002)
+    finally:
+        engine.dispose()
+    return ids
+
+
+def test_three_processes_claim_900_ready_steps_each_exactly_once(
+    sqlite_engine: Engine, sqlite_url: str,
+) -> None:
+    """The write lock is the database file's, so claims are atomic across processes too."""
+    _submit_many(sqlite_engine, 900)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, context.Pool(3) as pool:
+        barrier = manager.Barrier(3)
+        results = pool.starmap(_claim_until_empty,
+                               [(sqlite_url, f"p{i}", barrier) for i in range(3)])
+    ids = [i for claimed in results for i in claimed]
+    assert len(ids) == 900
+    assert len(set(ids)) == 900
+    assert sum(1 for claimed in results if claimed) >= 2, "claimers did not overlap"
+    with sqlite_engine.connect() as conn:
+        owners = dict(conn.execute(select(steps.c.id, steps.c.locked_by)
+                                   .where(steps.c.state == "processing")).all())
+    assert owners == {i: f"p{n}" for n, claimed in enumerate(results) for i in claimed}
 
 
 def test_submitting_the_same_key_from_four_threads_creates_one_run(sqlite_engine: Engine) -> None:
