@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 import types
 import typing
@@ -116,6 +117,9 @@ def _option_default(option: click.Option, settings_defaults: dict[str, str]) -> 
     unset = option.default is None or type(option.default).__name__ == "Sentinel"
     if unset and isinstance(option.envvar, str) and option.envvar in settings_defaults:
         return settings_defaults[option.envvar]
+    stated = re.search(r"\[default: ([^\]]+)\]", option.help or "")
+    if unset and stated:
+        return stated[1]
     if unset or callable(option.default):
         return "none"
     return _value(option.default)
