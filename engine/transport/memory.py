@@ -1,0 +1,627 @@
+"""The Transport port in process: a MemoryBroker shared by roles running as threads of one process.
+
+It reproduces what the roles rely on from RabbitMQ (docs/protocol.md, "In-process bus"): the
+default, direct, topic and fanout exchanges; idempotent declarations (different arguments close
+the channel with PRECONDITION_FAILED, as RabbitMQ does); dead-letter exchanges with `x-death`;
+per-message expiration (at the head of the queue); `max_length` with drop-head; mandatory
+publishing; per-consumer prefetch; tags per connection, `multiple` acks, and redelivery
+(`redelivered=True`) of what a closed connection left unacked. Nothing survives the process.
+
+Every mutation happens under the broker's one lock; each connection waits on its own condition
+of that lock, so a publish wakes exactly the consumers it concerns and nobody polls.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
+from sasflow.transport.base import Delivery, Outgoing
+from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEADER
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+EXCHANGE_KINDS = ("direct", "topic", "fanout")
+MAX_SHORT_STRING = 255
+"""AMQP short strings (routing key, correlation id, reply_to) hold at most 255 bytes."""
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+"""RabbitMQ's default `max_message_size`."""
+
+
+class ChannelClosedError(BrokerUnavailableError):
+    """The broker closed the channel (like RabbitMQ's NOT_FOUND or PRECONDITION_FAILED)."""
+
+
+@dataclass
+class _Message:
+    exchange: str
+    routing_key: str
+    body: bytes
+    headers: dict[str, Any]
+    expiration_ms: int | None
+    correlation_id: str | None
+    reply_to: str | None
+    expires_at: float | None = None
+    redelivered: bool = False
+
+
+@dataclass(eq=False)
+class _Queue:
+    name: str
+    dead_letter_exchange: str | None
+    max_length: int | None
+    ready: deque[_Message] = field(default_factory=deque)
+    consumers: list[_Consumer] = field(default_factory=list)
+    turn: int = 0
+
+
+@dataclass(eq=False)
+class _Exchange:
+    name: str
+    kind: str
+    bindings: dict[tuple[str, str], None] = field(default_factory=dict)  # (queue, key), ordered
+
+
+@dataclass(eq=False)
+class _Consumer:
+    channel: _Channel
+    queue: _Queue
+    handler: Callable[[Delivery], None]
+    prefetch: int
+    unacked: int = 0
+    active: bool = True
+
+    def has_room(self) -> bool:
+        return self.prefetch <= 0 or self.unacked < self.prefetch  # 0: unlimited, as in AMQP
+
+
+@dataclass(eq=False)
+class _Unacked:
+    message: _Message
+    queue: _Queue
+    consumer: _Consumer | None
+
+
+@dataclass(eq=False)
+class _Channel:
+    """One connection of a MemoryTransport (its channel and its connection are one thing)."""
+
+    process_name: str
+    generation: int
+    wake: threading.Condition
+    open: bool = True
+    closed_because: str = ""
+    tags: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    unacked: dict[int, _Unacked] = field(default_factory=dict)  # insertion order = tag order
+    inbox: deque[tuple[_Consumer, Delivery]] = field(default_factory=deque)
+    callbacks: deque[Callable[[], None]] = field(default_factory=deque)
+    consumers: list[_Consumer] = field(default_factory=list)
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """AMQP topic matching: words split on dots, `*` is one word, `#` zero or more."""
+    return _match(tuple(pattern.split(".")), tuple(routing_key.split(".")))
+
+
+def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    if not pattern:
+        return not words
+    head, rest = pattern[0], pattern[1:]
+    if head == "#":
+        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
+    return bool(words) and head in ("*", words[0]) and _match(rest, words[1:])
+
+
+class MemoryBroker:
+    """Queues, exchanges and bindings shared by every MemoryTransport of one process.
+
+    Create one per process and hand it to whoever builds the transports; there is no global
+    instance. `disconnect_all` simulates an outage for tests of the reconnect paths.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._exchanges: dict[str, _Exchange] = {}
+        self._queues: dict[str, _Queue] = {}
+        self._channels: set[_Channel] = set()
+        self._reachable = True
+        self._expiries: list[tuple[float, int, str]] = []  # heap of (expires_at, seq, queue)
+        self._sequence = itertools.count()
+
+    # -- test hooks and introspection -------------------------------------------------------
+
+    def disconnect_all(self, *, stay_down: bool = False) -> None:
+        """Drop every connection (their unacked messages are requeued as redelivered): each
+        transport raises BrokerUnavailableError until it calls `connect()` again, which also
+        fails while `stay_down` holds (until `restore()`)."""
+        with self._lock:
+            self._reachable = not stay_down
+            for channel in list(self._channels):
+                self._close_channel(channel, "connection lost (simulated broker outage)")
+
+    def restore(self) -> None:
+        """Accept connections again after `disconnect_all(stay_down=True)`."""
+        with self._lock:
+            self._reachable = True
+
+    def depth(self, queue: str) -> int:
+        """Messages ready in `queue` (not counting unacked ones), as `rabbitmqctl list_queues`."""
+        with self._lock:
+            self._expire_due(time.monotonic())
+            return len(self._require_queue(None, queue).ready)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _open_channel(self, process_name: str, generation: int) -> _Channel:
+        with self._lock:
+            if not self._reachable:
+                raise BrokerUnavailableError("broker unavailable: in-process bus is down")
+            channel = _Channel(process_name, generation, threading.Condition(self._lock))
+            self._channels.add(channel)
+            return channel
+
+    def _close(self, channel: _Channel, reason: str) -> None:
+        with self._lock:
+            self._close_channel(channel, reason)
+
+    def _close_channel(self, channel: _Channel, reason: str) -> None:
+        """Requeue what the channel holds unacked at the head of its queues, as redelivered."""
+        if not channel.open:
+            return
+        channel.open, channel.closed_because = False, reason
+        self._channels.discard(channel)
+        for consumer in channel.consumers:
+            self._remove_consumer(consumer)
+        channel.consumers.clear()
+        held, channel.unacked = list(channel.unacked.values()), {}
+        channel.inbox.clear()
+        channel.callbacks.clear()
+        self._requeue(held)
+        channel.wake.notify_all()
+
+    def _requeue(self, held: Sequence[_Unacked]) -> None:
+        now = time.monotonic()
+        by_queue: dict[str, list[_Unacked]] = {}
+        for item in held:
+            if item.consumer is not None:
+                item.consumer.unacked -= 1
+            by_queue.setdefault(item.queue.name, []).append(item)
+        for items in by_queue.values():
+            queue = items[0].queue
+            for item in reversed(items):
+                item.message.redelivered = True
+                queue.ready.appendleft(item.message)
+                self._schedule_expiry(queue, item.message)
+            self._expire_head(queue, now)
+            self._dispatch(queue, now)
+
+    def _check(self, channel: _Channel) -> None:
+        if not channel.open:
+            raise BrokerUnavailableError(
+                f"not connected to the in-process bus: {channel.closed_because}")
+
+    def _channel_error(self, channel: _Channel, reason: str) -> ChannelClosedError:
+        """Close the channel, as RabbitMQ does on a channel error; the caller raises the result."""
+        self._close_channel(channel, reason)
+        return ChannelClosedError(f"broker unavailable: channel closed by the broker: {reason}")
+
+    # -- declarations -----------------------------------------------------------------------
+
+    def _declare_exchange(self, channel: _Channel, name: str, kind: str) -> None:
+        if kind not in EXCHANGE_KINDS:
+            raise ConfigurationError(
+                f"exchange kind {kind!r} is not supported by the in-process bus "
+                f"(supported: {', '.join(EXCHANGE_KINDS)})")
+        with self._lock:
+            self._check(channel)
+            if not name or name.startswith("amq."):
+                raise self._channel_error(
+                    channel, f"ACCESS_REFUSED - exchange name {name!r} is reserved")
+            existing = self._exchanges.get(name)
+            if existing is None:
+                self._exchanges[name] = _Exchange(name, kind)
+            elif existing.kind != kind:
+                raise self._channel_error(
+                    channel, f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
+                             f"{name!r}: received {kind!r} but current is {existing.kind!r}")
+
+    def _declare_queue(self, channel: _Channel, name: str, dead_letter_exchange: str | None,
+                       max_length: int | None) -> None:
+        if not name:
+            raise ConfigurationError("the in-process bus has no server-named queues")
+        with self._lock:
+            self._check(channel)
+            existing = self._queues.get(name)
+            if existing is None:
+                self._queues[name] = _Queue(name, dead_letter_exchange, max_length)
+                return
+            for arg, current, received in (
+                ("x-dead-letter-exchange", existing.dead_letter_exchange, dead_letter_exchange),
+                ("x-max-length", existing.max_length, max_length),
+            ):
+                if current != received:
+                    raise self._channel_error(
+                        channel, f"PRECONDITION_FAILED - inequivalent arg {arg!r} for queue "
+                                 f"{name!r}: received {received!r} but current is {current!r}")
+
+    def _bind(self, channel: _Channel, queue: str, exchange: str, routing_key: str) -> None:
+        with self._lock:
+            self._check(channel)
+            if not exchange:
+                raise self._channel_error(
+                    channel, "ACCESS_REFUSED - operation not permitted on the default exchange")
+            target = self._require_queue(channel, queue)
+            self._require_exchange(channel, exchange).bindings[(target.name, routing_key)] = None
+
+    def _require_queue(self, channel: _Channel | None, name: str) -> _Queue:
+        queue = self._queues.get(name)
+        if queue is None:
+            reason = f"NOT_FOUND - no queue {name!r}"
+            if channel is None:
+                raise ConfigurationError(reason)
+            raise self._channel_error(channel, reason)
+        return queue
+
+    def _require_exchange(self, channel: _Channel, name: str) -> _Exchange:
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            raise self._channel_error(channel, f"NOT_FOUND - no exchange {name!r}")
+        return exchange
+
+    # -- publishing and routing -------------------------------------------------------------
+
+    def _publish(self, channel: _Channel, message: Outgoing) -> None:
+        _check_sendable(message)
+        headers = copy.deepcopy(dict(message.headers)) if message.headers else {}
+        expiration = None if message.expiration_ms is None else max(message.expiration_ms, 1)
+        with self._lock:
+            self._check(channel)
+            now = time.monotonic()
+            self._expire_due(now)
+            if message.exchange:
+                targets = self._route(self._require_exchange(channel, message.exchange),
+                                      message.routing_key)
+            else:
+                queue = self._queues.get(message.routing_key)
+                targets = [] if queue is None else [queue]
+            if not targets:
+                if message.mandatory:
+                    raise PublishError(
+                        f"broker refused the message: NO_ROUTE (exchange {message.exchange!r}, "
+                        f"routing key {message.routing_key!r})")
+                return  # RabbitMQ drops an unroutable message that is not mandatory
+            for queue in targets:
+                self._enqueue(queue, _Message(
+                    message.exchange, message.routing_key, bytes(message.body),
+                    copy.deepcopy(headers), expiration, message.correlation_id,
+                    message.reply_to), now)
+
+    def _route(self, exchange: _Exchange, routing_key: str) -> list[_Queue]:
+        names: dict[str, None] = {}  # a queue bound several ways gets one copy
+        for queue, key in exchange.bindings:
+            if (exchange.kind == "fanout"
+                    or (exchange.kind == "direct" and key == routing_key)
+                    or (exchange.kind == "topic" and topic_matches(key, routing_key))):
+                names[queue] = None
+        return [self._queues[name] for name in names if name in self._queues]
+
+    def _enqueue(self, queue: _Queue, message: _Message, now: float) -> None:
+        if message.expiration_ms is not None:
+            message.expires_at = now + message.expiration_ms / 1000
+        queue.ready.append(message)
+        self._schedule_expiry(queue, message)
+        if queue.max_length is not None:
+            while len(queue.ready) > queue.max_length:
+                self._dead_letter(queue, queue.ready.popleft(), "maxlen", now)
+            self._expire_head(queue, now)
+        self._dispatch(queue, now)
+
+    # -- expiry and dead letters ------------------------------------------------------------
+
+    def _schedule_expiry(self, queue: _Queue, message: _Message) -> None:
+        if message.expires_at is not None:
+            heapq.heappush(self._expiries, (message.expires_at, next(self._sequence), queue.name))
+
+    def _expire_due(self, now: float) -> None:
+        while self._expiries and self._expiries[0][0] <= now:
+            _, _, name = heapq.heappop(self._expiries)
+            queue = self._queues.get(name)
+            if queue is not None:
+                self._expire_head(queue, now)
+
+    def _expire_head(self, queue: _Queue, now: float) -> None:
+        """Like RabbitMQ, a message expires once it reaches the head of its queue."""
+        while queue.ready and (expires_at := queue.ready[0].expires_at) is not None \
+                and expires_at <= now:
+            self._dead_letter(queue, queue.ready.popleft(), "expired", now)
+
+    def _dead_letter(self, queue: _Queue, message: _Message, reason: str, now: float) -> None:
+        """Republish to the queue's dead-letter exchange with RabbitMQ's `x-death` headers."""
+        exchange = self._exchanges.get(queue.dead_letter_exchange or "")
+        if exchange is None:
+            if queue.dead_letter_exchange is not None:
+                log.warning("dead letter from %s dropped: no exchange %r", queue.name,
+                            queue.dead_letter_exchange)
+            return
+        headers = message.headers
+        deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
+        entry = next((d for d in deaths
+                      if d.get("queue") == queue.name and d.get("reason") == reason), None)
+        if entry is not None:
+            deaths.remove(entry)
+            entry["count"] = int(entry.get("count", 0)) + 1
+        else:
+            entry = {"count": 1, "reason": reason, "queue": queue.name,
+                     "exchange": message.exchange, "routing-keys": [message.routing_key]}
+            if message.expiration_ms is not None:
+                entry["original-expiration"] = str(message.expiration_ms)
+        entry["time"] = datetime.now(UTC).replace(microsecond=0)
+        headers["x-death"] = [entry, *deaths]
+        headers.setdefault("x-first-death-reason", reason)
+        headers.setdefault("x-first-death-queue", queue.name)
+        headers.setdefault("x-first-death-exchange", message.exchange)
+        dead = replace(message, exchange=exchange.name, headers=headers, expiration_ms=None,
+                       expires_at=None, redelivered=False)
+        seen = {d.get("queue") for d in headers["x-death"]}
+        for target in self._route(exchange, message.routing_key):
+            if target.name in seen:  # RabbitMQ drops dead-letter cycles
+                log.warning("dead letter from %s not routed back to %s (cycle)", queue.name,
+                            target.name)
+                continue
+            self._enqueue(target, replace(dead, headers=copy.deepcopy(headers)), now)
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def _consume(self, channel: _Channel, queue: str, handler: Callable[[Delivery], None],
+                 prefetch: int) -> None:
+        with self._lock:
+            self._check(channel)
+            target = self._require_queue(channel, queue)
+            consumer = _Consumer(channel, target, handler, prefetch)
+            target.consumers.append(consumer)
+            channel.consumers.append(consumer)
+            self._dispatch(target, time.monotonic())
+
+    def _cancel_consumers(self, channel: _Channel) -> None:
+        """Stop delivering; deliveries not yet handed to a handler go back (redelivered)."""
+        with self._lock:
+            self._check(channel)
+            for consumer in channel.consumers:
+                self._remove_consumer(consumer)
+            channel.consumers.clear()
+            pending = [channel.unacked.pop(d.tag) for _, d in channel.inbox]
+            channel.inbox.clear()
+            self._requeue(pending)
+
+    def _remove_consumer(self, consumer: _Consumer) -> None:
+        consumer.active = False
+        consumer.queue.consumers.remove(consumer)
+
+    def _dispatch(self, queue: _Queue, now: float) -> None:
+        """Push ready messages to consumers with room, round-robin (as RabbitMQ does)."""
+        while queue.ready:
+            consumer = self._next_consumer(queue)
+            if consumer is None:
+                return
+            self._expire_head(queue, now)
+            if not queue.ready:
+                return
+            channel = consumer.channel
+            delivery = self._hand_out(channel, queue, queue.ready.popleft(), consumer)
+            channel.inbox.append((consumer, delivery))
+            channel.wake.notify()
+        self._expire_head(queue, now)
+
+    def _next_consumer(self, queue: _Queue) -> _Consumer | None:
+        count = len(queue.consumers)
+        for offset in range(count):
+            consumer = queue.consumers[(queue.turn + offset) % count]
+            if consumer.has_room():
+                queue.turn = (queue.turn + offset + 1) % count
+                return consumer
+        return None
+
+    def _hand_out(self, channel: _Channel, queue: _Queue, message: _Message,
+                  consumer: _Consumer | None) -> Delivery:
+        tag = next(channel.tags)
+        channel.unacked[tag] = _Unacked(message, queue, consumer)
+        if consumer is not None:
+            consumer.unacked += 1
+        return Delivery(
+            tag=tag, body=message.body, queue=queue.name, generation=channel.generation,
+            redelivered=message.redelivered, headers=copy.deepcopy(message.headers),
+            correlation_id=message.correlation_id, reply_to=message.reply_to, content_type=JSON,
+        )
+
+    def _get(self, channel: _Channel, queue: str) -> Delivery | None:
+        with self._lock:
+            self._check(channel)
+            now = time.monotonic()
+            self._expire_due(now)
+            target = self._require_queue(channel, queue)
+            self._expire_head(target, now)
+            if not target.ready:
+                return None
+            delivery = self._hand_out(channel, target, target.ready.popleft(), None)
+            self._expire_head(target, now)
+            return delivery
+
+    def _ack(self, channel: _Channel, tag: int, multiple: bool) -> None:
+        with self._lock:
+            self._check(channel)
+            if multiple and tag == 0:
+                tags = list(channel.unacked)
+            elif tag not in channel.unacked:
+                raise self._channel_error(channel,
+                                          f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+            else:
+                tags = [t for t in channel.unacked if t <= tag] if multiple else [tag]
+            freed: dict[str, _Queue] = {}
+            for done in tags:
+                item = channel.unacked.pop(done)
+                if item.consumer is not None:
+                    item.consumer.unacked -= 1
+                    if item.consumer.active:
+                        freed[item.queue.name] = item.queue
+            now = time.monotonic()
+            for queue in freed.values():
+                self._dispatch(queue, now)
+
+    # -- the owner thread's loop ------------------------------------------------------------
+
+    def _call_threadsafe(self, channel: _Channel, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._check(channel)
+            channel.callbacks.append(callback)
+            channel.wake.notify()
+
+    def _wait(self, channel: _Channel, deadline: float) -> int:
+        """Wait until the channel has work or `deadline`; how many items are pending."""
+        with self._lock:
+            while True:
+                self._check(channel)
+                now = time.monotonic()
+                self._expire_due(now)
+                pending = len(channel.callbacks) + len(channel.inbox)
+                if pending or now >= deadline:
+                    return pending
+                until = deadline
+                if self._expiries:  # wake to expire messages even if nobody else calls us
+                    until = min(until, self._expiries[0][0])
+                channel.wake.wait(until - now)
+
+    def _next_work(self, channel: _Channel) -> Callable[[], None] | None:
+        with self._lock:
+            self._check(channel)
+            if channel.callbacks:
+                return channel.callbacks.popleft()
+            if channel.inbox:
+                consumer, delivery = channel.inbox.popleft()
+                return partial(consumer.handler, delivery)
+            return None
+
+
+def _check_sendable(message: Outgoing) -> None:
+    for name, value in (("exchange", message.exchange), ("routing key", message.routing_key),
+                        ("correlation_id", message.correlation_id),
+                        ("reply_to", message.reply_to)):
+        if value is not None and len(value.encode()) > MAX_SHORT_STRING:
+            raise PublishError(f"message not sendable: {name} longer than "
+                               f"{MAX_SHORT_STRING} bytes")
+    if len(message.body) > MAX_MESSAGE_BYTES:
+        raise PublishError(f"broker refused the message: body larger than {MAX_MESSAGE_BYTES} "
+                           f"bytes (max_message_size)")
+
+
+class MemoryTransport:
+    """The Transport port on a MemoryBroker; owned by one thread, like RabbitMQTransport."""
+
+    def __init__(self, broker: MemoryBroker, *, process_name: str) -> None:
+        self._broker = broker
+        self._process_name = process_name
+        self._channel: _Channel | None = None
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def _chan(self) -> _Channel:
+        channel = self._channel  # read once: call_threadsafe runs on other threads
+        if channel is None:
+            raise BrokerUnavailableError("not connected to the in-process bus")
+        return channel
+
+    def connect(self) -> None:
+        self.close()
+        self._channel = self._broker._open_channel(self._process_name, self._generation + 1)
+        self._generation += 1
+        log.info("connected to the in-process bus (generation %d)", self._generation)
+
+    def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            self._broker._close(channel, "closed by the client")
+
+    def declare_exchange(self, name: str, kind: str) -> None:
+        self._broker._declare_exchange(self._chan(), name, kind)
+
+    def declare_queue(self, name: str, *, dead_letter_exchange: str | None,
+                      max_length: int | None = None) -> None:
+        self._broker._declare_queue(self._chan(), name, dead_letter_exchange, max_length)
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
+        self._broker._bind(self._chan(), queue, exchange, routing_key)
+
+    def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
+        self._broker._consume(self._chan(), queue, handler, prefetch)
+
+    def cancel_consumers(self) -> None:
+        if self._channel is not None and self._channel.open:
+            self._broker._cancel_consumers(self._channel)
+
+    def get(self, queue: str) -> Delivery | None:
+        return self._broker._get(self._chan(), queue)
+
+    def publish(self, message: Outgoing) -> None:
+        self._broker._publish(self._chan(), message)
+
+    def publish_many(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        results: list[Exception | None] = []
+        for message in messages:
+            try:
+                self.publish(message)
+            except PublishError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
+
+    def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
+        if delivery.generation != self._generation:
+            return False
+        self._broker._ack(self._chan(), delivery.tag, multiple)
+        return True
+
+    def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
+        headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
+        headers[REASON_HEADER] = reason[:4000]
+        headers[SOURCE_HEADER] = delivery.queue
+        headers[PROCESS_HEADER] = self._process_name
+        self.publish(
+            Outgoing(
+                exchange=dead_letter_exchange,
+                routing_key=delivery.queue,
+                body=delivery.body,
+                headers=headers,
+                correlation_id=delivery.correlation_id,
+                reply_to=delivery.reply_to,
+            )
+        )
+        log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
+        self.ack(delivery)
+
+    def process(self, time_limit: float) -> None:
+        channel = self._chan()
+        pending = self._broker._wait(channel, time.monotonic() + max(0.0, time_limit))
+        # Only what was pending when woken, so a steady stream cannot keep us here forever.
+        for _ in range(pending):
+            work = self._broker._next_work(channel)
+            if work is None:
+                return
+            work()
+
+    def call_threadsafe(self, callback: Callable[[], None]) -> None:
+        self._broker._call_threadsafe(self._chan(), callback)
