@@ -161,3 +161,37 @@ def dispatched(broker: MemoryBroker, queue: str) -> bool:
         return broker.depth(queue) == 1
     except ConfigurationError:  # not declared yet: the scheduler declares it before dispatching
         return False
+
+
+def test_roles_reconnect_after_a_bus_outage_and_finish_the_work(
+    engine: Engine, database_url: str, names: Names, broker: MemoryBroker,
+    app: MemoryTransport,
+) -> None:
+    """`disconnect_all` drops every connection mid-run (unacked messages go back to their
+    queues); the roles reconnect on their own and every run still completes."""
+    def transport(role: str) -> MemoryTransport:
+        return MemoryTransport(broker, process_name=f"sasflow-{role}")
+
+    roles = (
+        Submitter(engine, transport("submitter"), basic.registry, names),
+        Scheduler(engine, transport("scheduler"), basic.registry, names,
+                  database_url=database_url, options=SchedulerOptions(rescan_interval=0.2)),
+        AgentWorker(basic.echo, transport("agent-echo"), names, concurrency=2),
+    )
+    total = 20
+    app.publish_many([
+        Outgoing("", names.submit, Submission(workflow="pipeline", input={"text": f"t{i}"},
+                                              key=f"k{i}").encode(), mandatory=True)
+        for i in range(total)])
+    with harness.running(*roles):
+        harness.wait_for(lambda: "completed" in harness.run_states(engine).values(),
+                         what="a first run completes")
+        broker.disconnect_all(stay_down=True)
+        finished = list(harness.run_states(engine).values()).count("completed")
+        time.sleep(0.3)  # the roles fail to reconnect for a while
+        broker.restore()
+        harness.wait_for(harness.all_runs_in(engine, {"completed"}, total),
+                         what="every run completes after the outage")
+    assert finished < total, "the outage came too late to interrupt anything"
+    app.connect()  # the outage dropped the application's connection too
+    assert app.get(names.dead_letter_queue) is None
