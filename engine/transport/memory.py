@@ -55,6 +55,7 @@ class _Message:
     reply_to: str | None
     expires_at: float | None = None
     redelivered: bool = False
+    queued: bool = False  # in a queue's ready list; an expiry entry of one that is not is stale
 
 
 @dataclass(eq=False)
@@ -137,7 +138,7 @@ class MemoryBroker:
         self._queues: dict[str, _Queue] = {}
         self._channels: set[_Channel] = set()
         self._reachable = True
-        self._expiries: list[tuple[float, int, str]] = []  # heap of (expires_at, seq, queue)
+        self._expiries: list[tuple[float, int, _Queue, _Message]] = []  # heap by expiry time
         self._sequence = itertools.count()
 
     # -- test hooks and introspection -------------------------------------------------------
@@ -202,6 +203,7 @@ class MemoryBroker:
             queue = items[0].queue
             for item in reversed(items):
                 item.message.redelivered = True
+                item.message.queued = True
                 queue.ready.appendleft(item.message)
                 self._schedule_expiry(queue, item.message)
             self._expire_head(queue, now)
@@ -320,6 +322,7 @@ class MemoryBroker:
     def _enqueue(self, queue: _Queue, message: _Message, now: float) -> None:
         if message.expiration_ms is not None:
             message.expires_at = now + message.expiration_ms / 1000
+        message.queued = True
         queue.ready.append(message)
         self._schedule_expiry(queue, message)
         if queue.max_length is not None:
@@ -332,14 +335,20 @@ class MemoryBroker:
 
     def _schedule_expiry(self, queue: _Queue, message: _Message) -> None:
         if message.expires_at is not None:
-            heapq.heappush(self._expiries, (message.expires_at, next(self._sequence), queue.name))
+            heapq.heappush(self._expiries,
+                           (message.expires_at, next(self._sequence), queue, message))
+
+    def _next_expiry(self) -> float | None:
+        """When the next message still queued expires (entries of consumed ones are dropped, so
+        waiting threads do not wake for them)."""
+        while self._expiries and not self._expiries[0][3].queued:
+            heapq.heappop(self._expiries)
+        return self._expiries[0][0] if self._expiries else None
 
     def _expire_due(self, now: float) -> None:
-        while self._expiries and self._expiries[0][0] <= now:
-            _, _, name = heapq.heappop(self._expiries)
-            queue = self._queues.get(name)
-            if queue is not None:
-                self._expire_head(queue, now)
+        while (due := self._next_expiry()) is not None and due <= now:
+            _, _, queue, _ = heapq.heappop(self._expiries)
+            self._expire_head(queue, now)
 
     def _expire_head(self, queue: _Queue, now: float) -> None:
         """Like RabbitMQ, a message expires once it reaches the head of its queue."""
@@ -349,6 +358,7 @@ class MemoryBroker:
 
     def _dead_letter(self, queue: _Queue, message: _Message, reason: str, now: float) -> None:
         """Republish to the queue's dead-letter exchange with RabbitMQ's `x-death` headers."""
+        message.queued = False
         exchange = self._exchanges.get(queue.dead_letter_exchange or "")
         if exchange is None:
             if queue.dead_letter_exchange is not None:
@@ -373,7 +383,7 @@ class MemoryBroker:
         headers.setdefault("x-first-death-queue", queue.name)
         headers.setdefault("x-first-death-exchange", message.exchange)
         dead = replace(message, exchange=exchange.name, headers=headers, expiration_ms=None,
-                       expires_at=None, redelivered=False)
+                       expires_at=None, redelivered=False, queued=False)
         seen = {d.get("queue") for d in headers["x-death"]}
         for target in self._route(exchange, message.routing_key):
             if target.name in seen:  # RabbitMQ drops dead-letter cycles
@@ -435,6 +445,7 @@ class MemoryBroker:
 
     def _hand_out(self, channel: _Channel, queue: _Queue, message: _Message,
                   consumer: _Consumer | None) -> Delivery:
+        message.queued = False
         tag = next(channel.tags)
         channel.unacked[tag] = _Unacked(message, queue, consumer)
         if consumer is not None:
@@ -497,9 +508,9 @@ class MemoryBroker:
                 pending = len(channel.callbacks) + len(channel.inbox)
                 if pending or now >= deadline:
                     return pending
-                until = deadline
-                if self._expiries:  # wake to expire messages even if nobody else calls us
-                    until = min(until, self._expiries[0][0])
+                # Wake to expire messages even if nobody else calls the broker.
+                expiry = self._next_expiry()
+                until = deadline if expiry is None else min(deadline, expiry)
                 channel.wake.wait(until - now)
 
     def _next_work(self, channel: _Channel) -> Callable[[], None] | None:
