@@ -19,110 +19,32 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
 from sasflow.transport.base import Delivery, Outgoing
+from sasflow.transport.memory_model import (
+    EXCHANGE_KINDS,
+    JSON,
+    Channel,
+    Consumer,
+    Exchange,
+    Message,
+    Queue,
+    Unacked,
+    check_sendable,
+    record_death,
+    topic_matches,
+)
 from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEADER
 
 log = logging.getLogger(__name__)
 
-JSON = "application/json"
-EXCHANGE_KINDS = ("direct", "topic", "fanout")
-MAX_SHORT_STRING = 255
-"""AMQP short strings (routing key, correlation id, reply_to) hold at most 255 bytes."""
-MAX_MESSAGE_BYTES = 128 * 1024 * 1024
-"""RabbitMQ's default `max_message_size`."""
-
 
 class ChannelClosedError(BrokerUnavailableError):
     """The broker closed the channel (like RabbitMQ's NOT_FOUND or PRECONDITION_FAILED)."""
-
-
-@dataclass
-class _Message:
-    exchange: str
-    routing_key: str
-    body: bytes
-    headers: dict[str, Any]
-    expiration_ms: int | None
-    correlation_id: str | None
-    reply_to: str | None
-    expires_at: float | None = None
-    redelivered: bool = False
-    queued: bool = False  # in a queue's ready list; an expiry entry of one that is not is stale
-
-
-@dataclass(eq=False)
-class _Queue:
-    name: str
-    dead_letter_exchange: str | None
-    max_length: int | None
-    ready: deque[_Message] = field(default_factory=deque)
-    consumers: list[_Consumer] = field(default_factory=list)
-    turn: int = 0
-
-
-@dataclass(eq=False)
-class _Exchange:
-    name: str
-    kind: str
-    bindings: dict[tuple[str, str], None] = field(default_factory=dict)  # (queue, key), ordered
-
-
-@dataclass(eq=False)
-class _Consumer:
-    channel: _Channel
-    queue: _Queue
-    handler: Callable[[Delivery], None]
-    prefetch: int
-    unacked: int = 0
-    active: bool = True
-
-    def has_room(self) -> bool:
-        return self.prefetch <= 0 or self.unacked < self.prefetch  # 0: unlimited, as in AMQP
-
-
-@dataclass(eq=False)
-class _Unacked:
-    message: _Message
-    queue: _Queue
-    consumer: _Consumer | None
-
-
-@dataclass(eq=False)
-class _Channel:
-    """One connection of a MemoryTransport (its channel and its connection are one thing)."""
-
-    process_name: str
-    generation: int
-    wake: threading.Condition
-    open: bool = True
-    closed_because: str = ""
-    tags: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-    unacked: dict[int, _Unacked] = field(default_factory=dict)  # insertion order = tag order
-    inbox: deque[tuple[_Consumer, Delivery]] = field(default_factory=deque)
-    callbacks: deque[Callable[[], None]] = field(default_factory=deque)
-    consumers: list[_Consumer] = field(default_factory=list)
-
-
-def topic_matches(pattern: str, routing_key: str) -> bool:
-    """AMQP topic matching: words split on dots, `*` is one word, `#` zero or more."""
-    return _match(tuple(pattern.split(".")), tuple(routing_key.split(".")))
-
-
-def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
-    if not pattern:
-        return not words
-    head, rest = pattern[0], pattern[1:]
-    if head == "#":
-        return any(_match(rest, words[i:]) for i in range(len(words) + 1))
-    return bool(words) and head in ("*", words[0]) and _match(rest, words[1:])
 
 
 class MemoryBroker:
@@ -134,11 +56,11 @@ class MemoryBroker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._exchanges: dict[str, _Exchange] = {}
-        self._queues: dict[str, _Queue] = {}
-        self._channels: set[_Channel] = set()
+        self._exchanges: dict[str, Exchange] = {}
+        self._queues: dict[str, Queue] = {}
+        self._channels: set[Channel] = set()
         self._reachable = True
-        self._expiries: list[tuple[float, int, _Queue, _Message]] = []  # heap by expiry time
+        self._expiries: list[tuple[float, int, Queue, Message]] = []  # heap by expiry time
         self._sequence = itertools.count()
 
     # -- test hooks and introspection -------------------------------------------------------
@@ -165,19 +87,19 @@ class MemoryBroker:
 
     # -- connections ------------------------------------------------------------------------
 
-    def _open_channel(self, process_name: str, generation: int) -> _Channel:
+    def _open_channel(self, process_name: str, generation: int) -> Channel:
         with self._lock:
             if not self._reachable:
                 raise BrokerUnavailableError("broker unavailable: in-process bus is down")
-            channel = _Channel(process_name, generation, threading.Condition(self._lock))
+            channel = Channel(process_name, generation, threading.Condition(self._lock))
             self._channels.add(channel)
             return channel
 
-    def _close(self, channel: _Channel, reason: str) -> None:
+    def _close(self, channel: Channel, reason: str) -> None:
         with self._lock:
             self._close_channel(channel, reason)
 
-    def _close_channel(self, channel: _Channel, reason: str) -> None:
+    def _close_channel(self, channel: Channel, reason: str) -> None:
         """Requeue what the channel holds unacked at the head of its queues, as redelivered."""
         if not channel.open:
             return
@@ -192,9 +114,9 @@ class MemoryBroker:
         self._requeue(held)
         channel.wake.notify_all()
 
-    def _requeue(self, held: Sequence[_Unacked]) -> None:
+    def _requeue(self, held: Sequence[Unacked]) -> None:
         now = time.monotonic()
-        by_queue: dict[str, list[_Unacked]] = {}
+        by_queue: dict[str, list[Unacked]] = {}
         for item in held:
             if item.consumer is not None:
                 item.consumer.unacked -= 1
@@ -209,19 +131,19 @@ class MemoryBroker:
             self._expire_head(queue, now)
             self._dispatch(queue, now)
 
-    def _check(self, channel: _Channel) -> None:
+    def _check(self, channel: Channel) -> None:
         if not channel.open:
             raise BrokerUnavailableError(
                 f"not connected to the in-process bus: {channel.closed_because}")
 
-    def _channel_error(self, channel: _Channel, reason: str) -> ChannelClosedError:
+    def _channel_error(self, channel: Channel, reason: str) -> ChannelClosedError:
         """Close the channel, as RabbitMQ does on a channel error; the caller raises the result."""
         self._close_channel(channel, reason)
         return ChannelClosedError(f"broker unavailable: channel closed by the broker: {reason}")
 
     # -- declarations -----------------------------------------------------------------------
 
-    def _declare_exchange(self, channel: _Channel, name: str, kind: str) -> None:
+    def _declare_exchange(self, channel: Channel, name: str, kind: str) -> None:
         if kind not in EXCHANGE_KINDS:
             raise ConfigurationError(
                 f"exchange kind {kind!r} is not supported by the in-process bus "
@@ -233,13 +155,13 @@ class MemoryBroker:
                     channel, f"ACCESS_REFUSED - exchange name {name!r} is reserved")
             existing = self._exchanges.get(name)
             if existing is None:
-                self._exchanges[name] = _Exchange(name, kind)
+                self._exchanges[name] = Exchange(name, kind)
             elif existing.kind != kind:
                 raise self._channel_error(
                     channel, f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
                              f"{name!r}: received {kind!r} but current is {existing.kind!r}")
 
-    def _declare_queue(self, channel: _Channel, name: str, dead_letter_exchange: str | None,
+    def _declare_queue(self, channel: Channel, name: str, dead_letter_exchange: str | None,
                        max_length: int | None) -> None:
         if not name:
             raise ConfigurationError("the in-process bus has no server-named queues")
@@ -247,7 +169,7 @@ class MemoryBroker:
             self._check(channel)
             existing = self._queues.get(name)
             if existing is None:
-                self._queues[name] = _Queue(name, dead_letter_exchange, max_length)
+                self._queues[name] = Queue(name, dead_letter_exchange, max_length)
                 return
             for arg, current, received in (
                 ("x-dead-letter-exchange", existing.dead_letter_exchange, dead_letter_exchange),
@@ -258,7 +180,7 @@ class MemoryBroker:
                         channel, f"PRECONDITION_FAILED - inequivalent arg {arg!r} for queue "
                                  f"{name!r}: received {received!r} but current is {current!r}")
 
-    def _bind(self, channel: _Channel, queue: str, exchange: str, routing_key: str) -> None:
+    def _bind(self, channel: Channel, queue: str, exchange: str, routing_key: str) -> None:
         with self._lock:
             self._check(channel)
             if not exchange:
@@ -267,7 +189,7 @@ class MemoryBroker:
             target = self._require_queue(channel, queue)
             self._require_exchange(channel, exchange).bindings[(target.name, routing_key)] = None
 
-    def _require_queue(self, channel: _Channel | None, name: str) -> _Queue:
+    def _require_queue(self, channel: Channel | None, name: str) -> Queue:
         queue = self._queues.get(name)
         if queue is None:
             reason = f"NOT_FOUND - no queue {name!r}"
@@ -276,7 +198,7 @@ class MemoryBroker:
             raise self._channel_error(channel, reason)
         return queue
 
-    def _require_exchange(self, channel: _Channel, name: str) -> _Exchange:
+    def _require_exchange(self, channel: Channel, name: str) -> Exchange:
         exchange = self._exchanges.get(name)
         if exchange is None:
             raise self._channel_error(channel, f"NOT_FOUND - no exchange {name!r}")
@@ -284,8 +206,8 @@ class MemoryBroker:
 
     # -- publishing and routing -------------------------------------------------------------
 
-    def _publish(self, channel: _Channel, message: Outgoing) -> None:
-        _check_sendable(message)
+    def _publish(self, channel: Channel, message: Outgoing) -> None:
+        check_sendable(message)
         headers = copy.deepcopy(dict(message.headers)) if message.headers else {}
         expiration = None if message.expiration_ms is None else max(message.expiration_ms, 1)
         with self._lock:
@@ -305,12 +227,12 @@ class MemoryBroker:
                         f"routing key {message.routing_key!r})")
                 return  # RabbitMQ drops an unroutable message that is not mandatory
             for queue in targets:
-                self._enqueue(queue, _Message(
+                self._enqueue(queue, Message(
                     message.exchange, message.routing_key, bytes(message.body),
                     copy.deepcopy(headers), expiration, message.correlation_id,
                     message.reply_to), now)
 
-    def _route(self, exchange: _Exchange, routing_key: str) -> list[_Queue]:
+    def _route(self, exchange: Exchange, routing_key: str) -> list[Queue]:
         names: dict[str, None] = {}  # a queue bound several ways gets one copy
         for queue, key in exchange.bindings:
             if (exchange.kind == "fanout"
@@ -319,7 +241,7 @@ class MemoryBroker:
                 names[queue] = None
         return [self._queues[name] for name in names if name in self._queues]
 
-    def _enqueue(self, queue: _Queue, message: _Message, now: float) -> None:
+    def _enqueue(self, queue: Queue, message: Message, now: float) -> None:
         if message.expiration_ms is not None:
             message.expires_at = now + message.expiration_ms / 1000
         message.queued = True
@@ -333,7 +255,7 @@ class MemoryBroker:
 
     # -- expiry and dead letters ------------------------------------------------------------
 
-    def _schedule_expiry(self, queue: _Queue, message: _Message) -> None:
+    def _schedule_expiry(self, queue: Queue, message: Message) -> None:
         if message.expires_at is not None:
             heapq.heappush(self._expiries,
                            (message.expires_at, next(self._sequence), queue, message))
@@ -350,13 +272,13 @@ class MemoryBroker:
             _, _, queue, _ = heapq.heappop(self._expiries)
             self._expire_head(queue, now)
 
-    def _expire_head(self, queue: _Queue, now: float) -> None:
+    def _expire_head(self, queue: Queue, now: float) -> None:
         """Like RabbitMQ, a message expires once it reaches the head of its queue."""
         while queue.ready and (expires_at := queue.ready[0].expires_at) is not None \
                 and expires_at <= now:
             self._dead_letter(queue, queue.ready.popleft(), "expired", now)
 
-    def _dead_letter(self, queue: _Queue, message: _Message, reason: str, now: float) -> None:
+    def _dead_letter(self, queue: Queue, message: Message, reason: str, now: float) -> None:
         """Republish to the queue's dead-letter exchange with RabbitMQ's `x-death` headers."""
         message.queued = False
         exchange = self._exchanges.get(queue.dead_letter_exchange or "")
@@ -365,23 +287,7 @@ class MemoryBroker:
                 log.warning("dead letter from %s dropped: no exchange %r", queue.name,
                             queue.dead_letter_exchange)
             return
-        headers = message.headers
-        deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
-        entry = next((d for d in deaths
-                      if d.get("queue") == queue.name and d.get("reason") == reason), None)
-        if entry is not None:
-            deaths.remove(entry)
-            entry["count"] = int(entry.get("count", 0)) + 1
-        else:
-            entry = {"count": 1, "reason": reason, "queue": queue.name,
-                     "exchange": message.exchange, "routing-keys": [message.routing_key]}
-            if message.expiration_ms is not None:
-                entry["original-expiration"] = str(message.expiration_ms)
-        entry["time"] = datetime.now(UTC).replace(microsecond=0)
-        headers["x-death"] = [entry, *deaths]
-        headers.setdefault("x-first-death-reason", reason)
-        headers.setdefault("x-first-death-queue", queue.name)
-        headers.setdefault("x-first-death-exchange", message.exchange)
+        headers = record_death(message, queue.name, reason)
         dead = replace(message, exchange=exchange.name, headers=headers, expiration_ms=None,
                        expires_at=None, redelivered=False, queued=False)
         seen = {d.get("queue") for d in headers["x-death"]}
@@ -394,17 +300,17 @@ class MemoryBroker:
 
     # -- consuming --------------------------------------------------------------------------
 
-    def _consume(self, channel: _Channel, queue: str, handler: Callable[[Delivery], None],
+    def _consume(self, channel: Channel, queue: str, handler: Callable[[Delivery], None],
                  prefetch: int) -> None:
         with self._lock:
             self._check(channel)
             target = self._require_queue(channel, queue)
-            consumer = _Consumer(channel, target, handler, prefetch)
+            consumer = Consumer(channel, target, handler, prefetch)
             target.consumers.append(consumer)
             channel.consumers.append(consumer)
             self._dispatch(target, time.monotonic())
 
-    def _cancel_consumers(self, channel: _Channel) -> None:
+    def _cancel_consumers(self, channel: Channel) -> None:
         """Stop delivering; deliveries not yet handed to a handler go back (redelivered)."""
         with self._lock:
             self._check(channel)
@@ -415,11 +321,11 @@ class MemoryBroker:
             channel.inbox.clear()
             self._requeue(pending)
 
-    def _remove_consumer(self, consumer: _Consumer) -> None:
+    def _remove_consumer(self, consumer: Consumer) -> None:
         consumer.active = False
         consumer.queue.consumers.remove(consumer)
 
-    def _dispatch(self, queue: _Queue, now: float) -> None:
+    def _dispatch(self, queue: Queue, now: float) -> None:
         """Push ready messages to consumers with room, round-robin (as RabbitMQ does)."""
         while queue.ready:
             consumer = self._next_consumer(queue)
@@ -434,7 +340,7 @@ class MemoryBroker:
             channel.wake.notify()
         self._expire_head(queue, now)
 
-    def _next_consumer(self, queue: _Queue) -> _Consumer | None:
+    def _next_consumer(self, queue: Queue) -> Consumer | None:
         count = len(queue.consumers)
         for offset in range(count):
             consumer = queue.consumers[(queue.turn + offset) % count]
@@ -443,11 +349,11 @@ class MemoryBroker:
                 return consumer
         return None
 
-    def _hand_out(self, channel: _Channel, queue: _Queue, message: _Message,
-                  consumer: _Consumer | None) -> Delivery:
+    def _hand_out(self, channel: Channel, queue: Queue, message: Message,
+                  consumer: Consumer | None) -> Delivery:
         message.queued = False
         tag = next(channel.tags)
-        channel.unacked[tag] = _Unacked(message, queue, consumer)
+        channel.unacked[tag] = Unacked(message, queue, consumer)
         if consumer is not None:
             consumer.unacked += 1
         return Delivery(
@@ -456,7 +362,7 @@ class MemoryBroker:
             correlation_id=message.correlation_id, reply_to=message.reply_to, content_type=JSON,
         )
 
-    def _get(self, channel: _Channel, queue: str) -> Delivery | None:
+    def _get(self, channel: Channel, queue: str) -> Delivery | None:
         with self._lock:
             self._check(channel)
             now = time.monotonic()
@@ -469,7 +375,7 @@ class MemoryBroker:
             self._expire_head(target, now)
             return delivery
 
-    def _ack(self, channel: _Channel, tag: int, multiple: bool) -> None:
+    def _ack(self, channel: Channel, tag: int, multiple: bool) -> None:
         with self._lock:
             self._check(channel)
             if multiple and tag == 0:
@@ -479,7 +385,7 @@ class MemoryBroker:
                                           f"PRECONDITION_FAILED - unknown delivery tag {tag}")
             else:
                 tags = [t for t in channel.unacked if t <= tag] if multiple else [tag]
-            freed: dict[str, _Queue] = {}
+            freed: dict[str, Queue] = {}
             for done in tags:
                 item = channel.unacked.pop(done)
                 if item.consumer is not None:
@@ -492,13 +398,13 @@ class MemoryBroker:
 
     # -- the owner thread's loop ------------------------------------------------------------
 
-    def _call_threadsafe(self, channel: _Channel, callback: Callable[[], None]) -> None:
+    def _call_threadsafe(self, channel: Channel, callback: Callable[[], None]) -> None:
         with self._lock:
             self._check(channel)
             channel.callbacks.append(callback)
             channel.wake.notify()
 
-    def _wait(self, channel: _Channel, deadline: float) -> int:
+    def _wait(self, channel: Channel, deadline: float) -> int:
         """Wait until the channel has work or `deadline`; how many items are pending."""
         with self._lock:
             while True:
@@ -513,7 +419,7 @@ class MemoryBroker:
                 until = deadline if expiry is None else min(deadline, expiry)
                 channel.wake.wait(until - now)
 
-    def _next_work(self, channel: _Channel) -> Callable[[], None] | None:
+    def _next_work(self, channel: Channel) -> Callable[[], None] | None:
         with self._lock:
             self._check(channel)
             if channel.callbacks:
@@ -524,32 +430,20 @@ class MemoryBroker:
             return None
 
 
-def _check_sendable(message: Outgoing) -> None:
-    for name, value in (("exchange", message.exchange), ("routing key", message.routing_key),
-                        ("correlation_id", message.correlation_id),
-                        ("reply_to", message.reply_to)):
-        if value is not None and len(value.encode()) > MAX_SHORT_STRING:
-            raise PublishError(f"message not sendable: {name} longer than "
-                               f"{MAX_SHORT_STRING} bytes")
-    if len(message.body) > MAX_MESSAGE_BYTES:
-        raise PublishError(f"broker refused the message: body larger than {MAX_MESSAGE_BYTES} "
-                           f"bytes (max_message_size)")
-
-
 class MemoryTransport:
     """The Transport port on a MemoryBroker; owned by one thread, like RabbitMQTransport."""
 
     def __init__(self, broker: MemoryBroker, *, process_name: str) -> None:
         self._broker = broker
         self._process_name = process_name
-        self._channel: _Channel | None = None
+        self._channel: Channel | None = None
         self._generation = 0
 
     @property
     def generation(self) -> int:
         return self._generation
 
-    def _chan(self) -> _Channel:
+    def _chan(self) -> Channel:
         channel = self._channel  # read once: call_threadsafe runs on other threads
         if channel is None:
             raise BrokerUnavailableError("not connected to the in-process bus")

@@ -178,9 +178,9 @@ def test_roles_reconnect_after_a_bus_outage_and_finish_the_work(
                   database_url=database_url, options=SchedulerOptions(rescan_interval=0.2)),
         AgentWorker(basic.echo, transport("agent-echo"), names, concurrency=2),
     )
-    total = 20
+    total = 20  # two steps of 0.1 s each on two agent threads: about 2 s of work
     app.publish_many([
-        Outgoing("", names.submit, Submission(workflow="pipeline", input={"text": f"t{i}"},
+        Outgoing("", names.submit, Submission(workflow="sleepy", input={"delay": 0.1},
                                               key=f"k{i}").encode(), mandatory=True)
         for i in range(total)])
     with harness.running(*roles):
