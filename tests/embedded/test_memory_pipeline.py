@@ -1,5 +1,6 @@
-"""The real roles as threads over one MemoryBroker, with the real PostgreSQL store: the mixed pair
-of the embedded default's in-process bus and the production state store."""
+"""The real roles as threads over one MemoryBroker, with the real PostgreSQL store (the mixed
+pair: the embedded default's in-process bus and the production state store) and, for the
+pipeline, with SQLite too (the whole embedded default)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ def broker() -> MemoryBroker:
     return MemoryBroker()
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def store(request: pytest.FixtureRequest) -> tuple[Engine, str]:
+    """The state store's engine and URL: PostgreSQL (the mixed pair) or SQLite (the whole
+    embedded default)."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("engine"), request.getfixturevalue("database_url")
+    return request.getfixturevalue("sqlite_engine"), request.getfixturevalue("sqlite_url")
+
+
 def collect(transport: MemoryTransport, queue: str, *, until: str,
             timeout: float = 20.0) -> list[Delivery]:
     """Take (and ack) `queue`'s messages until one has the routing-key-like `until` state."""
@@ -69,11 +79,11 @@ def collect(transport: MemoryTransport, queue: str, *, until: str,
 
 
 def test_submitted_pipeline_completes_over_the_in_process_bus(
-    engine: Engine, database_url: str, names: Names, broker: MemoryBroker,
-    app: MemoryTransport,
+    store: tuple[Engine, str], names: Names, broker: MemoryBroker, app: MemoryTransport,
 ) -> None:
     """Submitter, scheduler, agent and supervisor threads on one MemoryBroker run a submission
     to completion, and the application sees the status notifications on its bound queue."""
+    engine, database_url = store
     status = f"{names.namespace}.app-status"
     app.declare_queue(status, dead_letter_exchange=None)
     app.bind_queue(status, names.status, "pipeline.run.*")
