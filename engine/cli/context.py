@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine
 
 from sasflow.appload import load_registry
 from sasflow.errors import ConfigurationError, SasflowError
+from sasflow.redact import redact_url
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
@@ -38,6 +39,7 @@ class CliContext:
     in_process: bool = False
     _registry: Registry | None = field(default=None, init=False)
     _broker: MemoryBroker | None = field(default=None, init=False)
+    _broker_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def names(self) -> Names:
@@ -75,12 +77,13 @@ class CliContext:
         if is_in_process(url):
             if not self.in_process:
                 raise click.UsageError(
-                    f"the broker URL {url!r} is the in-process bus, which only connects roles "
-                    "running inside one process: pass --broker-url amqp://... (or set "
-                    "SASFLOW_BROKER_URL) to reach RabbitMQ, or run `sasflow demo`")
-            if self._broker is None:
-                self._broker = MemoryBroker()
-            broker = self._broker
+                    f"the broker URL {redact_url(url)!r} is the in-process bus, which only "
+                    "connects roles running inside one process: pass --broker-url amqp://... "
+                    "(or set SASFLOW_BROKER_URL) to reach RabbitMQ, or run `sasflow demo`")
+            with self._broker_lock:  # role threads (e.g. the alert sink's) may ask at once
+                if self._broker is None:
+                    self._broker = MemoryBroker()
+                broker = self._broker
         try:
             return make_transport(url, process_name=f"sasflow-{role}", broker=broker)
         except ConfigurationError as exc:
