@@ -249,8 +249,9 @@ def test_status_topic_bindings_route_by_workflow_entity_and_state(bus: Bus) -> N
         transport.publish(Outgoing(names.status, key, key.encode(),
                                    headers={"run_id": 7, "key": "A-1"}))
 
-    received = {queue: [d.body.decode() for d in take_all(transport, bus.name(queue))]
-                for queue in bindings}
+    taken = {queue: take_all(transport, bus.name(queue)) for queue in bindings}
+    received = {queue: [d.body.decode() for d in deliveries] for queue, deliveries in taken.items()}
+    assert {(d.headers["run_id"], d.headers["key"]) for d in taken["all"]} == {(7, "A-1")}
     assert received == {
         "runs-of-order": ["order.run.completed"],
         "errors": ["order.step.error"],
@@ -311,3 +312,19 @@ def test_cancelled_consumer_gets_nothing_new_but_can_ack_what_it_holds(bus: Bus)
     assert [d.body for d in got] == [b"1"]
     assert transport.ack(got[0]) is True
     assert [d.body for d in take_all(transport, names.replies)] == [b"2"]
+
+
+def test_competing_consumers_share_a_queue(bus: Bus) -> None:
+    names = bus.names
+    setup(bus, "echo")
+    first, second = bus.transport("first"), bus.transport("second")
+    got: dict[str, list[bytes]] = {"first": [], "second": []}
+    first.consume(names.agent("echo"), lambda d: got["first"].append(d.body), prefetch=1)
+    second.consume(names.agent("echo"), lambda d: got["second"].append(d.body), prefetch=1)
+    bus.opened[0].publish_many([to_queue(names.agent("echo"), str(i).encode())
+                                for i in range(4)])
+    pump([first, second], lambda: len(got["first"]) + len(got["second"]) == 2)
+    settle([first, second])
+    # Each holds one unacked message (prefetch 1): the other two wait in the queue.
+    assert (len(got["first"]), len(got["second"])) == (1, 1)
+    assert sorted(got["first"] + got["second"]) == [b"0", b"1"]
