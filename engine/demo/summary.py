@@ -56,7 +56,7 @@ def run_states(conn: Connection, prefix: str) -> dict[str, int]:
     rows = conn.execute(select(runs.c.state, func.count())
                         .where(runs.c.business_key.startswith(prefix, autoescape=True))
                         .group_by(runs.c.state))
-    return {str(state): int(count) for state, count in rows.tuples()}
+    return {str(state): int(count) for state, count in rows}
 
 
 def summarize(engine: Engine, prefix: str) -> Summary:
