@@ -22,8 +22,8 @@ ORDERS = 50
 def _store_counts(engine: Engine) -> dict[str, Any]:
     """The summary's figures, counted here with queries of the test's own."""
     with engine.connect() as conn:
-        by_state = {str(row.state): int(row.count) for row in conn.execute(
-            select(runs.c.state, func.count().label("count")).group_by(runs.c.state))}
+        by_state = {str(row.state): int(row.n) for row in conn.execute(
+            select(runs.c.state, func.count().label("n")).group_by(runs.c.state))}
 
         def count(table: Any, *where: Any) -> int:
             return int(conn.execute(select(func.count()).select_from(table)
