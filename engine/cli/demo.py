@@ -126,7 +126,9 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
     else:
         console.print("sasflow demo: summary, read from the state store", style="bold")
         console.print(_summary_table(result))
-        console.print(f"{result.summary.orders} orders in {result.seconds:.1f}s "
+        recorded = "" if result.summary.orders == orders else \
+            f" ({result.summary.orders} recorded)"
+        console.print(f"{orders} orders{recorded} in {result.seconds:.1f}s "
                       f"(namespace {namespace}).", highlight=False)
         for command in document["inspect"]:
             console.print(f"Inspect a failed order: {command}", markup=False, highlight=False,

@@ -43,8 +43,12 @@ class StoreFeed:
     def poll(self) -> list[News]:
         news: list[News] = []
         if self._happenings is not None:
-            news.extend(News(h.kind, h.message) for h in self._happenings.take()
-                        if h.kind != "transient")  # too many to list; counted instead
+            happened = self._happenings.take()
+            news.extend(News(h.kind, h.message) for h in happened if h.kind != "transient")
+            transient = sum(1 for h in happened if h.kind == "transient")
+            if transient:  # too many to list one by one
+                news.append(News("transient", "payment gateway errors retried inside the agent: "
+                                              f"{transient}"))
         demo = runs.c.business_key.startswith(self._prefix, autoescape=True)
         with self._engine.connect() as conn:
             top = conn.execute(select(func.max(events.c.id))).scalar_one() or 0
