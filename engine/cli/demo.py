@@ -96,6 +96,7 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
     if not _given(ctx, "log_level"):
         # The live view tells the story; the roles' own logs would interleave with it.
         logging.getLogger().setLevel(logging.ERROR)
+        logging.getLogger("pika").setLevel(logging.CRITICAL)  # its errors end in ours below
     console = Console(stderr=as_json)
 
     def transports(role: str) -> Transport:
