@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +92,10 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
     assert "\x1b[" not in result.stdout
 
 
-def test_demo_refuses_too_few_orders(tmp_path: Path, database_url: str, names: Names) -> None:
-    with processes(tmp_path, database_url=database_url, namespace=names.namespace) as procs:
-        result = procs.run("demo", "--orders", "2")
+def test_demo_refuses_too_few_orders_before_touching_any_service() -> None:
+    result = subprocess.run([sys.executable, "-m", "sasflow", "--database-url",
+                             "postgresql+psycopg://nobody@127.0.0.1:1/none", "demo",
+                             "--orders", "2"],
+                            capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
-    assert "--orders" in result.stderr
+    assert "Invalid value for '--orders'" in result.stderr
