@@ -152,7 +152,8 @@ class Demo:
         seconds = time.monotonic() - started
         summary = summarize(self._engine, self.key_prefix)
         with self._engine.connect() as conn:
-            tick(run_states(conn, self.key_prefix), feed.poll())
+            states = run_states(conn, self.key_prefix)
+        tick(states, feed.poll())  # one connection at a time: SQLite locks on BEGIN
         if not problems:
             problems = missing_phenomena(summary, self.scenario.orders)
         return DemoResult(summary=summary, problems=problems, seconds=seconds,
