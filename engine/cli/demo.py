@@ -27,12 +27,21 @@ from sasflow.transport.topology import Names
 
 DEMO_NAMESPACE = "sasflow-demo"
 """Used unless --namespace is given, so the demo never feeds a real deployment's queues."""
+DEMO_DATABASE = "sasflow-demo.db"
+"""The SQLite file in the working directory used (and recreated) unless a database is given."""
 
 
 def _given(ctx: click.Context, name: str) -> bool:
     """Whether the global option `name` came from the command line or the environment."""
     root = ctx.find_root()
     return root.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+
+
+def _fresh_sqlite(path: Path) -> str:
+    """Remove the demo's previous SQLite file (with its WAL files) and return the new URL."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    return f"sqlite:///{path}"
 
 
 def _summary_table(result: DemoResult) -> Table:
@@ -85,13 +94,15 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
 
     Submitter, schedulers, agents and supervisor run as threads of this process. Retries,
     an open circuit breaker, a recovered expired step, a compensated order and an order in
-    error with an alert all happen; the summary is read from the state store. The global
-    --database-url, --broker-url and --namespace options pick the services (the namespace
-    defaults to sasflow-demo). Exit status 0 when everything happened as designed.
+    error with an alert all happen; the summary is read from the state store.
+
+    By default the state store is ./sasflow-demo.db (a SQLite file, recreated on each run, kept
+    afterwards for `sasflow --database-url sqlite:///sasflow-demo.db runs ...`). The global
+    --database-url, --broker-url and --namespace options switch to other services (the
+    namespace defaults to sasflow-demo). Exit status 0 when everything happened as designed.
     """
     obj: CliContext = ctx.obj
     settings = obj.settings
-    database_url = settings.database_url
     namespace = settings.namespace if _given(ctx, "namespace") else DEMO_NAMESPACE
     if not _given(ctx, "log_level"):
         # The live view tells the story; the roles' own logs would interleave with it.
@@ -103,6 +114,8 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
         return RabbitMQTransport(settings.broker_url, process_name=f"sasflow-demo-{role}")
 
     try:
+        database_url = settings.database_url if _given(ctx, "database_url") \
+            else _fresh_sqlite(Path(DEMO_DATABASE))
         engine = make_engine(database_url, application_name="sasflow-demo", pool_size=8)
     except SasflowError as exc:
         raise fail(exc) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from sasflow.demo.scenario import Scenario
+from sasflow.store.db import make_engine
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.transport.topology import Names
 from tests.acceptance.processes import processes
@@ -90,6 +92,36 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
 
     assert f"runs show {failed.id}" in result.stdout
     assert "\x1b[" not in result.stdout
+
+
+def test_demo_by_default_runs_on_a_fresh_sqlite_file(tmp_path: Path, names: Names) -> None:
+    """No database given: the demo recreates ./sasflow-demo.db, exits 0, and its summary
+    equals what the file holds afterwards."""
+    env = {k: v for k, v in os.environ.items() if k != "SASFLOW_DATABASE_URL"}
+    env["SASFLOW_NAMESPACE"] = names.namespace
+    database = tmp_path / "sasflow-demo.db"
+    database.write_text("not a database: the demo must replace it")
+    summary_file = tmp_path / "summary.json"
+    result = subprocess.run([sys.executable, "-m", "sasflow", "demo", "--orders", str(ORDERS),
+                             "--summary-file", str(summary_file)],
+                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=150,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(summary_file.read_text())
+    assert summary["database_url"] == "sqlite:///sasflow-demo.db"
+    engine = make_engine(f"sqlite:///{database}")
+    try:
+        expected = _store_counts(engine)
+    finally:
+        engine.dispose()
+    assert {k: summary[k] for k in expected} == expected
+    assert expected["runs_by_state"] == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
+    assert min(expected["steps_retried"], expected["deferred"],
+               expected["expired_recovered"]) >= 1
+    assert (expected["compensations_processed"], expected["alerts_raised"]) == (2, 1)
+    failed = expected["error_runs"][0]
+    assert f"sasflow --database-url sqlite:///sasflow-demo.db runs show {failed}" \
+        in result.stdout
 
 
 def test_demo_refuses_too_few_orders_before_touching_any_service() -> None:
