@@ -22,13 +22,16 @@ from sasflow.local import RoleCrashedError
 from sasflow.redact import redact_url
 from sasflow.store.db import make_engine
 from sasflow.transport.base import Transport
-from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.factory import is_in_process, make_transport
+from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import Names
 
 DEMO_NAMESPACE = "sasflow-demo"
 """Used unless --namespace is given, so the demo never feeds a real deployment's queues."""
 DEMO_DATABASE = "sasflow-demo.db"
 """The SQLite file in the working directory used (and recreated) unless a database is given."""
+DEMO_BROKER_URL = "memory://"
+"""The in-process bus, unless a broker is given."""
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -97,13 +100,16 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
     error with an alert all happen; the summary is read from the state store.
 
     By default the state store is ./sasflow-demo.db (a SQLite file, recreated on each run, kept
-    afterwards for `sasflow --database-url sqlite:///sasflow-demo.db runs ...`). The global
-    --database-url, --broker-url and --namespace options switch to other services (the
-    namespace defaults to sasflow-demo). Exit status 0 when everything happened as designed.
+    afterwards for `sasflow --database-url sqlite:///sasflow-demo.db runs ...`) and the bus is
+    in-process. The global --database-url, --broker-url and --namespace options switch to real
+    services (the namespace defaults to sasflow-demo). Exit status 0 when everything happened
+    as designed.
     """
     obj: CliContext = ctx.obj
     settings = obj.settings
+    broker_url = settings.broker_url if _given(ctx, "broker_url") else DEMO_BROKER_URL
     namespace = settings.namespace if _given(ctx, "namespace") else DEMO_NAMESPACE
+    broker = MemoryBroker() if is_in_process(broker_url) else None
     if not _given(ctx, "log_level"):
         # The live view tells the story; the roles' own logs would interleave with it.
         logging.getLogger().setLevel(logging.ERROR)
@@ -111,7 +117,7 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
     console = Console(stderr=as_json)
 
     def transports(role: str) -> Transport:
-        return RabbitMQTransport(settings.broker_url, process_name=f"sasflow-demo-{role}")
+        return make_transport(broker_url, process_name=f"sasflow-demo-{role}", broker=broker)
 
     try:
         database_url = settings.database_url if _given(ctx, "database_url") \

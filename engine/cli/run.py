@@ -34,6 +34,7 @@ def run_command(obj: CliContext, schedulers: int, concurrency: int, supervisor_i
     processes, which scale and fail independently.
     """
     stop = stop_event()
+    obj.in_process = True  # every role is a thread here: memory:// may connect them
     try:
         registry = obj.registry()
         engine = obj.engine("run", pool_size=schedulers + 4)

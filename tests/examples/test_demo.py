@@ -94,11 +94,13 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
     assert "\x1b[" not in result.stdout
 
 
-def test_demo_by_default_runs_on_a_fresh_sqlite_file(tmp_path: Path, names: Names) -> None:
-    """No database given: the demo recreates ./sasflow-demo.db, exits 0, and its summary
-    equals what the file holds afterwards."""
-    env = {k: v for k, v in os.environ.items() if k != "SASFLOW_DATABASE_URL"}
-    env["SASFLOW_NAMESPACE"] = names.namespace
+def test_demo_by_default_runs_on_a_fresh_sqlite_file_and_the_in_process_bus(
+    tmp_path: Path,
+) -> None:
+    """No service settings: the demo recreates ./sasflow-demo.db, runs on the in-process bus,
+    exits 0, and its summary equals what the file holds afterwards."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SASFLOW_DATABASE_URL", "SASFLOW_BROKER_URL", "SASFLOW_NAMESPACE")}
     database = tmp_path / "sasflow-demo.db"
     database.write_text("not a database: the demo must replace it")
     summary_file = tmp_path / "summary.json"
@@ -109,6 +111,7 @@ def test_demo_by_default_runs_on_a_fresh_sqlite_file(tmp_path: Path, names: Name
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(summary_file.read_text())
     assert summary["database_url"] == "sqlite:///sasflow-demo.db"
+    assert summary["namespace"] == "sasflow-demo"
     engine = make_engine(f"sqlite:///{database}")
     try:
         expected = _store_counts(engine)
