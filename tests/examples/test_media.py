@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from sasflow.store import migrate
+from sasflow.store.db import make_engine
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
 from tests.acceptance.processes import processes
@@ -31,11 +33,30 @@ def _first_event(engine: Engine, run_id: int, step: str, to_state: str) -> Any:
 def test_media_transcodes_run_in_parallel_and_publish_runs_after_all_of_them(
     tmp_path: Path, engine: Engine, database_url: str, names: Names
 ) -> None:
-    """The three transcodes of a job overlap in time on the agent's threads; `package` and
-    `publish` start only after every transcode was processed (database clock); `sasflow run`
-    stops cleanly on SIGTERM."""
-    with processes(tmp_path, database_url=database_url, namespace=names.namespace) as procs:
+    """On PostgreSQL and RabbitMQ: the three transcodes of a job overlap in time on the
+    agent's threads; `package` and `publish` start only after every transcode was processed
+    (database clock); `sasflow run` stops cleanly on SIGTERM."""
+    _run_media_jobs(tmp_path, engine, database_url, names.namespace, broker_url=None)
+
+
+def test_media_under_sasflow_run_on_sqlite_and_the_in_process_bus(tmp_path: Path) -> None:
+    """The same on the embedded default: a SQLite file, and memory:// between the threads of
+    `sasflow run` (the submissions are written to the file by `sasflow submit`)."""
+    database_url = f"sqlite:///{tmp_path / 'media.db'}"
+    engine = make_engine(database_url)
+    try:
+        migrate.upgrade(engine)
+        _run_media_jobs(tmp_path, engine, database_url, "media", broker_url="memory://")
+    finally:
+        engine.dispose()
+
+
+def _run_media_jobs(tmp_path: Path, engine: Engine, database_url: str, namespace: str, *,
+                    broker_url: str | None) -> None:
+    with processes(tmp_path, database_url=database_url, namespace=namespace) as procs:
         procs.env["SASFLOW_APP"] = "examples.media.app"
+        if broker_url is not None:
+            procs.env["SASFLOW_BROKER_URL"] = broker_url
         procs.start("run", "run", "--concurrency", "4", "--supervisor-interval", "1")
         run_ids = []
         for job in range(JOBS):
