@@ -13,11 +13,11 @@ import uuid
 
 import click
 
-from sasflow import Settings
+from sasflow import SasflowError, Settings
 from sasflow.demo.run import place_orders
 from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, MIN_ORDERS, Scenario
 from sasflow.transport.base import Transport
-from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.factory import make_transport
 from sasflow.transport.topology import Names
 
 
@@ -31,10 +31,15 @@ def main(orders: int, seed: int) -> None:
     settings = Settings()
 
     def transports(role: str) -> Transport:
-        return RabbitMQTransport(settings.broker_url, process_name=f"orders-{role}")
+        # RabbitMQ (amqp://, amqps://): the in-process bus cannot reach other processes.
+        return make_transport(settings.broker_url, process_name=f"orders-{role}")
 
     prefix = f"shop-{uuid.uuid4().hex[:8]}-"
-    place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed), prefix)
+    try:
+        place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed),
+                     prefix)
+    except SasflowError as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({"published": orders, "key_prefix": prefix}))
 
 
