@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli import alerts, config, db, roles, runs, submit, supervisor
+from sasflow.cli import alerts, config, db, demo, roles, run, runs, submit, supervisor
 from sasflow.cli.context import CliContext, build_settings, setup_logging
 
 
@@ -45,6 +45,8 @@ cli.add_command(roles.agent)
 cli.add_command(runs.runs)
 cli.add_command(alerts.alerts)
 cli.add_command(supervisor.supervisor)
+cli.add_command(demo.demo)
+cli.add_command(run.run_command)
 
 
 def main() -> None:
