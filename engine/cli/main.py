@@ -10,9 +10,11 @@ from sasflow.cli.context import CliContext, build_settings, setup_logging
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--database-url", envvar="SASFLOW_DATABASE_URL", show_envvar=True,
-              help="State store URL, e.g. postgresql+psycopg://user@localhost/sasflow.")
+              help="State store URL: postgresql+psycopg://user@localhost/sasflow, or "
+                   "sqlite:///PATH [default: sqlite:///sasflow.db].")
 @click.option("--broker-url", envvar="SASFLOW_BROKER_URL", show_envvar=True,
-              help="RabbitMQ URL, e.g. amqp://localhost:5672/%2F.")
+              help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), or memory:// (the in-process "
+                   "bus of demo and run) [default: memory://].")
 @click.option("--namespace", envvar="SASFLOW_NAMESPACE", show_envvar=True,
               help="Prefix of queue and exchange names [default: sasflow].")
 @click.option("--app", "app", envvar="SASFLOW_APP", show_envvar=True,

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, func, select
 from sasflow.demo.scenario import Scenario
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.transport.topology import Names
+from tests import services
 from tests.acceptance.processes import REPO
 from tests.integration import harness
 
@@ -26,6 +27,7 @@ ORDERS = 20
 
 def _environment(database_url: str, names: Names) -> dict[str, str]:
     return {**os.environ, "SASFLOW_DATABASE_URL": database_url,
+            "SASFLOW_BROKER_URL": services.broker_url(),
             "SASFLOW_NAMESPACE": names.namespace, "PYTHONPATH": str(REPO),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
