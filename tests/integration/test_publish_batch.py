@@ -9,14 +9,20 @@ import socket
 from collections.abc import Iterator
 from typing import Any, cast
 
+import pika.exceptions
 import pytest
+from sqlalchemy import Engine, select
 
+from sasflow import Registry, Step, Workflow, submit_run
+from sasflow.agents import Agent, Call
 from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.store.schema import runs
 from sasflow.transport.base import Outgoing
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import services
+from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +155,54 @@ def test_a_closed_channel_fails_the_batch(transport: RabbitMQTransport, names: N
         transport.publish_many(batch)
     with pytest.raises(BrokerUnavailableError):
         transport.publish_many([Outgoing("", queue, b"d")])
+
+
+def test_a_refused_request_fails_its_step_while_the_rest_of_the_batch_is_dispatched(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    """The scheduler publishes a claimed batch at once: the request the broker cannot route
+    (its agent's queue was deleted) fails its step with a PublishError, and the other requests
+    of the same batch are dispatched and completed."""
+    here, gone = Agent("here"), Agent("gone")
+
+    @here.handler("work")
+    def work(call: Call) -> dict[str, int]:
+        return {"n": call.input["n"]}
+
+    @gone.handler("work")
+    def never(call: Call) -> None:
+        raise AssertionError("no request can reach this agent")
+
+    registry = Registry([Workflow("to-here", [Step("s", "here", "work",
+                                                   input=lambda ctx: ctx.run_input)]),
+                         Workflow("to-gone", [Step("s", "gone", "work")])], [here, gone])
+    scheduler = harness.scheduler(engine, database_url, registry, names)
+    with harness.running(scheduler, harness.agent(here, names)):
+        harness.wait_for(lambda: scheduler.stats.claimed == 0 and _declared(names, "gone"),
+                         what="the scheduler declared the agent queues")
+        with services.broker_channel() as channel:
+            channel.queue_delete(names.agent("gone"))
+        with engine.begin() as conn:  # one commit: the scheduler claims all five together
+            for n in range(4):
+                submit_run(conn, registry, "to-here", {"n": n}, key=f"here-{n}",
+                           namespace=names.namespace)
+            submit_run(conn, registry, "to-gone", {}, key="gone", namespace=names.namespace)
+        harness.wait_for(harness.all_runs_in(engine, {"completed", "error"}, 5),
+                         what="all five runs finish")
+    with engine.connect() as conn:
+        states = dict(conn.execute(select(runs.c.business_key, runs.c.state)).all())
+    assert states == {"here-0": "completed", "here-1": "completed", "here-2": "completed",
+                      "here-3": "completed", "gone": "error"}
+    (refused,) = [s for s in harness.step_rows(engine) if s.agent == "gone"]
+    assert refused.error["type"] == "PublishError"
+    assert "unroutable" in refused.error["message"]
+    assert scheduler.stats.dispatched == 4
+
+
+def _declared(names: Names, agent: str) -> bool:
+    with services.broker_channel() as channel:
+        try:
+            channel.queue_declare(names.agent(agent), passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+    return True
