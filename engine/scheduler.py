@@ -2,7 +2,8 @@
 
 One thread owns the broker connection and does all database work between broker events; a
 LISTEN thread only wakes it. Replies are buffered and applied in one transaction per batch,
-then acked together; claims are one statement per batch.
+then acked together; claims are one statement per batch, and their requests one publish
+batch settled by a single wait for the broker's confirms.
 """
 
 from __future__ import annotations
