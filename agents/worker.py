@@ -265,6 +265,8 @@ class AgentWorker:
         ) for job, _, body in sending])
         refused: list[tuple[Job, Exception]] = []
         for (job, reply, _), result in zip(sending, results, strict=True):
+            if isinstance(result, BrokerUnavailableError):
+                raise result  # not sent: every outcome is published again after reconnecting
             if result is None:
                 self._count(reply)
             else:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, Update
 
+from sasflow.errors import BrokerUnavailableError
 from sasflow.messages import StatusEvent
 from sasflow.store import queries
 from sasflow.store.db import transaction
@@ -72,6 +73,8 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 messages.append(Outgoing("", row.reply_to, body, headers))
                 owners.append(row.id)
         for event_id, result in zip(owners, transport.publish_many(messages), strict=True):
+            if isinstance(result, BrokerUnavailableError):
+                raise result  # not sent: nothing is marked, the next relay publishes again
             if result is not None:
                 # Refused for good (e.g. too large): one bad event must not block the others.
                 log.error("status event %s not published: %s", event_id, result)

@@ -281,6 +281,7 @@ class Scheduler:
             # fenced by its attempt (the re-claim increments it), so its reply is dropped.
             self._release(claimed, f"request not published: {exc}")
             raise
+        unsent: list[ClaimedStep] = []
         for step, result in zip(claimed, results, strict=True):
             if isinstance(result, PublishError):
                 # The broker refused this request (e.g. too large): retrying cannot help.
@@ -288,7 +289,10 @@ class Scheduler:
             elif result is None:
                 self.stats.dispatched += 1
             else:
-                raise result
+                unsent.append(step)
+        if unsent:
+            self._release(unsent, "request not published: the broker closed the channel")
+            raise BrokerUnavailableError("the broker closed the channel while dispatching")
         return len(claimed) == batch
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:

@@ -1,8 +1,16 @@
-"""ConfirmTracker: how broker acks, nacks and returns map to the messages of a batch."""
+"""ConfirmTracker: how broker acks, nacks and returns map to the messages of a batch; and
+RabbitMQTransport.publish_many's one-message-at-a-time fallback after an unknown refusal."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pytest
+
+from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.transport.base import Outgoing
 from sasflow.transport.confirms import ConfirmTracker
+from sasflow.transport.rabbitmq import RabbitMQTransport
 
 
 def _send(tracker: ConfirmTracker, *routing_keys: str) -> list[int]:
@@ -69,3 +77,51 @@ def test_forgotten_tags_are_neither_pending_nor_settled() -> None:
     tracker.confirmed(2, multiple=False, nack=False)  # a late ack of a forgotten tag
     assert not tracker.is_settled([1])
     assert not tracker.is_settled([2])
+
+
+class _Scripted(RabbitMQTransport):
+    """Refuses the message with body b"big" and then, as the broker does, has no channel."""
+
+    def __init__(self) -> None:
+        super().__init__("amqp://localhost:5672/%2F", process_name="test")
+        self.sent: list[bytes] = []
+        self.open = True
+
+    def _publish_batch(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        if not self.open:
+            raise BrokerUnavailableError("closed")
+        if len(messages) > 1 and any(m.body == b"big" for m in messages):
+            self._serial, self.open = True, False  # which one is unknown in a batch
+            raise BrokerUnavailableError("closed")
+        (message,) = messages
+        self.sent.append(message.body)
+        if message.body == b"big":
+            self.open = False
+            return [PublishError("too large")]
+        return [None]
+
+    def _chan_open(self) -> bool:
+        return self.open
+
+
+def test_after_an_unknown_refusal_the_next_batch_goes_one_by_one_and_stops_at_the_culprit() -> None:
+    """The refused message gets its own PublishError; those after it are reported unsent
+    (the channel is gone), those before it confirmed; the batch after that is serial again
+    until one completes."""
+    transport = _Scripted()
+    batch = [Outgoing("", "q", body) for body in (b"a", b"big", b"c")]
+    with pytest.raises(BrokerUnavailableError):
+        transport.publish_many(batch)
+
+    transport.open = True  # reconnected
+    results = transport.publish_many(batch)
+
+    assert results[0] is None
+    assert isinstance(results[1], PublishError)
+    assert isinstance(results[2], BrokerUnavailableError)
+    assert transport.sent == [b"a", b"big"]
+    transport.open = True
+    assert transport.publish_many([Outgoing("", "q", b"c"), Outgoing("", "q", b"d")]) == [
+        None, None]
+    assert transport.sent[-2:] == [b"c", b"d"]
+    assert not transport._serial
