@@ -75,6 +75,17 @@ class AgentStats:
     abandoned: int = 0
 
 
+REPLY_MARGIN = 0.1
+"""Share of the remaining budget (at most REPLY_MARGIN_MAX seconds) in which no retry starts,
+so that a step whose retries ran out can still reply `failed` before its deadline."""
+REPLY_MARGIN_MAX = 1.0
+
+
+def retry_budget(remaining: float) -> float:
+    """Seconds in which retries may start: the budget less the margin kept for the reply."""
+    return max(0.0, remaining - min(remaining * REPLY_MARGIN, REPLY_MARGIN_MAX))
+
+
 class AgentWorker:
     """Serves one Agent with `concurrency` worker threads until `stop` is set."""
 
@@ -344,7 +355,7 @@ class AgentWorker:
             return breaker.call(lambda: spec.function(call), self._is_transient)
 
         try:
-            output = retrying(spec.retry, budget=call.remaining(),
+            output = retrying(spec.retry, budget=retry_budget(call.remaining()),
                               is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
         except BreakerOpenError as exc:
             return self._reply(request, "deferred", defer_seconds=exc.retry_after,
