@@ -1,0 +1,109 @@
+"""The seeded fault schedule and the thread that carries it out.
+
+`plan()` is a pure function of the seed: the same seed gives the same faults at the same
+offsets against the same targets. Every fault type appears at least once; extra faults are
+drawn with weights that favour the cheap process faults over service restarts.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+PROCESS_FAULTS = ("kill_agent", "stop_agent", "kill_scheduler", "stop_scheduler",
+                  "kill_supervisor", "stop_supervisor", "kill_submitter")
+SERVICE_FAULTS = ("rabbit_stop_app", "rabbit_kill", "pg_restart")
+MESSAGE_FAULTS = ("poison", "duplicates", "stale_replies")
+ALL_FAULTS = PROCESS_FAULTS + SERVICE_FAULTS + MESSAGE_FAULTS
+WEIGHTS = {**dict.fromkeys(PROCESS_FAULTS, 4), **dict.fromkeys(SERVICE_FAULTS, 1),
+           **dict.fromkeys(MESSAGE_FAULTS, 2)}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float
+    """Seconds after the fault window opened."""
+    kind: str
+    target: str
+    """The fleet slot for process faults, else the service or queue set."""
+    hold: float
+    """Seconds a SIGSTOP or a broker stop lasts."""
+
+
+@dataclass
+class Injected:
+    fault: Fault
+    started: float
+    ended: float
+    """Wall-clock times (the database clock is this machine's clock), for recovery times."""
+    done: bool
+    note: str = ""
+
+
+def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
+    """The schedule for `window` seconds: one fault every ~6 s, each type at least once.
+
+    `slots` maps a role (agent, scheduler, supervisor, submitter) to its fleet slot names.
+    """
+    rng = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
+    count = max(len(ALL_FAULTS), int(window / 6))
+    kinds = list(ALL_FAULTS)
+    kinds += rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=count - len(kinds))
+    rng.shuffle(kinds)
+    step = window / (count + 1)
+    faults = []
+    for n, kind in enumerate(kinds):
+        at = round(step * (n + 1) + rng.uniform(-step / 4, step / 4), 2)
+        role = kind.split("_", 1)[1] if kind in PROCESS_FAULTS else ""
+        target = rng.choice(slots[role]) if role else kind.split("_", 1)[0]
+        hold = round(rng.uniform(1.0, 6.0), 2)
+        faults.append(Fault(at, kind, target, hold))
+    return faults
+
+
+@dataclass
+class Injector:
+    """Carries out a plan in order on its own thread; each fault's action blocks until the
+    fault is over (process restarted by the fleet, service back)."""
+
+    faults: list[Fault]
+    actions: dict[str, Callable[[Fault], str]]
+    log: Callable[[str], None]
+    injected: list[Injected] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="chaos-faults", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        opened = time.monotonic()
+        for fault in self.faults:
+            if self.stop.wait(max(0.0, opened + fault.at - time.monotonic())):
+                return
+            started = time.time()
+            try:
+                note = self.actions[fault.kind](fault)
+                done = True
+            except Exception as exc:  # noqa: BLE001 - a failed fault is reported, not fatal
+                note, done = f"{type(exc).__name__}: {exc}", False
+                self.errors.append(f"{fault.kind} on {fault.target}: {note}")
+            record = Injected(fault, started, time.time(), done, note)
+            self.injected.append(record)
+            self.log(f"fault {fault.kind:<16} {fault.target:<12} "
+                     f"{record.ended - started:5.1f}s {note}")
+
+    def finish(self, timeout: float) -> bool:
+        """Let the plan run out for up to `timeout` seconds, then cancel what is left (the
+        fault in progress still completes: it restores what it broke)."""
+        if self.thread is None:
+            return True
+        self.thread.join(timeout)
+        self.stop.set()
+        self.thread.join(180)
+        return not self.thread.is_alive()
