@@ -41,6 +41,10 @@ class Injected:
     """Wall-clock times (the database clock is this machine's clock), for recovery times."""
     done: bool
     note: str = ""
+    recovery: float | None = None
+    """Fault start -> the first step of a run submitted after the fault completed."""
+    settled: float | None = None
+    """Fault start -> every step in flight at the fault's start finished or re-queued."""
 
 
 def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
@@ -64,6 +68,10 @@ def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
     return faults
 
 
+def _seconds(value: float | None) -> str:
+    return "  never" if value is None else f"{value:6.2f}s"
+
+
 @dataclass
 class Injector:
     """Carries out a plan in order on its own thread; each fault's action blocks until the
@@ -76,6 +84,11 @@ class Injector:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     errors: list[str] = field(default_factory=list)
+    before: Callable[[], object] = lambda: None
+    """Snapshot taken before each fault, handed to `after`."""
+    after: Callable[[Injected, object], None] = lambda _record, _snapshot: None
+    """Measures the recovery once the fault is over (blocks the schedule, bounded)."""
+    started_count: int = 0
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="chaos-faults", daemon=True)
@@ -86,6 +99,8 @@ class Injector:
         for fault in self.faults:
             if self.stop.wait(max(0.0, opened + fault.at - time.monotonic())):
                 return
+            snapshot = self.before()
+            self.started_count += 1
             started = time.time()
             try:
                 note = self.actions[fault.kind](fault)
@@ -94,9 +109,15 @@ class Injector:
                 note, done = f"{type(exc).__name__}: {exc}", False
                 self.errors.append(f"{fault.kind} on {fault.target}: {note}")
             record = Injected(fault, started, time.time(), done, note)
+            self.after(record, snapshot)
             self.injected.append(record)
             self.log(f"fault {fault.kind:<16} {fault.target:<12} "
-                     f"{record.ended - started:5.1f}s {note}")
+                     f"{record.ended - started:5.1f}s recovered {_seconds(record.recovery)} "
+                     f"settled {_seconds(record.settled)}  {note}")
+
+    def progress(self) -> float:
+        """Share of the faults started so far."""
+        return self.started_count / len(self.faults) if self.faults else 1.0
 
     def finish(self, timeout: float) -> bool:
         """Let the plan run out for up to `timeout` seconds, then cancel what is left (the

@@ -21,12 +21,12 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from sasflow.store.db import make_engine
-from sasflow.store.schema import runs, steps
+from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
 from tests.chaos import faults as faultplan
 from tests.chaos.broker import Publisher, drain
 from tests.chaos.checks import Observed, Report, check
-from tests.chaos.faults import Fault, Injector
+from tests.chaos.faults import Fault, Injected, Injector
 from tests.chaos.fleet import Fleet
 from tests.chaos.instances import PostgresInstance, RabbitInstance, ServiceError
 from tests.chaos.remote import RemoteService
@@ -35,6 +35,8 @@ from tests.chaos.workload import Driver, Poison, inject_poison, inject_stale_rep
 REPO = Path(__file__).resolve().parents[2]
 AGENTS = ["alpha", "beta"]
 SUPERVISOR_INTERVAL = 0.5
+PROBE_TIMEOUT = 60.0
+"""Seconds a fault's recovery is waited for before it is reported as `never`."""
 PAST_DEADLINE_SLACK = 2.0
 """Seconds past `complete_by + sweep interval` before a `processing` step counts as left
 behind: one sweep may be running when the deadline passes."""
@@ -60,6 +62,7 @@ class ChaosRun:
     root: Path = field(init=False)
     poison: list[Poison] = field(default_factory=list)
     stale_sent: int = 0
+    probes: list[str] = field(default_factory=list)
     closed: bool = False
 
     def __post_init__(self) -> None:
@@ -129,11 +132,54 @@ class ChaosRun:
             roles["agent" if role in AGENTS else role].append(name)
         return roles
 
-    def _actions(self, driver: Driver) -> dict[str, Callable[[Fault], str]]:
+    def _in_flight(self) -> object:
+        """The (step id, attempt) pairs processing now; empty if the store is unreachable."""
+        assert self.engine is not None
+        try:
+            with self.engine.connect() as conn:
+                return set(conn.execute(select(steps.c.id, steps.c.attempt).where(
+                    steps.c.state == "processing")).tuples())
+        except SQLAlchemyError:
+            return set()
+
+    def _recovery(self, record: Injected, snapshot: object, driver: Driver,
+                  publisher: Publisher) -> None:
+        """Submit a probe run and wait (bounded) for its first step, and for the steps that
+        were in flight when the fault began to finish or be re-queued."""
+        assert self.engine is not None
+        key = f"probe-{self.config.seed}-{len(self.probes)}"
+        self.probes.append(key)
+        probed = driver.probe(publisher, key)
+        in_flight = snapshot if isinstance(snapshot, set) else set()
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                with self.engine.connect() as conn:
+                    if probed and record.recovery is None:
+                        first = conn.execute(
+                            select(func.extract("epoch", events.c.created_at))
+                            .join(runs, runs.c.id == events.c.run_id)
+                            .where(runs.c.business_key == key, events.c.entity == "step",
+                                   events.c.to_state == "processed")).scalar()
+                        if first is not None:
+                            record.recovery = float(first) - record.started
+                    if record.settled is None:
+                        ids = [step_id for step_id, _ in in_flight]
+                        still = set(conn.execute(select(steps.c.id, steps.c.attempt).where(
+                            steps.c.id.in_(ids), steps.c.state == "processing")).tuples())
+                        if not still & in_flight:
+                            record.settled = time.time() - record.started
+            except SQLAlchemyError:
+                pass
+            if (record.recovery is not None or not probed) and record.settled is not None:
+                return
+            time.sleep(0.2)
+
+    def _actions(self, driver: Driver, publisher: Publisher
+                 ) -> dict[str, Callable[[Fault], str]]:
         assert self.fleet is not None
         assert self.engine is not None
         fleet, engine = self.fleet, self.engine
-        publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
 
         def kill(fault: Fault) -> str:
             before = fleet.pid(fault.target)
@@ -239,11 +285,17 @@ class ChaosRun:
         assert self.fleet is not None
         assert self.engine is not None
         config = self.config
+        schedule = faultplan.plan(config.seed, config.duration, self._slots_by_role())
+        injector = Injector(schedule, {}, self.say)
         driver = Driver(self.rabbit.url, self.names, runs=config.runs,
                         window=config.duration * 0.85, seed=config.seed,
-                        duplicate_rate=config.duplicate_rate, prefix=f"s{config.seed}")
-        schedule = faultplan.plan(config.seed, config.duration, self._slots_by_role())
-        injector = Injector(schedule, self._actions(driver), self.say)
+                        duplicate_rate=config.duplicate_rate, prefix=f"s{config.seed}",
+                        progress=injector.progress)
+        publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
+        injector.actions = self._actions(driver, publisher)
+        injector.before = self._in_flight
+        injector.after = lambda record, snapshot: self._recovery(record, snapshot, driver,
+                                                                 publisher)
         self.say(f"[chaos] seed {config.seed}: {config.runs} runs over "
                  f"{config.duration * 0.85:.0f}s, {len(schedule)} faults over "
                  f"{config.duration:.0f}s")

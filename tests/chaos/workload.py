@@ -7,6 +7,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,8 @@ class Driver(threading.Thread):
     with another input, which the submitter must ignore)."""
 
     def __init__(self, url: str, names: Names, *, runs: int, window: float, seed: int,
-                 duplicate_rate: float, prefix: str) -> None:
+                 duplicate_rate: float, prefix: str,
+                 progress: Callable[[], float] = lambda: 1.0) -> None:
         super().__init__(name="chaos-driver", daemon=True)
         self.publisher = Publisher(url)
         self.names = names
@@ -54,6 +56,9 @@ class Driver(threading.Thread):
         self.rng = random.Random(seed)  # noqa: S311 - reproducible
         self.duplicate_rate = duplicate_rate
         self.prefix = prefix
+        self.progress = progress
+        """Share of the fault schedule done: submissions keep pace with it, so the load
+        spans every fault even when service restarts make the schedule run late."""
         self.result = Submissions()
         self.stop = threading.Event()
 
@@ -71,11 +76,13 @@ class Driver(threading.Thread):
                 pause = started + (i + 1) * self.window / self.runs - time.monotonic()
                 if pause > 0:
                     self.stop.wait(pause)
+                while self.progress() < (i + 1) / self.runs and not self.stop.wait(0.1):
+                    pass
         finally:
             self.publisher.close()
 
     def _send(self, key: str, body: bytes, *, duplicate: bool = False,
-              publisher: Publisher | None = None) -> None:
+              publisher: Publisher | None = None) -> bool:
         ok = (publisher or self.publisher).publish(self.names.submit, body,
                                                    deadline=time.monotonic() + 120)
         with self.result.lock:
@@ -85,6 +92,11 @@ class Driver(threading.Thread):
                 self.result.duplicates += 1
             else:
                 self.result.keys.append(key)
+        return ok
+
+    def probe(self, publisher: Publisher, key: str) -> bool:
+        """Submit one more run (from the calling thread) to time the recovery with."""
+        return self._send(key, submission(key, 0.0), publisher=publisher)
 
     def duplicate_some(self, publisher: Publisher, rng: random.Random, count: int, *,
                        variant: int) -> None:
