@@ -99,25 +99,30 @@ class Injector:
         for fault in self.faults:
             if self.stop.wait(max(0.0, opened + fault.at - time.monotonic())):
                 return
-            snapshot = self.before()
             self.started_count += 1
             started = time.time()
             try:
+                snapshot = self.before()
                 note = self.actions[fault.kind](fault)
                 done = True
             except Exception as exc:  # noqa: BLE001 - a failed fault is reported, not fatal
-                note, done = f"{type(exc).__name__}: {exc}", False
+                snapshot, note, done = None, f"{type(exc).__name__}: {exc}", False
                 self.errors.append(f"{fault.kind} on {fault.target}: {note}")
             record = Injected(fault, started, time.time(), done, note)
-            self.after(record, snapshot)
+            try:
+                self.after(record, snapshot)
+            except Exception as exc:  # noqa: BLE001 - reported like a failed fault
+                self.errors.append(f"measuring {fault.kind}: {type(exc).__name__}: {exc}")
             self.injected.append(record)
             self.log(f"fault {fault.kind:<16} {fault.target:<12} "
                      f"{record.ended - started:5.1f}s recovered {_seconds(record.recovery)} "
                      f"settled {_seconds(record.settled)}  {note}")
 
     def progress(self) -> float:
-        """Share of the faults started so far."""
-        return self.started_count / len(self.faults) if self.faults else 1.0
+        """Share of the faults started so far (all of them once the schedule is over)."""
+        if not self.faults or (self.thread is not None and not self.thread.is_alive()):
+            return 1.0
+        return self.started_count / len(self.faults)
 
     def finish(self, timeout: float) -> bool:
         """Let the plan run out for up to `timeout` seconds, then cancel what is left (the

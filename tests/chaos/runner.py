@@ -137,8 +137,8 @@ class ChaosRun:
         assert self.engine is not None
         try:
             with self.engine.connect() as conn:
-                return set(conn.execute(select(steps.c.id, steps.c.attempt).where(
-                    steps.c.state == "processing")).tuples())
+                return {(r.id, r.attempt) for r in conn.execute(
+                    select(steps.c.id, steps.c.attempt).where(steps.c.state == "processing"))}
         except SQLAlchemyError:
             return set()
 
@@ -165,8 +165,9 @@ class ChaosRun:
                             record.recovery = float(first) - record.started
                     if record.settled is None:
                         ids = [step_id for step_id, _ in in_flight]
-                        still = set(conn.execute(select(steps.c.id, steps.c.attempt).where(
-                            steps.c.id.in_(ids), steps.c.state == "processing")).tuples())
+                        still = {(r.id, r.attempt) for r in conn.execute(
+                            select(steps.c.id, steps.c.attempt).where(
+                                steps.c.id.in_(ids), steps.c.state == "processing"))}
                         if not still & in_flight:
                             record.settled = time.time() - record.started
             except SQLAlchemyError:
