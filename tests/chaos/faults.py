@@ -63,7 +63,7 @@ def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
         at = round(step * (n + 1) + rng.uniform(-step / 4, step / 4), 2)
         role = kind.split("_", 1)[1] if kind in PROCESS_FAULTS else ""
         target = rng.choice(slots[role]) if role else kind.split("_", 1)[0]
-        hold = round(rng.uniform(1.0, 6.0), 2)
+        hold = round(rng.uniform(1.0, 8.0), 2)  # often past the 4 s step timeout
         faults.append(Fault(at, kind, target, hold))
     return faults
 

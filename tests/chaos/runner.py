@@ -303,6 +303,7 @@ class ChaosRun:
         driver.start()
         injector.start()
         finished = injector.finish(timeout=config.duration + 120)
+        publisher.close()
         driver.join(timeout=config.duration + 180)
         driver.stop.set()
         driver.join(timeout=150)
