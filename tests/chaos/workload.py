@@ -69,7 +69,7 @@ class Driver(threading.Thread):
                 if self.stop.is_set():
                     break
                 key = f"{self.prefix}-{i}"
-                work = round(self.rng.uniform(0, 0.2), 3)
+                work = round(self.rng.uniform(0.1, 0.8), 3)  # keeps steps in flight
                 self._send(key, submission(key, work))
                 if self.rng.random() < self.duplicate_rate:
                     self.duplicate_some(self.publisher, self.rng, 1, variant=1)
