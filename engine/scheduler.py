@@ -28,6 +28,7 @@ from sasflow.messages import ErrorInfo, Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.store import dialect
 from sasflow.store.apply import apply_replies
 from sasflow.store.claim import ClaimedStep, claim_steps, release_steps
 from sasflow.store.db import transaction
@@ -46,8 +47,10 @@ class SchedulerOptions:
 
     claim_batch: int = 100
     reply_prefetch: int = 500
-    rescan_interval: float = 1.0
-    """Seconds between claims when nothing woke us (the safety net for missed notifications)."""
+    rescan_interval: float | None = None
+    """Seconds between claims when nothing woke us: the safety net for missed notifications on
+    PostgreSQL, the wake-up itself on SQLite. None: the database's default (1 s; 0.05 s on
+    SQLite, see store.dialect)."""
     heartbeat_interval: float = 5.0
     relay_interval: float = 1.0
 
@@ -88,6 +91,9 @@ class Scheduler:
         self._declared_agents: set[str] = set()
         self._wake = threading.Event()
         self._events_dirty = True
+        self._rescan_interval = (self._options.rescan_interval
+                                 if self._options.rescan_interval is not None
+                                 else dialect.rescan_interval(engine))
         self.stats = SchedulerStats()
 
     @property
@@ -95,13 +101,16 @@ class Scheduler:
         return self._stop
 
     def run(self) -> None:
-        listener = ReadyListener(self._database_url, self._names.namespace, self._on_ready,
-                                 name=self.id)
-        listener.start()
+        listener = None
+        if dialect.has_notifications(self._engine):  # else the short rescan is the wake-up
+            listener = ReadyListener(self._database_url, self._names.namespace, self._on_ready,
+                                     name=self.id)
+            listener.start()
         try:
             serve_forever(self.id, self._serve, self._stop, Reconnect())
         finally:
-            listener.stop()
+            if listener is not None:
+                listener.stop()
             self._deregister()
             self._transport.close()
         log.info("%s stopped: %s", self.id, self.stats)
@@ -141,7 +150,7 @@ class Scheduler:
                 if self._wake.is_set() or t >= next_claim:
                     self._wake.clear()
                     full = self._claim_and_dispatch()
-                    next_claim = t + self._options.rescan_interval
+                    next_claim = t + self._rescan_interval
                     if full:
                         self._wake.set()
                         busy = True

@@ -25,7 +25,8 @@ class Settings(BaseSettings):
     )
     broker_url: str = Field(
         default=DEFAULT_BROKER_URL,
-        description="AMQP URL of the RabbitMQ broker (amqp://...).",
+        description="Broker URL: amqp://... or amqps://... for RabbitMQ, or memory:// for the "
+                    "in-process bus (only for roles run as threads of one process: sasflow demo).",
     )
     namespace: str = Field(
         default="sasflow",

@@ -10,10 +10,10 @@ and a takeover waits for the current sweep transaction to end.
 from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from sasflow.errors import SasflowError
 from sasflow.store.db import transaction
+from sasflow.store.dialect import upsert_insert
 from sasflow.store.schema import leases
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -38,7 +38,7 @@ class Lease:
         with transaction(engine) as conn:
             if self.token is not None and self._extend(conn) is not None:
                 return True
-            statement = pg_insert(leases).values(
+            statement = upsert_insert(conn, leases).values(
                 name=self.name, holder=self.holder, token=1,
                 expires_at=plus_seconds(now(), self.ttl),
             )

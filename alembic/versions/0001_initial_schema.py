@@ -11,6 +11,10 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
+# `now()` on PostgreSQL, the same DDL as before; SQLite's DEFAULT takes no now(), so there it
+# is the strftime() form of SQLAlchemy's DateTime text (see sasflow.store.sqltime).
+from sasflow.store.sqltime import now
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0001'
@@ -31,8 +35,8 @@ def upgrade() -> None:
     sa.Column('reply_to', sa.String(length=255), nullable=True),
     sa.Column('output', sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), 'postgresql'), nullable=True),
     sa.Column('error', sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), 'postgresql'), nullable=True),
-    sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_runs')),
     sa.UniqueConstraint('workflow', 'business_key', name=op.f('uq_runs_workflow_business_key'))
@@ -45,8 +49,8 @@ def upgrade() -> None:
     sa.Column('draining', sa.Boolean(), server_default=sa.text('false'), nullable=False),
     sa.Column('claimed', sa.BigInteger(), server_default=sa.text('0'), nullable=False),
     sa.Column('applied', sa.BigInteger(), server_default=sa.text('0'), nullable=False),
-    sa.Column('started_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.Column('heartbeat_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('started_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
+    sa.Column('heartbeat_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_schedulers'))
     )
     op.create_table('alerts',
@@ -60,7 +64,7 @@ def upgrade() -> None:
     sa.Column('acknowledged', sa.Boolean(), server_default=sa.text('false'), nullable=False),
     sa.Column('acknowledged_by', sa.String(length=200), nullable=True),
     sa.Column('acknowledged_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_alerts_run_id_runs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_alerts'))
     )
@@ -78,7 +82,7 @@ def upgrade() -> None:
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('detail', sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), 'postgresql'), nullable=True),
     sa.Column('published', sa.Boolean(), server_default=sa.text('false'), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_events_run_id_runs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_events'))
     )
@@ -98,7 +102,7 @@ def upgrade() -> None:
     sa.Column('locked_by', sa.String(length=100), nullable=True),
     sa.Column('complete_by', sa.DateTime(timezone=True), nullable=True),
     sa.Column('dispatched_at', sa.DateTime(timezone=True), nullable=True),
-    sa.Column('not_before', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('not_before', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.Column('deferred_since', sa.DateTime(timezone=True), nullable=True),
     sa.Column('failure_count', sa.Integer(), server_default=sa.text('0'), nullable=False),
     sa.Column('attempt', sa.Integer(), server_default=sa.text('0'), nullable=False),
@@ -112,8 +116,8 @@ def upgrade() -> None:
     sa.Column('backoff_multiplier', sa.Float(), nullable=False),
     sa.Column('backoff_max_s', sa.Float(), nullable=False),
     sa.Column('give_up_s', sa.Float(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
-    sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_steps_run_id_runs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_steps')),
     sa.UniqueConstraint('run_id', 'kind', 'name', name=op.f('uq_steps_run_id_kind_name'))

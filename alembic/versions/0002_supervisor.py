@@ -12,6 +12,10 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+# `now()` on PostgreSQL, the same DDL as before; SQLite's DEFAULT takes no now(), so there it
+# is the strftime() form of SQLAlchemy's DateTime text (see sasflow.store.sqltime).
+from sasflow.store.sqltime import now
+
 
 revision: str = '0002'
 down_revision: str | None = '0001'
@@ -24,7 +28,7 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=100), nullable=False),
     sa.Column('holder', sa.String(length=100), nullable=False),
     sa.Column('token', sa.BigInteger(), nullable=False),
-    sa.Column('acquired_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
+    sa.Column('acquired_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.Column('expires_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_leases'))
     )

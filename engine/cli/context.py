@@ -15,11 +15,14 @@ from sqlalchemy import Connection, Engine
 
 from sasflow.appload import load_registry
 from sasflow.errors import ConfigurationError, SasflowError
+from sasflow.redact import redact_url
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
 from sasflow.store.db import make_engine, run_transaction
-from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.base import Transport
+from sasflow.transport.factory import is_in_process, make_transport
+from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import Names
 
 T = TypeVar("T")
@@ -29,8 +32,14 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %
 
 @dataclass
 class CliContext:
+    """`in_process` is set by commands that run every role as threads of this process (`sasflow
+    demo`): only they may use the in-process bus (`memory://`)."""
+
     settings: Settings
+    in_process: bool = False
     _registry: Registry | None = field(default=None, init=False)
+    _broker: MemoryBroker | None = field(default=None, init=False)
+    _broker_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def names(self) -> Names:
@@ -61,8 +70,24 @@ class CliContext:
         finally:
             engine.dispose()
 
-    def transport(self, role: str) -> RabbitMQTransport:
-        return RabbitMQTransport(self.settings.broker_url, process_name=f"sasflow-{role}")
+    def transport(self, role: str) -> Transport:
+        """A new transport for `role`; every in-process one shares this context's broker."""
+        url = self.settings.broker_url
+        broker = None
+        if is_in_process(url):
+            if not self.in_process:
+                raise click.UsageError(
+                    f"the broker URL {redact_url(url)!r} is the in-process bus, which only "
+                    "connects roles running inside one process: pass --broker-url amqp://... "
+                    "(or set SASFLOW_BROKER_URL) to reach RabbitMQ, or run `sasflow demo`")
+            with self._broker_lock:  # role threads (e.g. the alert sink's) may ask at once
+                if self._broker is None:
+                    self._broker = MemoryBroker()
+                broker = self._broker
+        try:
+            return make_transport(url, process_name=f"sasflow-{role}", broker=broker)
+        except ConfigurationError as exc:
+            raise fail(exc) from exc
 
 
 def default_actor() -> str:

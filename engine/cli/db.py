@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import click
+from sqlalchemy import Engine
 
 from sasflow.cli.context import CliContext, fail
 from sasflow.errors import SasflowError
 from sasflow.store import migrate
+
+
+@contextlib.contextmanager
+def _engine(obj: CliContext) -> Iterator[Engine]:
+    """The state store's engine for one command; a bad URL or a store error (raised while
+    opening or using it) becomes a clean CLI error."""
+    try:
+        engine = obj.engine("db", statement_timeout_ms=None)
+    except SasflowError as exc:
+        raise fail(exc) from exc
+    try:
+        yield engine
+    except SasflowError as exc:
+        raise fail(exc) from exc
+    finally:
+        engine.dispose()
 
 
 @click.group()
@@ -19,14 +39,9 @@ def db() -> None:
 @click.pass_obj
 def upgrade(obj: CliContext, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head)."""
-    engine = obj.engine("db", statement_timeout_ms=None)
-    try:
+    with _engine(obj) as engine:
         migrate.upgrade(engine, revision)
         click.echo(f"database at revision {migrate.current(engine)}")
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
 
 
 @db.command()
@@ -34,36 +49,25 @@ def upgrade(obj: CliContext, revision: str) -> None:
 @click.pass_obj
 def downgrade(obj: CliContext, revision: str) -> None:
     """Downgrade the schema to REVISION ('base' removes every table)."""
-    engine = obj.engine("db", statement_timeout_ms=None)
-    try:
+    with _engine(obj) as engine:
         migrate.downgrade(engine, revision)
         click.echo(f"database at revision {migrate.current(engine)}")
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
 
 
 @db.command()
 @click.pass_obj
 def current(obj: CliContext) -> None:
     """Print the database's revision and the head revision."""
-    engine = obj.engine("db", statement_timeout_ms=None)
-    try:
+    with _engine(obj) as engine:
         click.echo(f"current: {migrate.current(engine) or '(empty)'}")
         click.echo(f"head: {migrate.head()}")
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()
 
 
 @db.command()
 @click.pass_obj
 def check(obj: CliContext) -> None:
     """Exit 0 if the schema is at head and matches the models, 1 otherwise."""
-    engine = obj.engine("db", statement_timeout_ms=None)
-    try:
+    with _engine(obj) as engine:
         at, head = migrate.current(engine), migrate.head()
         if at != head:
             raise click.ClickException(f"database at {at or '(empty)'}, head is {head}: "
@@ -72,7 +76,3 @@ def check(obj: CliContext) -> None:
         if diff:
             raise click.ClickException(f"schema differs from the models: {diff}")
         click.echo(f"ok: database at head {head}, schema matches")
-    except SasflowError as exc:
-        raise fail(exc) from exc
-    finally:
-        engine.dispose()

@@ -40,11 +40,13 @@ def submitter(obj: CliContext, prefetch: int) -> None:
 @click.option("--reply-prefetch", type=click.IntRange(1, 10000), default=500, show_default=True,
               envvar="SASFLOW_SCHEDULER_REPLY_PREFETCH", show_envvar=True,
               help="Replies held (and applied per transaction) at once.")
-@click.option("--rescan-interval", type=click.FloatRange(0.05, 60), default=1.0,
-              show_default=True, envvar="SASFLOW_SCHEDULER_RESCAN_INTERVAL", show_envvar=True,
-              help="Seconds between claims when no notification woke us.")
+@click.option("--rescan-interval", type=click.FloatRange(0.05, 60), default=None,
+              envvar="SASFLOW_SCHEDULER_RESCAN_INTERVAL", show_envvar=True,
+              help="Seconds between claims when no notification woke us "
+                   "[default: 1 on PostgreSQL, 0.05 on SQLite, which has no notifications].")
 @click.pass_obj
-def scheduler(obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float) -> None:
+def scheduler(obj: CliContext, batch: int, reply_prefetch: int,
+              rescan_interval: float | None) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies."""
     options = SchedulerOptions(claim_batch=batch, reply_prefetch=reply_prefetch,
                                rescan_interval=rescan_interval)

@@ -1,1 +1,1 @@
-"""The PostgreSQL state store: schema, connections and the engine's statements."""
+"""The state store (PostgreSQL or a SQLite file): schema, connections, the engine's statements."""

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from sasflow.store.dialect import upsert_insert
 from sasflow.store.schema import alerts
 
 STEP_FAILED = "step_failed"
@@ -35,7 +35,7 @@ class Alert:
 def raise_alert(conn: Connection, alert: Alert) -> int | None:
     """Insert `alert` unless the same one is open already; returns its id when it is new."""
     return conn.execute(
-        pg_insert(alerts)
+        upsert_insert(conn, alerts)
         .values(
             kind=alert.kind,
             dedup_key=alert.dedup_key,

@@ -1,9 +1,11 @@
-"""Create SQLAlchemy engines for the state store and translate driver failures."""
+"""Create SQLAlchemy engines for the state store (PostgreSQL, or a SQLite file) and translate
+driver failures."""
 
 from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -15,6 +17,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
 from sasflow.redact import redact_url
+from sasflow.store import sqlite
 
 T = TypeVar("T")
 
@@ -28,15 +31,21 @@ def make_engine(
     pool_size: int = 5,
     statement_timeout_ms: int | None = 60_000,
 ) -> Engine:
-    """An engine with the settings every sasflow process uses (pre-ping survives DB restarts)."""
+    """An engine with the settings every sasflow process uses (pre-ping survives DB restarts).
+
+    `sqlite:///PATH` opens a SQLite file instead (see sqlite.py; the statement timeout does not
+    apply there)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        return sqlite.make_sqlite_engine(parsed, pool_size=pool_size)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"unsupported database {parsed.get_backend_name()!r} in {redact_url(url)!r}: "
-            "sasflow's state store is PostgreSQL (postgresql+psycopg://...)"
+            "sasflow's state store is PostgreSQL (postgresql+psycopg://...) or a SQLite file "
+            "(sqlite:///PATH)"
         )
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -70,17 +79,21 @@ def is_disconnect(exc: BaseException) -> bool:
     """True when `exc` means the database went away (the operation may be retried later)."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
+    if isinstance(exc, DBAPIError) and isinstance(exc.orig, sqlite3.Error):
+        # SQLite reports SQL errors ("no such table") as OperationalError too.
+        return sqlite.is_unavailable(exc.orig)
     return isinstance(exc, OperationalError)
 
 
 @contextlib.contextmanager
 def translated() -> Iterator[None]:
     """Turn a lost database connection into StoreUnavailableError, and a deadlock or
-    serialization failure into ConflictError, at the adapter boundary."""
+    serialization failure (SQLite: a write lock busy past its timeout) into ConflictError, at
+    the adapter boundary."""
     try:
         yield
     except DBAPIError as exc:
-        if isinstance(exc.orig, CONFLICTS):
+        if isinstance(exc.orig, CONFLICTS) or sqlite.is_conflict(exc.orig):
             raise ConflictError(f"concurrent update, retry: {exc.orig}") from exc
         if is_disconnect(exc):
             raise StoreUnavailableError(f"state store unavailable: {exc.orig}") from exc

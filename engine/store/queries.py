@@ -22,6 +22,7 @@ from sqlalchemy import (
     update,
 )
 
+from sasflow.store.dialect import is_false, joined_value, least
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -87,7 +88,7 @@ def claim_ready() -> Update:
             steps.c.timeout_s,
             steps.c.complete_by,
             steps.c.priority,
-            runs.c.workflow,
+            joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         )
     )
 
@@ -200,10 +201,10 @@ def _failure_values() -> dict[str, Any]:
     exponential, capped backoff (the database's clock), at the threshold to error."""
     failures = steps.c.failure_count + 1
     exhausted = failures >= steps.c.max_failures
-    delay = func.least(
+    delay = least(
         steps.c.backoff_max_s,
         steps.c.backoff_initial_s
-        * func.power(steps.c.backoff_multiplier, func.least(steps.c.failure_count, 64)),
+        * func.power(steps.c.backoff_multiplier, least(steps.c.failure_count, 64)),
     )
     return {
         "failure_count": failures,
@@ -323,7 +324,7 @@ def unpublished_events() -> Select[Any]:
             runs.c.reply_to,
         )
         .join(runs, runs.c.id == events.c.run_id)
-        .where(events.c.published.is_(False))
+        .where(is_false(events.c.published))
         .order_by(events.c.id)
         .limit(bindparam("b_limit"))
         .with_for_update(of=events, skip_locked=True)

@@ -7,7 +7,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
-    DateTime,
     Float,
     ForeignKey,
     Identity,
@@ -19,10 +18,12 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
-    func,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+
+from sasflow.store.sqltime import now
+from sasflow.store.types import Timestamp
 
 metadata = MetaData(
     naming_convention={
@@ -41,9 +42,9 @@ Id = BigInteger().with_variant(Integer(), "sqlite")
 def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Column[object]:
     return Column(
         name,
-        DateTime(timezone=True),
+        Timestamp(),
         nullable=nullable,
-        server_default=func.now() if default_now else None,
+        server_default=now() if default_now else None,
     )
 
 

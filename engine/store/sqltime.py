@@ -1,22 +1,75 @@
-"""Time arithmetic done by the database clock (never a process's clock)."""
+"""Time arithmetic done by the database clock (never a process's clock).
+
+PostgreSQL gets `now()` and interval arithmetic. SQLite has no timestamp type: SQLAlchemy stores
+a DateTime there as text, `YYYY-MM-DD HH:MM:SS.ffffff`, so the SQLite forms produce exactly that
+text (milliseconds from SQLite's clock, padded to six digits), and text comparison stays
+chronological.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column
+from sqlalchemy import ColumnElement, func, literal, literal_column
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import DateTime, Interval
 
+from sasflow.store.types import Timestamp
+
 _ONE_SECOND = literal_column("interval '1 second'", type_=Interval())
+
+SQLITE_FORMAT = "%Y-%m-%d %H:%M:%f000"
+"""strftime() format of SQLAlchemy's SQLite DateTime text (`%f` is `SS.SSS`)."""
+
+
+class _Now(FunctionElement[Any]):
+    """The database's current timestamp (PostgreSQL: the transaction's)."""
+
+    inherit_cache = True
+    type = Timestamp()
+
+
+class _PlusSeconds(FunctionElement[Any]):
+    """`ts + seconds`, seconds being a number or a numeric SQL expression (the two arguments)."""
+
+    inherit_cache = True
+    type = Timestamp()
 
 
 def now() -> ColumnElement[Any]:
     """The database's transaction timestamp."""
-    return func.now()
+    return _Now()
 
 
 def plus_seconds(ts: ColumnElement[Any], seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
     """`ts + seconds`, with `seconds` a number or a numeric SQL expression."""
+    return _PlusSeconds(ts, seconds if isinstance(seconds, ColumnElement) else literal(seconds))
+
+
+@compiles(_Now)
+def _now_default(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.now(), **kw)
+
+
+@compiles(_Now, "sqlite")
+def _now_sqlite(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.strftime(SQLITE_FORMAT, "now"), **kw)
+
+
+@compiles(_PlusSeconds)
+def _plus_default(element: _PlusSeconds, compiler: SQLCompiler, **kw: Any) -> str:
     # Explicit operators: SQLAlchemy's Interval type does not declare multiplication.
+    ts, seconds = element.clauses
     interval = _ONE_SECOND.op("*", return_type=Interval())(seconds)
-    return ts.op("+", return_type=DateTime(timezone=True))(interval)
+    expr = ts.op("+", return_type=DateTime(timezone=True))(interval)
+    # Parenthesised: the parent sees a function call and would not group the operator.
+    return f"({compiler.process(expr, **kw)})"
+
+
+@compiles(_PlusSeconds, "sqlite")
+def _plus_sqlite(element: _PlusSeconds, compiler: SQLCompiler, **kw: Any) -> str:
+    ts, seconds = element.clauses
+    modifier = func.printf("%+.6f seconds", seconds)
+    return compiler.process(func.strftime(SQLITE_FORMAT, ts, modifier), **kw)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import Submission, dumps
 from sasflow.registry import Registry
 from sasflow.store import events
+from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import runs, steps
 from sasflow.workflow import StepContext, Workflow
@@ -65,7 +65,7 @@ def submit(
         raise InvalidInputError(f"run input: {exc}") from exc
     key = submission.key or uuid.uuid4().hex
     run_id = conn.execute(
-        pg_insert(runs)
+        upsert_insert(conn, runs)
         .values(
             workflow=workflow.name,
             version=workflow.version,
