@@ -42,9 +42,10 @@ class Injected:
     done: bool
     note: str = ""
     recovery: float | None = None
-    """Fault start -> the first step of a run submitted after the fault completed."""
+    """Fault start -> the first step of a probe run submitted once the fault was over."""
     settled: float | None = None
-    """Fault start -> every step in flight at the fault's start finished or re-queued."""
+    """Fault start -> every step in flight at the fault's start finished or re-queued
+    (watched from the fault's start, so it may be shorter than the fault itself)."""
 
 
 def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
@@ -102,7 +103,7 @@ class Injector:
             self.started_count += 1
             started = time.time()
             try:
-                snapshot = self.before()
+                snapshot = self.before()  # e.g. start watching what is in flight now
                 note = self.actions[fault.kind](fault)
                 done = True
             except Exception as exc:  # noqa: BLE001 - a failed fault is reported, not fatal

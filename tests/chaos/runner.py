@@ -21,7 +21,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from sasflow.store.db import make_engine
-from sasflow.store.schema import events, runs, steps
+from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import Names
 from tests.chaos import faults as faultplan
 from tests.chaos.broker import Publisher, drain
@@ -29,6 +29,7 @@ from tests.chaos.checks import Observed, Report, check
 from tests.chaos.faults import Fault, Injected, Injector
 from tests.chaos.fleet import Fleet
 from tests.chaos.instances import PostgresInstance, RabbitInstance, ServiceError
+from tests.chaos.recovery import SettleWatch, first_step_done, in_flight
 from tests.chaos.remote import RemoteService
 from tests.chaos.workload import Driver, Poison, inject_poison, inject_stale_replies
 
@@ -132,49 +133,26 @@ class ChaosRun:
             roles["agent" if role in AGENTS else role].append(name)
         return roles
 
-    def _in_flight(self) -> object:
-        """The (step id, attempt) pairs processing now; empty if the store is unreachable."""
+    def _watch_settling(self) -> object:
+        """Started as each fault begins: watches the steps in flight at that moment."""
         assert self.engine is not None
-        try:
-            with self.engine.connect() as conn:
-                return {(r.id, r.attempt) for r in conn.execute(
-                    select(steps.c.id, steps.c.attempt).where(steps.c.state == "processing"))}
-        except SQLAlchemyError:
-            return set()
+        watch = SettleWatch(self.engine, in_flight(self.engine), PROBE_TIMEOUT)
+        watch.start()
+        return watch
 
-    def _recovery(self, record: Injected, snapshot: object, driver: Driver,
+    def _recovery(self, record: Injected, watch: object, driver: Driver,
                   publisher: Publisher) -> None:
-        """Submit a probe run and wait (bounded) for its first step, and for the steps that
-        were in flight when the fault began to finish or be re-queued."""
+        """Submit a probe run once the fault is over and wait (bounded) for its first step;
+        collect when the steps in flight at the fault's start had settled."""
         assert self.engine is not None
         key = f"probe-{self.config.seed}-{len(self.probes)}"
         self.probes.append(key)
-        probed = driver.probe(publisher, key)
-        in_flight = snapshot if isinstance(snapshot, set) else set()
-        deadline = time.monotonic() + PROBE_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                with self.engine.connect() as conn:
-                    if probed and record.recovery is None:
-                        first = conn.execute(
-                            select(func.extract("epoch", events.c.created_at))
-                            .join(runs, runs.c.id == events.c.run_id)
-                            .where(runs.c.business_key == key, events.c.entity == "step",
-                                   events.c.to_state == "processed")).scalar()
-                        if first is not None:
-                            record.recovery = float(first) - record.started
-                    if record.settled is None:
-                        ids = [step_id for step_id, _ in in_flight]
-                        still = {(r.id, r.attempt) for r in conn.execute(
-                            select(steps.c.id, steps.c.attempt).where(
-                                steps.c.id.in_(ids), steps.c.state == "processing"))}
-                        if not still & in_flight:
-                            record.settled = time.time() - record.started
-            except SQLAlchemyError:
-                pass
-            if (record.recovery is not None or not probed) and record.settled is not None:
-                return
-            time.sleep(0.2)
+        if driver.probe(publisher, key):
+            done = first_step_done(self.engine, key, PROBE_TIMEOUT)
+            record.recovery = None if done is None else done - record.started
+        if isinstance(watch, SettleWatch):
+            settled = watch.result()
+            record.settled = None if settled is None else settled - record.started
 
     def _actions(self, driver: Driver, publisher: Publisher
                  ) -> dict[str, Callable[[Fault], str]]:
@@ -294,7 +272,7 @@ class ChaosRun:
                         progress=injector.progress)
         publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
         injector.actions = self._actions(driver, publisher)
-        injector.before = self._in_flight
+        injector.before = self._watch_settling
         injector.after = lambda record, snapshot: self._recovery(record, snapshot, driver,
                                                                  publisher)
         self.say(f"[chaos] seed {config.seed}: {config.runs} runs over "
