@@ -73,6 +73,8 @@ def _runs_and_steps(engine: Engine) -> tuple[list[Any], list[Any], dict[int, lis
 
 
 def _stats(values: Sequence[float | None]) -> str:
+    if not values:
+        return "-"
     known = [v for v in values if v is not None]
     never = len(values) - len(known)
     if not known:
@@ -199,16 +201,18 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
     for record in seen.injected:
         if record.done:
             recovery[record.fault.kind].append(record.recovery)
-            settled[record.fault.kind].append(record.settled)
+            if record.in_flight:
+                settled[record.fault.kind].append(record.settled)
             lasted[record.fault.kind].append(record.ended - record.started)
     report.lines.append("recovery per fault type, seconds from the fault's start (median/max; "
-                        "'never' = not within the probe timeout):")
+                        "'never' = not within the probe timeout; settled: faults that found "
+                        "steps in flight):")
     report.lines.append(f"    {'fault':<16} {'n':>3} {'lasted':>13} {'next step done':>17} "
-                        f"{'in-flight settled':>19}")
+                        f"  {'in-flight settled (faults with some)'}")
     for kind in sorted(recovery):
         report.lines.append(
             f"    {kind:<16} {len(recovery[kind]):>3} {_stats(lasted[kind]):>13} "
-            f"{_stats(recovery[kind]):>17} {_stats(settled[kind]):>19}")
+            f"{_stats(recovery[kind]):>17} {len(settled[kind]):>3}: {_stats(settled[kind]):<14}")
     report.figures["recovery_max"] = {
         k: max((v for v in values if v is not None), default=None)
         for k, values in recovery.items()}

@@ -44,6 +44,8 @@ class Injected:
     recovery: float | None = None
     """Fault start -> the first step of a probe run submitted once the fault was over."""
     settled: float | None = None
+    in_flight: int = 0
+    """Steps processing when the fault began (no settling time without any)."""
     """Fault start -> every step in flight at the fault's start finished or re-queued
     (watched from the fault's start, so it may be shorter than the fault itself)."""
 
@@ -90,6 +92,7 @@ class Injector:
     after: Callable[[Injected, object], None] = lambda _record, _snapshot: None
     """Measures the recovery once the fault is over (blocks the schedule, bounded)."""
     started_count: int = 0
+    last_start: float = 0.0
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="chaos-faults", daemon=True)
@@ -101,6 +104,7 @@ class Injector:
             if self.stop.wait(max(0.0, opened + fault.at - time.monotonic())):
                 return
             self.started_count += 1
+            self.last_start = time.monotonic()
             started = time.time()
             try:
                 snapshot = self.before()  # e.g. start watching what is in flight now
@@ -117,13 +121,20 @@ class Injector:
             self.injected.append(record)
             self.log(f"fault {fault.kind:<16} {fault.target:<12} "
                      f"{record.ended - started:5.1f}s recovered {_seconds(record.recovery)} "
-                     f"settled {_seconds(record.settled)}  {note}")
+                     f"settled {_seconds(record.settled)} ({record.in_flight} in flight)  "
+                     f"{note}")
 
     def progress(self) -> float:
-        """Share of the faults started so far (all of them once the schedule is over)."""
+        """Share of the schedule done: a fault counts once started, and the planned gap after
+        it in proportion to the time since (1.0 once the schedule is over)."""
         if not self.faults or (self.thread is not None and not self.thread.is_alive()):
             return 1.0
-        return self.started_count / len(self.faults)
+        if self.started_count == 0:
+            return 0.0
+        gap = self.faults[0].at if len(self.faults) == 1 else \
+            (self.faults[-1].at - self.faults[0].at) / (len(self.faults) - 1)
+        into = min(1.0, (time.monotonic() - self.last_start) / max(gap, 0.1))
+        return min(1.0, (self.started_count - 1 + into) / len(self.faults))
 
     def finish(self, timeout: float) -> bool:
         """Let the plan run out for up to `timeout` seconds, then cancel what is left (the

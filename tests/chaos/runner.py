@@ -151,8 +151,10 @@ class ChaosRun:
             done = first_step_done(self.engine, key, PROBE_TIMEOUT)
             record.recovery = None if done is None else done - record.started
         if isinstance(watch, SettleWatch):
+            record.in_flight = len(watch.steps_in_flight)
             settled = watch.result()
-            record.settled = None if settled is None else settled - record.started
+            if record.in_flight:
+                record.settled = None if settled is None else settled - record.started
 
     def _actions(self, driver: Driver, publisher: Publisher
                  ) -> dict[str, Callable[[Fault], str]]:
