@@ -142,6 +142,9 @@ class RabbitInstance:
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.root / "advanced.config"),
             "RABBITMQ_CONF_ENV_FILE": str(self.root / "rabbitmq-env.conf"),
             "ERL_EPMD_ADDRESS": "127.0.0.1",
+            # Erlang writes crash dumps (of the node, or of a CLI call against a node that is
+            # down) to the working directory otherwise.
+            "ERL_CRASH_DUMP": str(self.root / "log" / "erl_crash.dump"),
         }
         self.ctl_base = [str(RABBIT_BIN / "rabbitmqctl"), "-n", self.node]
 
