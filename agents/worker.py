@@ -19,7 +19,7 @@ from typing import Any
 from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.resilience import SharedBreaker, retrying
-from sasflow.errors import BrokerUnavailableError, InvalidMessageError, PublishError
+from sasflow.errors import BrokerUnavailableError, InvalidMessageError
 from sasflow.messages import ErrorInfo, Reply, Request, dumps, parse, safe_text
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.transport.base import Delivery, Outgoing, Transport
@@ -73,6 +73,17 @@ class AgentStats:
     silent: int = 0
     dead_lettered: int = 0
     abandoned: int = 0
+
+
+REPLY_MARGIN = 0.1
+"""Share of the remaining budget (at most REPLY_MARGIN_MAX seconds) in which no retry starts,
+so that a step whose retries ran out can still reply `failed` before its deadline."""
+REPLY_MARGIN_MAX = 1.0
+
+
+def retry_budget(remaining: float) -> float:
+    """Seconds in which retries may start: the budget less the margin kept for the reply."""
+    return max(0.0, remaining - min(remaining * REPLY_MARGIN, REPLY_MARGIN_MAX))
 
 
 class AgentWorker:
@@ -203,12 +214,14 @@ class AgentWorker:
 
     def _settle(self) -> None:
         """Reply for finished jobs and abandon those whose deadline passed (owner thread)."""
+        outcomes: list[Outcome] = []
         while True:
             try:
-                outcome = self._outcomes.get_nowait()
+                outcomes.append(self._outcomes.get_nowait())
             except queue.Empty:
                 break
-            self._finish(outcome)
+        if outcomes:
+            self._finish(outcomes)
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
             if not job.abandoned and now >= job.call.deadline:
@@ -220,45 +233,68 @@ class AgentWorker:
                 self._transport.ack(job.delivery)
                 del self._jobs[key]
 
-    def _finish(self, outcome: Outcome) -> None:
-        job = outcome.job
-        key = (job.request.step_id, job.request.attempt)
-        if job.abandoned:
-            return
-        reply = outcome.reply
-        if reply is not None and time.monotonic() >= job.call.deadline:
-            reply = None  # finished too late: the pattern says stay silent
-        if reply is None:
-            self.stats.silent += 1
-        else:
-            try:
-                self._publish_reply(job, outcome.body)
-            except PublishError as exc:  # refused (e.g. too large): report that instead
-                log.exception("step %s: the broker refused the reply", job.request.step_id)
-                reply = self._reply(job.request, "error", error=ErrorInfo(
-                    type="PublishError", message=f"the broker refused the reply: {exc}"))
-                self._publish_reply(job, reply.encode())
-            except BrokerUnavailableError:
-                self._outcomes.put(outcome)  # publish it on the next connection
-                raise
-            if reply.status == "ok":
-                self.stats.replied_ok += 1
-            elif reply.status == "deferred":
-                self.stats.deferred += 1
-            elif reply.status == "failed":
-                self.stats.replied_failed += 1
-            else:
-                self.stats.replied_error += 1
-        self._jobs.pop(key, None)
-        self._transport.ack(job.delivery)
+    def _finish(self, outcomes: list[Outcome]) -> None:
+        """Publish the replies of finished jobs as one batch, then ack their requests."""
+        done: list[Job] = []
+        sending: list[tuple[Job, Reply, bytes]] = []
+        for outcome in outcomes:
+            job = outcome.job
+            if job.abandoned:
+                continue
+            done.append(job)
+            if outcome.reply is not None and time.monotonic() < job.call.deadline:
+                sending.append((job, outcome.reply, outcome.body))
+        try:
+            refused = self._send(sending)
+            # Refused for good (e.g. too large): report that instead.
+            instead = [(job, self._reply(job.request, "error", error=ErrorInfo(
+                type="PublishError", message=f"the broker refused the reply: {exc}")))
+                for job, exc in refused]
+            unsent = self._send([(job, reply, reply.encode()) for job, reply in instead])
+        except BrokerUnavailableError:
+            for outcome in outcomes:
+                self._outcomes.put(outcome)  # publish them on the next connection
+            raise
+        for job, exc in unsent:  # not even the error fits: the step's deadline will tell
+            log.error("step %s: the broker refused the error reply too: %s",
+                      job.request.step_id, exc)
+        # No reply, or finished too late, or refused twice: the pattern says stay silent.
+        self.stats.silent += len(done) - len(sending) + len(unsent)
+        for job in done:
+            self._jobs.pop((job.request.step_id, job.request.attempt), None)
+            self._transport.ack(job.delivery)
 
-    def _publish_reply(self, job: Job, body: bytes) -> None:
-        self._transport.publish(Outgoing(
+    def _send(self, sending: list[tuple[Job, Reply, bytes]]) -> list[tuple[Job, Exception]]:
+        """Publish replies as one batch; count those confirmed, return those refused."""
+        if not sending:
+            return []
+        results = self._transport.publish_many([Outgoing(
             exchange="",
             routing_key=job.delivery.reply_to or self._names.replies,
             body=body,
             correlation_id=job.delivery.correlation_id,
-        ))
+        ) for job, _, body in sending])
+        refused: list[tuple[Job, Exception]] = []
+        for (job, reply, _), result in zip(sending, results, strict=True):
+            if isinstance(result, BrokerUnavailableError):
+                raise result  # not sent: every outcome is published again after reconnecting
+            if result is None:
+                self._count(reply)
+            else:
+                log.error("step %s: the broker refused the %s reply: %s", job.request.step_id,
+                          reply.status, result)
+                refused.append((job, result))
+        return refused
+
+    def _count(self, reply: Reply) -> None:
+        if reply.status == "ok":
+            self.stats.replied_ok += 1
+        elif reply.status == "deferred":
+            self.stats.deferred += 1
+        elif reply.status == "failed":
+            self.stats.replied_failed += 1
+        else:
+            self.stats.replied_error += 1
 
     def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
         if "defer_seconds" in fields:
@@ -319,7 +355,7 @@ class AgentWorker:
             return breaker.call(lambda: spec.function(call), self._is_transient)
 
         try:
-            output = retrying(spec.retry, budget=call.remaining(),
+            output = retrying(spec.retry, budget=retry_budget(call.remaining()),
                               is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
         except BreakerOpenError as exc:
             return self._reply(request, "deferred", defer_seconds=exc.retry_after,

@@ -137,6 +137,12 @@ def machine_line() -> str:
             f"RabbitMQ {_rabbitmq_version()}; Python {platform.python_version()}; {packages}")
 
 
+def load_line() -> str:
+    """The machine's load averages: the figures of a shared machine are only as quiet as this."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min)"
+
+
 # ----------------------------------------------------------------------------- scratch services
 
 @contextlib.contextmanager
@@ -485,7 +491,7 @@ def main() -> None:
     began = time.monotonic()
     say(machine_line(), results)
     say(f"mode: {'quick' if args.quick else 'full'}, {sizes.repeat} repeat(s); "
-        f"{time.strftime('%Y-%m-%d %H:%M %Z')}", results)
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {load_line()}", results)
     if "W0" in which:
         run_w0(sizes, results)
     if which & {"W1", "W2"}:
@@ -496,7 +502,7 @@ def main() -> None:
         run_sweep(sizes, results)
     if "recovery" in which:
         run_recovery(sizes, results)
-    say(f"done in {time.monotonic() - began:.0f}s", results)
+    say(f"done in {time.monotonic() - began:.0f}s; {load_line()}", results)
 
 
 if __name__ == "__main__":

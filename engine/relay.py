@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, Update
 
-from sasflow.errors import PublishError
+from sasflow.errors import BrokerUnavailableError
 from sasflow.messages import StatusEvent
 from sasflow.store import queries
 from sasflow.store.db import transaction
@@ -39,9 +39,16 @@ def routing_key(workflow: str, entity: str, state: str) -> str:
 
 
 def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: int = 500) -> int:
-    """Publish up to `limit` unpublished events; returns how many were published."""
+    """Publish up to `limit` unpublished events as one batch; returns how many were relayed.
+
+    The rows stay locked until the batch is confirmed and they are marked, in one transaction.
+    """
     with transaction(engine) as conn:
         rows = conn.execute(_select(), {"b_limit": limit}).all()
+        if not rows:
+            return 0
+        messages: list[Outgoing] = []
+        owners: list[int] = []
         for row in rows:
             body = StatusEvent(
                 event_id=row.id,
@@ -59,14 +66,17 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 detail=row.detail,
             ).encode()
             headers = {"run_id": row.run_id, "key": row.business_key}
-            try:
-                transport.publish(Outgoing(names.status, routing_key(row.workflow, row.entity,
-                                                                     row.to_state), body, headers))
-                if row.reply_to:
-                    transport.publish(Outgoing("", row.reply_to, body, headers))
-            except PublishError:
+            messages.append(Outgoing(names.status, routing_key(row.workflow, row.entity,
+                                                               row.to_state), body, headers))
+            owners.append(row.id)
+            if row.reply_to:
+                messages.append(Outgoing("", row.reply_to, body, headers))
+                owners.append(row.id)
+        for event_id, result in zip(owners, transport.publish_many(messages), strict=True):
+            if isinstance(result, BrokerUnavailableError):
+                raise result  # not sent: nothing is marked, the next relay publishes again
+            if result is not None:
                 # Refused for good (e.g. too large): one bad event must not block the others.
-                log.exception("status event %s not published", row.id)
-        if rows:
-            conn.execute(_mark(), {"b_event_ids": [r.id for r in rows]})
+                log.error("status event %s not published: %s", event_id, result)
+        conn.execute(_mark(), {"b_event_ids": [r.id for r in rows]})
     return len(rows)

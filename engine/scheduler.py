@@ -2,7 +2,8 @@
 
 One thread owns the broker connection and does all database work between broker events; a
 LISTEN thread only wakes it. Replies are buffered and applied in one transaction per batch,
-then acked together; claims are one statement per batch.
+then acked together; claims are one statement per batch, and their requests one publish
+batch settled by a single wait for the broker's confirms.
 """
 
 from __future__ import annotations
@@ -260,7 +261,11 @@ class Scheduler:
     # -- claims ---------------------------------------------------------------------------
 
     def _claim_and_dispatch(self) -> bool:
-        """Claim one batch and publish it; True if the batch was full (more may be ready)."""
+        """Claim one batch and publish it; True if the batch was full (more may be ready).
+
+        The requests are published only after the claim committed, as one batch settled by
+        one wait for the broker's confirms.
+        """
         batch = self._options.claim_batch
         with transaction(self._engine) as conn:
             claimed = claim_steps(conn, locked_by=self.id, batch=batch)
@@ -268,20 +273,29 @@ class Scheduler:
             return False
         claimed_at = time.monotonic()
         self.stats.claimed += len(claimed)
-        for index, step in enumerate(claimed):
-            try:
-                self._publish_request(step, claimed_at)
-            except PublishError as exc:
+        try:
+            results = self._transport.publish_many(
+                [self._request(step, claimed_at) for step in claimed])
+        except BrokerUnavailableError as exc:
+            # None of the batch may be assumed delivered; a request that did arrive is
+            # fenced by its attempt (the re-claim increments it), so its reply is dropped.
+            self._release(claimed, f"request not published: {exc}")
+            raise
+        unsent: list[ClaimedStep] = []
+        for step, result in zip(claimed, results, strict=True):
+            if isinstance(result, PublishError):
                 # The broker refused this request (e.g. too large): retrying cannot help.
-                self._fail_unpublishable(step, exc)
-                continue
-            except BrokerUnavailableError as exc:
-                self._release(claimed[index:], f"request not published: {exc}")
-                raise
-            self.stats.dispatched += 1
+                self._fail_unpublishable(step, result)
+            elif result is None:
+                self.stats.dispatched += 1
+            else:
+                unsent.append(step)
+        if unsent:
+            self._release(unsent, "request not published: the broker closed the channel")
+            raise BrokerUnavailableError("the broker closed the channel while dispatching")
         return len(claimed) == batch
 
-    def _publish_request(self, step: ClaimedStep, claimed_at: float) -> None:
+    def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
         elapsed_ms = (time.monotonic() - claimed_at) * 1000
         budget_ms = max(1, int(step.timeout_s * 1000 - elapsed_ms))
         request = Request(
@@ -300,16 +314,14 @@ class Scheduler:
         )
         if step.agent not in self._declared_agents:
             self._declare_agent(step.agent)
-        self._transport.publish(
-            Outgoing(
-                exchange="",
-                routing_key=self._names.agent(step.agent),
-                body=request.encode(),
-                expiration_ms=budget_ms,
-                correlation_id=f"{step.id}:{step.attempt}",
-                reply_to=self._names.replies,
-                mandatory=True,
-            )
+        return Outgoing(
+            exchange="",
+            routing_key=self._names.agent(step.agent),
+            body=request.encode(),
+            expiration_ms=budget_ms,
+            correlation_id=f"{step.id}:{step.attempt}",
+            reply_to=self._names.replies,
+            mandatory=True,
         )
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:

@@ -10,8 +10,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sasflow.redact import redact_url
 
-DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/sasflow"
-DEFAULT_BROKER_URL = "amqp://localhost:5672/%2F"
+# The embedded default: a SQLite file in the working directory and the in-process bus, so that
+# a fresh machine runs `sasflow demo` and `sasflow run` with no service. Production sets both.
+DEFAULT_DATABASE_URL = "sqlite:///sasflow.db"
+DEFAULT_BROKER_URL = "memory://"
 
 
 class Settings(BaseSettings):
@@ -21,12 +23,14 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         default=DEFAULT_DATABASE_URL,
-        description="SQLAlchemy URL of the state store (postgresql+psycopg://...).",
+        description="SQLAlchemy URL of the state store: postgresql+psycopg://... (production) "
+                    "or sqlite:///PATH (one machine; the default is ./sasflow.db).",
     )
     broker_url: str = Field(
         default=DEFAULT_BROKER_URL,
         description="Broker URL: amqp://... or amqps://... for RabbitMQ, or memory:// for the "
-                    "in-process bus (only for roles run as threads of one process: sasflow demo).",
+                    "in-process bus (the default; it only connects roles run as threads of one "
+                    "process: sasflow demo, sasflow run).",
     )
     namespace: str = Field(
         default="sasflow",

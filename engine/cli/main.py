@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli import alerts, config, db, roles, runs, submit, supervisor
+from sasflow.cli import alerts, config, db, demo, roles, run, runs, submit, supervisor
 from sasflow.cli.context import CliContext, build_settings, setup_logging
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--database-url", envvar="SASFLOW_DATABASE_URL", show_envvar=True,
-              help="State store URL, e.g. postgresql+psycopg://user@localhost/sasflow.")
+              help="State store URL: postgresql+psycopg://user@localhost/sasflow, or "
+                   "sqlite:///PATH [default: sqlite:///sasflow.db].")
 @click.option("--broker-url", envvar="SASFLOW_BROKER_URL", show_envvar=True,
-              help="RabbitMQ URL, e.g. amqp://localhost:5672/%2F.")
+              help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), or memory:// (the in-process "
+                   "bus of demo and run) [default: memory://].")
 @click.option("--namespace", envvar="SASFLOW_NAMESPACE", show_envvar=True,
               help="Prefix of queue and exchange names [default: sasflow].")
 @click.option("--app", "app", envvar="SASFLOW_APP", show_envvar=True,
@@ -45,6 +47,8 @@ cli.add_command(roles.agent)
 cli.add_command(runs.runs)
 cli.add_command(alerts.alerts)
 cli.add_command(supervisor.supervisor)
+cli.add_command(demo.demo)
+cli.add_command(run.run_command)
 
 
 def main() -> None:

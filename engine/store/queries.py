@@ -254,8 +254,12 @@ def lock_runs(skip_locked: bool) -> Select[Any]:
 
 def sweep_expired() -> Update:
     """Count one failure for the expired processing steps of the (locked) runs :run_ids,
-    skipping rows another sweeper holds (ix_steps_expiry). Re-checked under the lock, so a
-    failure is never counted twice."""
+    skipping rows another sweeper holds (ix_steps_expiry, then the primary key).
+
+    The locking CTE re-checks its conditions on the newest row version once it holds the
+    lock (READ COMMITTED's recheck), so a failure is never counted twice. The UPDATE joins
+    it by id only: repeating the conditions there let the planner scan ix_steps_expiry once
+    per expired step (each scan through the whole CTE, quadratic in the steps swept)."""
     expired = (
         select(steps.c.id)
         .where(steps.c.state == "processing", steps.c.complete_by < now(),
@@ -265,8 +269,7 @@ def sweep_expired() -> Update:
     )
     return (
         update(steps)
-        .where(steps.c.id == expired.c.id, steps.c.state == "processing",
-               steps.c.complete_by < now())
+        .where(steps.c.id == expired.c.id)
         .values(**_failure_values())
         .returning(*_failure_result)
     )

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests import services
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -23,6 +25,7 @@ class Processes:
         self.env = {
             **os.environ,
             "SASFLOW_DATABASE_URL": database_url,
+            "SASFLOW_BROKER_URL": services.broker_url(),
             "SASFLOW_NAMESPACE": namespace,
             "SASFLOW_APP": app,
             "PYTHONPATH": str(REPO),

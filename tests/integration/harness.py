@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pika
+import pika.exceptions
 from pika.exchange_type import ExchangeType
 from sqlalchemy import Engine, select
 
@@ -112,6 +113,16 @@ def publish_raw(queue: str, body: bytes, **properties: Any) -> None:
         channel.confirm_delivery()
         channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
                                                                      **properties))
+
+
+def queue_exists(queue: str) -> bool:
+    """True once `queue` has been declared (a passive declare on a channel of its own)."""
+    try:
+        with services.broker_channel() as channel:
+            channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    return True
 
 
 def dead_letters(names: Names, expected: int, timeout: float = 15.0) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one
         raise TransientError("remote busy")
 
     flow = Workflow("solo", [Step("only", "flaky", "always",
-                                  policy=StepPolicy(timeout=1.5, max_failures=1))])
+                                  policy=StepPolicy(timeout=3, max_failures=1))])
     registry = Registry([flow], [flaky])
     with engine.begin() as conn:
         submit_run(conn, registry, "solo", {}, key="k")
@@ -54,7 +54,7 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
         harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="run fails")
     assert len(calls) >= 3, "transient errors were not retried"
-    assert calls[-1] - calls[0] < 1.5, "an attempt started past the deadline"
+    assert calls[-1] - calls[0] < 3 * 0.9, "an attempt started in the margin kept for the reply"
     assert (worker.stats.replied_failed, worker.stats.replied_ok) == (1, 0)
     (step,) = harness.step_rows(engine)
     assert (step.state, step.attempt, step.failure_count) == ("error", 1, 1)
@@ -172,7 +172,8 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
     registry = _one_step(echo, "say", timeout=5)
     worker = harness.agent(echo, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
-        harness.wait_for(lambda: worker.stats.received == 0 and _consuming(worker), what="up")
+        harness.wait_for(lambda: harness.queue_exists(names.agent("echoer")),
+                         what="the agent declared its queue")
         harness.publish_raw(names.agent("echoer"), b"[]")
         harness.publish_raw(names.agent("echoer"), b'{"step_id": 1}')
         harness.publish_raw(names.agent("echoer"), (
@@ -189,10 +190,6 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
     assert "for agent 'other'" in reasons[2]
     assert {d["headers"][SOURCE_HEADER] for d in dead} == {names.agent("echoer")}
     assert worker.stats.dead_lettered == 3
-
-
-def _consuming(worker: Any) -> bool:
-    return bool(worker._transport.generation)  # connected at least once
 
 
 def test_unstorable_handler_output_fails_the_step_with_the_reason_and_the_agent_survives(

@@ -22,7 +22,7 @@ from tests.integration import harness
 pytestmark = pytest.mark.integration
 
 
-def _travel(*broken_undo: str) -> tuple[Registry, list[tuple[str, Any]], set[str]]:
+def travel(*broken_undo: str) -> tuple[Registry, list[tuple[str, Any]], set[str]]:
     """Book a flight, a hotel, then a car (which fails); each booking has its cancellation."""
     calls: list[tuple[str, Any]] = []
     broken = set(broken_undo)
@@ -67,7 +67,7 @@ def _run(engine: Engine, database_url: str, names: Names, registry: Registry,
 def test_third_step_failing_compensates_the_second_then_the_first(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    registry, calls, _ = _travel()
+    registry, calls, _ = travel()
     run_id = _run(engine, database_url, names, registry, {"compensated"})
     assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
     undone = [c[1]["output"]["reference"].split("-")[0] for c in calls if c[0] == "cancel"]
@@ -90,7 +90,7 @@ def test_third_step_failing_compensates_the_second_then_the_first(
 def test_a_failing_compensation_ends_in_the_operator_state_with_an_alert(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    registry, calls, _ = _travel("flight")
+    registry, calls, _ = travel("flight")
     run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
     assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
     with engine.connect() as conn:
@@ -107,7 +107,7 @@ def test_resubmitting_a_run_whose_compensation_failed_retries_the_compensation(
 ) -> None:
     """The operator fixes what blocked the undo and resubmits: only the failed compensation
     runs again, the forward steps do not, and the run ends compensated."""
-    registry, calls, broken = _travel("flight")
+    registry, calls, broken = travel("flight")
     run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
     broken.clear()
     with engine.begin() as conn:

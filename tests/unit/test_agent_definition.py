@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sasflow.agents import Agent, Call
+from sasflow.agents.worker import retry_budget
 from sasflow.errors import DefinitionError
 from sasflow.policy import BreakerPolicy, RetryPolicy
 
@@ -164,3 +165,9 @@ def test_calls_compare_without_their_cancel_event() -> None:
 
     assert first == second
     assert not second.cancelled.is_set()
+
+
+def test_retries_leave_a_tenth_of_the_budget_at_most_one_second_for_the_reply() -> None:
+    assert retry_budget(3.0) == pytest.approx(2.7)
+    assert retry_budget(30.0) == pytest.approx(29.0)
+    assert retry_budget(0.0) == 0.0

@@ -8,7 +8,7 @@ import pydantic
 import pytest
 
 from sasflow.redact import redact_url
-from sasflow.settings import DEFAULT_BROKER_URL, DEFAULT_DATABASE_URL, Settings
+from sasflow.settings import Settings
 from tests.unit.expected import ALERT_DEFAULTS
 
 
@@ -22,12 +22,13 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_defaults_without_environment(clean_env: pytest.MonkeyPatch) -> None:
-    """With no SASFLOW_* variables the documented defaults apply."""
+    """With no SASFLOW_* variables the embedded default applies: a SQLite file in the working
+    directory and the in-process bus."""
     settings = Settings()
 
     assert (settings.database_url, settings.broker_url, settings.namespace, settings.app) == (
-        DEFAULT_DATABASE_URL,
-        DEFAULT_BROKER_URL,
+        "sqlite:///sasflow.db",
+        "memory://",
         "sasflow",
         None,
     )

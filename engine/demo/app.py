@@ -1,0 +1,137 @@
+"""The demo's e-commerce app: the order workflows and the inventory, payments, shipping agents.
+
+An order reserves stock, charges the customer, then ships. A retail `order` that fails is
+compensated (the charge refunded, the stock released); a `b2b-order` that fails goes to
+`error` with an operator alert instead, since business customers are handled by a person.
+Timeouts, backoffs and breaker windows are short so the whole demo takes seconds.
+
+`create_registry` (the default scenario) is what `--app sasflow.demo.app:create_registry`
+loads in separate processes; the all-in-one demo calls `build_registry` with its own
+scenario and feed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sasflow import (
+    Backoff,
+    BreakerPolicy,
+    Registry,
+    RetryPolicy,
+    Step,
+    StepContext,
+    StepPolicy,
+    Workflow,
+)
+from sasflow.agents import Agent, Call
+from sasflow.demo.scenario import AGENT_CRASH, Scenario
+from sasflow.demo.services import Happenings, RemoteServices
+
+log = logging.getLogger(__name__)
+
+STEP_POLICY = StepPolicy(timeout=2.0, max_failures=3,
+                         backoff=Backoff(initial=0.3, multiplier=2.0, maximum=2.0))
+"""Short deadlines: an expired step is found by the supervisor within a couple of seconds."""
+AGENT_RETRY = RetryPolicy(initial=0.02, maximum=0.2, max_attempts=3)
+WAREHOUSE_BREAKER = BreakerPolicy(fail_max=3, reset_timeout=1.0)
+
+CrashHook = Callable[[], None]
+"""Called by a shipping agent instance when it 'crashes'; the demo stops that instance."""
+
+
+def inventory_agent(services: RemoteServices) -> Agent:
+    agent = Agent("inventory", breakers={"warehouse": WAREHOUSE_BREAKER}, retry=AGENT_RETRY)
+
+    @agent.handler("reserve", dependency="warehouse")
+    def reserve(call: Call) -> dict[str, Any]:
+        return services.reserve(call.idempotency_key, call.input["sku"], call.input["qty"],
+                                call.remaining())
+
+    @agent.handler("release")
+    def release(call: Call) -> dict[str, Any]:
+        return services.release(call.idempotency_key, call.input["output"]["reservation"],
+                                call.remaining())
+
+    return agent
+
+
+def payments_agent(services: RemoteServices) -> Agent:
+    agent = Agent("payments", retry=AGENT_RETRY)
+
+    @agent.handler("charge")
+    def charge(call: Call) -> dict[str, Any]:
+        return services.charge(call.idempotency_key, call.input["amount"], call.input["card"],
+                               call.input.get("trouble"), call.remaining())
+
+    @agent.handler("refund")
+    def refund(call: Call) -> dict[str, Any]:
+        charged = call.input["output"]
+        return services.refund(call.idempotency_key, charged["charge"], charged["amount"],
+                               call.remaining())
+
+    return agent
+
+
+def shipping_agent(services: RemoteServices, on_crash: CrashHook | None = None) -> Agent:
+    """The shipping agent; one built per instance so each can report its own crash."""
+    agent = Agent("shipping", retry=AGENT_RETRY)
+
+    @agent.handler("ship")
+    def ship(call: Call) -> dict[str, Any]:
+        if call.input.get("trouble") == AGENT_CRASH and call.attempt == 1:
+            services.feed.add("crash", f"a shipping agent instance crashed holding step "
+                                       f"{call.step_id} (order of run {call.run_id})")
+            if on_crash is not None:
+                on_crash()
+            # A crashed process replies nothing: hold the step past its deadline, whatever
+            # `cancelled` says, so the agent abandons it silently.
+            threading.Event().wait(call.remaining() + 0.2)
+            return {}
+        return services.ship(call.idempotency_key, call.input["address"], call.remaining())
+
+    return agent
+
+
+def _reserve_input(ctx: StepContext) -> dict[str, Any]:
+    return {"sku": ctx.run_input["sku"], "qty": ctx.run_input["qty"]}
+
+
+def _charge_input(ctx: StepContext) -> dict[str, Any]:
+    order = ctx.run_input
+    return {"amount": order["qty"] * order["unit_price"], "card": order["card"],
+            "reservation": ctx.outputs["reserve"]["reservation"], "trouble": order["trouble"]}
+
+
+def _ship_input(ctx: StepContext) -> dict[str, Any]:
+    return {"address": ctx.run_input["address"], "sku": ctx.run_input["sku"],
+            "qty": ctx.run_input["qty"], "trouble": ctx.run_input["trouble"]}
+
+
+def _steps() -> list[Step]:
+    return [
+        Step("reserve", "inventory", "reserve", input=_reserve_input, policy=STEP_POLICY,
+             compensate="release"),
+        Step("charge", "payments", "charge", input=_charge_input, policy=STEP_POLICY,
+             compensate="refund"),
+        Step("ship", "shipping", "ship", input=_ship_input, policy=STEP_POLICY),
+    ]
+
+
+def workflows() -> list[Workflow]:
+    return [Workflow("order", _steps(), on_failure="compensate"),
+            Workflow("b2b-order", _steps(), on_failure="error")]
+
+
+def build_registry(services: RemoteServices, on_crash: CrashHook | None = None) -> Registry:
+    return Registry(workflows=workflows(),
+                    agents=[inventory_agent(services), payments_agent(services),
+                            shipping_agent(services, on_crash)])
+
+
+def create_registry() -> Registry:
+    """The registry of the default scenario (for `--app sasflow.demo.app:create_registry`)."""
+    return build_registry(RemoteServices(Scenario.build(), Happenings()))

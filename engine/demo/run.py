@@ -1,0 +1,161 @@
+"""One demo run: start every role in this process, place the orders, watch them to the end.
+
+The roles are the real ones (sasflow.local); only the remote services are simulated. The
+outcome is judged from the state store: `DemoResult.problems` lists what the demo is designed
+to show but did not happen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from sasflow.agents.worker import AgentWorker
+from sasflow.demo.app import build_registry, inventory_agent, payments_agent, shipping_agent
+from sasflow.demo.feed import News, StoreFeed
+from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, Scenario
+from sasflow.demo.services import Happenings, RemoteServices
+from sasflow.demo.summary import (
+    TERMINAL_RUN_STATES,
+    Summary,
+    missing_phenomena,
+    run_states,
+    summarize,
+)
+from sasflow.errors import PublishError
+from sasflow.local import LocalOptions, LocalRunner, TransportFactory, add_roles, prepare_store
+from sasflow.messages import Submission
+from sasflow.scheduler import SchedulerOptions
+from sasflow.supervisor.service import SupervisorOptions
+from sasflow.supervisor.sinks import LogSink
+from sasflow.transport.base import Outgoing
+from sasflow.transport.topology import Names, declare_common
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+
+Tick = Callable[[dict[str, int], list[News]], None]
+"""Receives the demo's run counts by state and the news since the last tick."""
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    orders: int = DEFAULT_ORDERS
+    seed: int = DEFAULT_SEED
+    timeout: float = 120.0
+    """Seconds to wait for every order to finish before calling the demo failed."""
+    schedulers: int = 2
+    shipping_instances: int = 2
+    """One of them crashes; the others finish its work."""
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    summary: Summary
+    problems: list[str]
+    seconds: float
+    key_prefix: str
+    agent_counts: dict[str, int] = field(default_factory=dict)
+    """What the simulated services saw (transient errors retried inside the agents, ...)."""
+
+
+def place_orders(transports: TransportFactory, names: Names, scenario: Scenario,
+                 key_prefix: str) -> None:
+    """Publish every order of `scenario` to `<ns>.submit`, as a shop front would."""
+    transport = transports("demo-shop")
+    transport.connect()
+    try:
+        declare_common(transport, names)
+        messages = [
+            Outgoing("", names.submit, Submission(
+                workflow=scenario.workflow(n), input=scenario.order(n),
+                key=f"{key_prefix}{n:05d}").encode(), mandatory=True)
+            for n in range(1, scenario.orders + 1)
+        ]
+        refused = [e for e in transport.publish_many(messages) if e is not None]
+        if refused:
+            raise PublishError(f"{len(refused)} orders refused by the broker: {refused[0]}")
+    finally:
+        transport.close()
+
+
+class Demo:
+    """The demo's roles, services and orders, on the given store and transports."""
+
+    def __init__(self, engine: Engine, transports: TransportFactory, names: Names, *,
+                 database_url: str, options: DemoOptions | None = None) -> None:
+        self._engine = engine
+        self._transports = transports
+        self._names = names
+        self._database_url = database_url
+        self.options = options or DemoOptions()
+        self.scenario = Scenario.build(self.options.orders, self.options.seed)
+        self.key_prefix = f"demo-{uuid.uuid4().hex[:8]}-"
+        self.happenings = Happenings()
+
+    def _runner(self) -> LocalRunner:
+        services = RemoteServices(self.scenario, self.happenings)
+        registry = build_registry(services)
+        runner = LocalRunner()
+        options = LocalOptions(
+            schedulers=self.options.schedulers,
+            agent_concurrency=4,
+            scheduler=SchedulerOptions(rescan_interval=0.2, relay_interval=0.5),
+            supervisor=SupervisorOptions(interval=0.5, lease_ttl=3.0),
+        )
+        add_roles(runner, self._engine, self._transports, registry, self._names,
+                  database_url=self._database_url, options=options, sinks=[LogSink()],
+                  agents=[inventory_agent(services), payments_agent(services)])
+        for number in range(1, self.options.shipping_instances + 1):
+            # Each instance has its own Agent object so the one that crashes stops itself.
+            stop = threading.Event()
+            name = f"agent-shipping-{number}"
+            runner.add(name, AgentWorker(shipping_agent(services, on_crash=stop.set),
+                                         self._transports(name), self._names, concurrency=2,
+                                         stop=stop))
+        return runner
+
+    def run(self, tick: Tick, stop: threading.Event | None = None) -> DemoResult:
+        """Run the demo to its end (or `timeout`, or `stop`); raises RoleCrashedError when a
+        role crashed."""
+        stop = stop or threading.Event()
+        prepare_store(self._engine)
+        feed = StoreFeed(self._engine, self.key_prefix, self.happenings)
+        started = time.monotonic()
+        problems: list[str] = []
+        runner = self._runner()
+        with runner.running():
+            place_orders(self._transports, self._names, self.scenario, self.key_prefix)
+            deadline = started + self.options.timeout
+            while True:
+                runner.check()
+                with self._engine.connect() as conn:
+                    states = run_states(conn, self.key_prefix)
+                tick(states, feed.poll())
+                finished = sum(n for s, n in states.items() if s in TERMINAL_RUN_STATES)
+                if finished >= self.scenario.orders:
+                    break
+                if time.monotonic() >= deadline:
+                    problems.append(f"timed out after {self.options.timeout:g}s with "
+                                    f"{self.scenario.orders - finished} orders unfinished")
+                    break
+                if stop.wait(POLL_SECONDS):
+                    problems.append("interrupted")
+                    break
+        seconds = time.monotonic() - started
+        summary = summarize(self._engine, self.key_prefix)
+        with self._engine.connect() as conn:
+            states = run_states(conn, self.key_prefix)
+        tick(states, feed.poll())  # one connection at a time: SQLite locks on BEGIN
+        if not problems:
+            problems = missing_phenomena(summary, self.scenario.orders)
+        return DemoResult(summary=summary, problems=problems, seconds=seconds,
+                          key_prefix=self.key_prefix,
+                          agent_counts=self.happenings.snapshot())

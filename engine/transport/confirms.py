@@ -1,0 +1,72 @@
+"""Publisher-confirm bookkeeping for a batch of messages in flight on one confirm channel.
+
+The broker numbers the messages of a confirm-mode channel 1, 2, 3... and settles them with
+`basic.ack` or `basic.nack`, one at a time or `multiple` up to a tag, in any order. A mandatory
+message it cannot route comes back as `basic.return` *before* the ack that settles it; a
+return carries no delivery tag, so it is matched to the oldest unsettled mandatory message
+with the same exchange, routing key and body (returns arrive in publish order, and only two
+identical messages could be confused, which then makes no difference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class _Slot:
+    exchange: str
+    routing_key: str
+    body: bytes
+    mandatory: bool
+    returned: str | None = None
+
+
+class ConfirmTracker:
+    """Tags of the messages sent on one channel, and how the broker settled each of them."""
+
+    def __init__(self) -> None:
+        self._last_tag = 0
+        self._pending: dict[int, _Slot] = {}
+        self._settled: dict[int, str | None] = {}
+
+    def sent(self, exchange: str, routing_key: str, body: bytes, *, mandatory: bool) -> int:
+        """Record one message handed to the channel; returns its delivery tag."""
+        self._last_tag += 1
+        self._pending[self._last_tag] = _Slot(exchange, routing_key, body, mandatory)
+        return self._last_tag
+
+    def returned(self, exchange: str, routing_key: str, body: bytes, reason: str) -> None:
+        """A `basic.return`: the matching message will be refused when its ack arrives."""
+        for slot in self._pending.values():  # dicts keep insertion (= tag) order
+            if (slot.mandatory and slot.returned is None and slot.exchange == exchange
+                    and slot.routing_key == routing_key and slot.body == body):
+                slot.returned = reason
+                return
+
+    def confirmed(self, tag: int, *, multiple: bool, nack: bool) -> None:
+        """A `basic.ack` or `basic.nack` for `tag` (and every earlier tag if `multiple`)."""
+        tags = [t for t in self._pending if t <= tag] if multiple else [tag]
+        for t in tags:
+            slot = self._pending.pop(t, None)
+            if slot is None:
+                continue
+            if nack:
+                self._settled[t] = "nacked by the broker (internal error)"
+            elif slot.returned is not None:
+                self._settled[t] = f"unroutable: {slot.returned}"
+            else:
+                self._settled[t] = None
+
+    def is_settled(self, tags: list[int]) -> bool:
+        return all(t in self._settled for t in tags)
+
+    def take(self, tag: int) -> str | None:
+        """Forget a settled tag; returns why it was refused, or None when it was confirmed."""
+        return self._settled.pop(tag)
+
+    def forget(self, tags: list[int]) -> None:
+        """Drop what is known of `tags` (the channel they were sent on is gone)."""
+        for t in tags:
+            self._pending.pop(t, None)
+            self._settled.pop(t, None)

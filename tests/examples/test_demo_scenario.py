@@ -1,0 +1,99 @@
+"""The demo's scenario and simulated services behave as the demo's story needs (no I/O)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sasflow.agents import PermanentError
+from sasflow.demo.app import build_registry
+from sasflow.demo.scenario import (
+    AGENT_CRASH,
+    DECLINED_CARD,
+    GATEWAY_TIMEOUTS,
+    UNDELIVERABLE,
+    Scenario,
+)
+from sasflow.demo.services import Happenings, RemoteServices
+
+
+@pytest.mark.parametrize(("orders", "seed"), [(5, 1), (40, 7), (50, 7), (500, 3)])
+def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int,
+                                                                    seed: int) -> None:
+    scenario = Scenario.build(orders, seed)
+    troubled = [scenario.declined, scenario.undeliverable, scenario.crash, scenario.flaky]
+    assert len(set(troubled)) == 4
+    assert all(1 <= n <= orders for n in troubled)
+    assert scenario.workflow(scenario.declined) == "b2b-order"
+    assert scenario.workflow(scenario.undeliverable) == "order"
+    inputs = {n: scenario.order(n) for n in range(1, orders + 1)}
+    assert [n for n, i in inputs.items() if i["card"] == DECLINED_CARD] == [scenario.declined]
+    assert [n for n, i in inputs.items() if i["address"] == UNDELIVERABLE] == \
+        [scenario.undeliverable]
+    assert [n for n, i in inputs.items() if i["trouble"] == AGENT_CRASH] == [scenario.crash]
+    assert [n for n, i in inputs.items() if i["trouble"] == GATEWAY_TIMEOUTS] == \
+        [scenario.flaky]
+
+
+def test_the_same_seed_gives_the_same_orders_and_another_seed_other_ones() -> None:
+    first, again, other = Scenario.build(40, 7), Scenario.build(40, 7), Scenario.build(40, 8)
+    assert first == again
+    assert [first.order(n) for n in range(1, 41)] == [again.order(n) for n in range(1, 41)]
+    assert [first.order(n) for n in range(1, 41)] != [other.order(n) for n in range(1, 41)]
+
+
+def test_fewer_orders_than_the_troubles_need_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 5 orders"):
+        Scenario.build(4)
+
+
+def _past_resets(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`call()` again while the gateway's random connection resets get in the way."""
+    for _ in range(50):
+        try:
+            return call()
+        except ConnectionError:
+            continue
+    raise AssertionError("50 connection resets in a row")
+
+
+def test_the_gateway_times_out_three_tries_then_charges_once_for_the_key() -> None:
+    services = RemoteServices(Scenario.build(40, 7), Happenings())
+    for _ in range(3):
+        with pytest.raises(TimeoutError):
+            services.charge("key-1", 10, "4242424242424242", GATEWAY_TIMEOUTS, 1.0)
+    charged = _past_resets(lambda: services.charge("key-1", 10, "4242424242424242",
+                                                   GATEWAY_TIMEOUTS, 1.0))
+    assert charged == {"charge": "CH-key-1", "amount": 10}
+
+
+def test_a_declined_card_and_an_undeliverable_address_are_permanent_errors() -> None:
+    services = RemoteServices(Scenario.build(40, 7), Happenings())
+    with pytest.raises(PermanentError, match="card declined"):
+        _past_resets(lambda: services.charge("key-2", 10, DECLINED_CARD, None, 1.0))
+    with pytest.raises(PermanentError, match="cannot deliver"):
+        services.ship("key-3", UNDELIVERABLE, 1.0)
+
+
+def test_the_warehouse_is_down_for_the_outage_from_the_scenarios_call_on() -> None:
+    scenario = Scenario(orders=9, seed=1, declined=1, undeliverable=2, crash=3, flaky=4,
+                        b2b=frozenset({1}), outage_at=3, outage_seconds=0.3)
+    feed = Happenings()
+    services = RemoteServices(scenario, feed)
+    services.reserve("a", "mug", 1, 1.0)
+    services.reserve("b", "mug", 1, 1.0)
+    with pytest.raises(ConnectionError):
+        services.reserve("c", "mug", 1, 1.0)
+    time.sleep(0.35)
+    assert services.reserve("c", "mug", 1, 1.0)["reservation"] == "R-c"
+    assert feed.snapshot() == {"outage": 2}
+
+
+def test_the_demo_registry_validates_and_holds_both_workflows() -> None:
+    registry = build_registry(RemoteServices(Scenario.build(), Happenings()))
+    assert {(w.name, w.on_failure) for w in registry.workflows} == \
+        {("order", "compensate"), ("b2b-order", "error")}
+    assert sorted(a.name for a in registry.agents) == ["inventory", "payments", "shipping"]

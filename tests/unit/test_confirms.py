@@ -1,0 +1,127 @@
+"""ConfirmTracker: how broker acks, nacks and returns map to the messages of a batch; and
+RabbitMQTransport.publish_many's one-message-at-a-time fallback after an unknown refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.transport.base import Outgoing
+from sasflow.transport.confirms import ConfirmTracker
+from sasflow.transport.rabbitmq import RabbitMQTransport
+
+
+def _send(tracker: ConfirmTracker, *routing_keys: str) -> list[int]:
+    return [tracker.sent("", rk, rk.encode(), mandatory=True) for rk in routing_keys]
+
+
+def test_tags_count_from_one_per_channel() -> None:
+    assert _send(ConfirmTracker(), "a", "b", "c") == [1, 2, 3]
+
+
+def test_a_multiple_ack_settles_every_earlier_tag() -> None:
+    tracker = ConfirmTracker()
+    tags = _send(tracker, "a", "b", "c")
+    tracker.confirmed(2, multiple=True, nack=False)
+    assert tracker.is_settled(tags[:2])
+    assert not tracker.is_settled(tags)
+    tracker.confirmed(3, multiple=False, nack=False)
+    assert [tracker.take(t) for t in tags] == [None, None, None]
+
+
+def test_out_of_order_acks_settle_only_their_tag() -> None:
+    tracker = ConfirmTracker()
+    _send(tracker, "a", "b")
+    tracker.confirmed(2, multiple=False, nack=False)
+    assert not tracker.is_settled([1])
+    assert tracker.is_settled([2])
+
+
+def test_a_nack_refuses_its_messages() -> None:
+    tracker = ConfirmTracker()
+    tags = _send(tracker, "a", "b", "c")
+    tracker.confirmed(1, multiple=False, nack=False)
+    tracker.confirmed(3, multiple=True, nack=True)
+    assert [tracker.take(t) is None for t in tags] == [True, False, False]
+
+
+def test_a_return_refuses_the_oldest_matching_message_at_its_ack() -> None:
+    tracker = ConfirmTracker()
+    first = tracker.sent("", "q", b"same", mandatory=True)
+    second = tracker.sent("", "gone", b"same", mandatory=True)
+    third = tracker.sent("", "gone", b"same", mandatory=True)
+    tracker.returned("", "gone", b"same", "312 NO_ROUTE")
+    tracker.confirmed(third, multiple=True, nack=False)
+    assert tracker.take(first) is None
+    assert tracker.take(second) == "unroutable: 312 NO_ROUTE"
+    assert tracker.take(third) is None
+
+
+def test_a_non_mandatory_message_is_never_matched_to_a_return() -> None:
+    tracker = ConfirmTracker()
+    loose = tracker.sent("", "gone", b"x", mandatory=False)
+    strict = tracker.sent("", "gone", b"x", mandatory=True)
+    tracker.returned("", "gone", b"x", "312 NO_ROUTE")
+    tracker.confirmed(strict, multiple=True, nack=False)
+    assert tracker.take(loose) is None
+    assert tracker.take(strict) == "unroutable: 312 NO_ROUTE"
+
+
+def test_forgotten_tags_are_neither_pending_nor_settled() -> None:
+    tracker = ConfirmTracker()
+    tags = _send(tracker, "a", "b")
+    tracker.confirmed(1, multiple=False, nack=False)
+    tracker.forget(tags)
+    tracker.confirmed(2, multiple=False, nack=False)  # a late ack of a forgotten tag
+    assert not tracker.is_settled([1])
+    assert not tracker.is_settled([2])
+
+
+class _Scripted(RabbitMQTransport):
+    """Refuses the message with body b"big" and then, as the broker does, has no channel."""
+
+    def __init__(self) -> None:
+        super().__init__("amqp://localhost:5672/%2F", process_name="test")
+        self.sent: list[bytes] = []
+        self.open = True
+
+    def _publish_batch(self, messages: Sequence[Outgoing]) -> list[Exception | None]:
+        if not self.open:
+            raise BrokerUnavailableError("closed")
+        if len(messages) > 1 and any(m.body == b"big" for m in messages):
+            self._serial, self.open = True, False  # which one is unknown in a batch
+            raise BrokerUnavailableError("closed")
+        (message,) = messages
+        self.sent.append(message.body)
+        if message.body == b"big":
+            self.open = False
+            return [PublishError("too large")]
+        return [None]
+
+    def _chan_open(self) -> bool:
+        return self.open
+
+
+def test_after_an_unknown_refusal_the_next_batch_goes_one_by_one_and_stops_at_the_culprit() -> None:
+    """The refused message gets its own PublishError; those after it are reported unsent
+    (the channel is gone), those before it confirmed; the batch after that is serial again
+    until one completes."""
+    transport = _Scripted()
+    batch = [Outgoing("", "q", body) for body in (b"a", b"big", b"c")]
+    with pytest.raises(BrokerUnavailableError):
+        transport.publish_many(batch)
+
+    transport.open = True  # reconnected
+    results = transport.publish_many(batch)
+
+    assert results[0] is None
+    assert isinstance(results[1], PublishError)
+    assert isinstance(results[2], BrokerUnavailableError)
+    assert transport.sent == [b"a", b"big"]
+    transport.open = True
+    assert transport.publish_many([Outgoing("", "q", b"c"), Outgoing("", "q", b"d")]) == [
+        None, None]
+    assert transport.sent[-2:] == [b"c", b"d"]
+    assert not transport._serial
