@@ -100,9 +100,14 @@ def default_actor() -> str:
 
 
 def setup_logging(level: str) -> None:
+    """The root logger at `level`; alembic from WARNING up. pika logs an ERROR with a traceback
+    for every failed (re)connection that sasflow handles and reports itself in one line, so it
+    is heard only at DEBUG."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
-    for noisy in ("pika", "alembic"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    root = logging.getLogger().level
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root))
+    logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG
+                                       else logging.CRITICAL)
 
 
 def build_settings(**overrides: Any) -> Settings:

@@ -1,0 +1,77 @@
+"""The chaos app: a three-step workflow on two agents, each step calling the fake remote
+service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key.
+
+Every step's output carries the attempt that produced it and the service's effect id, so the
+checker can tell which attempt's reply the scheduler accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from sasflow import Backoff, Registry, Step, StepContext, StepPolicy, Workflow
+from sasflow.agents import Agent, Call, TransientError
+
+alpha = Agent("alpha")
+beta = Agent("beta")
+
+# Short timeouts so expiries are recovered within the suite's time; a high failure threshold
+# because a step may legitimately lose several attempts to the faults.
+POLICY = StepPolicy(timeout=4, max_failures=25, backoff=Backoff(initial=0.2, maximum=2))
+
+
+def call_remote(call: Call) -> dict[str, Any]:
+    """POST the call to the remote service; any transport failure is transient."""
+    url = os.environ.get("SASFLOW_CHAOS_REMOTE_URL")
+    if not url:
+        raise TransientError("SASFLOW_CHAOS_REMOTE_URL is not set")
+    time.sleep(float((call.input or {}).get("work", 0)))
+    body = json.dumps({"key": call.idempotency_key, "step_id": call.step_id,
+                       "run_id": call.run_id, "step": call.step, "attempt": call.attempt,
+                       "pid": os.getpid()}).encode()
+    request = urllib.request.Request(url, data=body, method="POST",  # noqa: S310 - loopback
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=max(0.1, min(3.0, call.remaining()))  # noqa: S310
+                                    ) as response:
+            effect = json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        raise TransientError(f"remote service unreachable: {exc}") from exc
+    return {"effect": effect["effect"], "attempt": call.attempt, "key": call.idempotency_key,
+            "step": call.step}
+
+
+@alpha.handler("reserve")
+def reserve(call: Call) -> dict[str, Any]:
+    return call_remote(call)
+
+
+@beta.handler("charge")
+def charge(call: Call) -> dict[str, Any]:
+    return call_remote(call)
+
+
+@alpha.handler("ship")
+def ship(call: Call) -> dict[str, Any]:
+    return call_remote(call)
+
+
+def _after(previous: str) -> Any:
+    def build(ctx: StepContext) -> Any:
+        return {"work": ctx.run_input.get("work", 0), "previous": ctx.outputs[previous]["effect"]}
+    return build
+
+
+order = Workflow("chaos_order", [
+    Step("reserve", "alpha", "reserve", policy=POLICY,
+         input=lambda ctx: {"work": ctx.run_input.get("work", 0)}),
+    Step("charge", "beta", "charge", policy=POLICY, input=_after("reserve")),
+    Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
+])
+
+registry = Registry([order], [alpha, beta])

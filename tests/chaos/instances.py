@@ -1,0 +1,225 @@
+"""Throw-away PostgreSQL and RabbitMQ instances the suite may restart and kill.
+
+The shared services on the default ports are never touched: each instance lives under the
+run's temporary directory, on free loopback ports, and only processes whose identity was
+checked are signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+PG_ROOT = Path("/usr/lib/postgresql")
+RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+class ServiceError(RuntimeError):
+    """A dedicated service instance could not be started or controlled."""
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
+         check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a control command; servers it starts must log to files (they would hold our pipes
+    open otherwise)."""
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False, stdin=subprocess.DEVNULL)
+    if check and done.returncode != 0:
+        raise ServiceError(f"{' '.join(argv)} exited {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done
+
+
+def _wait(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return
+        time.sleep(0.3)
+    raise ServiceError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+class PostgresInstance:
+    """An `initdb` cluster run as the `postgres` OS user, trust auth, durable commits.
+
+    `restart_immediate` is `pg_ctl restart -m immediate`: what Debian's
+    `pg_ctlcluster <version> <name> restart -m immediate` runs for a packaged cluster.
+    """
+
+    def __init__(self, root: Path) -> None:
+        versions = sorted((p.name for p in PG_ROOT.iterdir() if (p / "bin/initdb").exists()),
+                          key=float) if PG_ROOT.is_dir() else []
+        if not versions:
+            raise ServiceError(f"no PostgreSQL binaries under {PG_ROOT}")
+        if shutil.which("runuser") is None:
+            raise ServiceError("runuser is needed to run PostgreSQL as the postgres user")
+        self.bin = PG_ROOT / versions[-1] / "bin"
+        self.data = root / "pgdata"
+        self.sockets = root / "pgsock"
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/sasflow"
+        self.started = False
+
+    def _as_postgres(self, *argv: str, timeout: float = 120) -> None:
+        _run(["runuser", "-u", "postgres", "--", *argv], timeout=timeout)
+
+    def start(self) -> None:
+        for folder in (self.data, self.sockets):
+            folder.mkdir(parents=True)
+            shutil.chown(folder, "postgres", "postgres")
+        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust",
+                          "-U", "postgres", "-E", "UTF8", "--no-instructions")
+        options = (f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
+                   "-c fsync=on -c synchronous_commit=on -c max_connections=200")
+        self.started = True
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                          "-l", str(self.data / "server.log"), "-o", options, "start")
+        self._as_postgres(str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                          "-U", "postgres", "sasflow")
+
+    def restart_immediate(self) -> None:
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                          "-l", str(self.data / "server.log"), "-m", "immediate", "restart")
+
+    def ensure_running(self) -> None:
+        done = subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / "pg_ctl"),
+                               "-D", str(self.data), "status"], capture_output=True,
+                              timeout=30, check=False)
+        if done.returncode != 0:
+            self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
+                              "-l", str(self.data / "server.log"), "start")
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            with contextlib.suppress(ServiceError, subprocess.TimeoutExpired):
+                self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w",
+                                  "-t", "30", "-m", "immediate", "stop", timeout=60)
+
+
+class RabbitInstance:
+    """A second RabbitMQ node on this machine with its own name, ports, cookie and files."""
+
+    def __init__(self, root: Path, run_id: str) -> None:
+        server = RABBIT_BIN / "rabbitmq-server"
+        if not server.exists():
+            raise ServiceError(f"RabbitMQ is not installed ({server} missing)")
+        self.root = root / "rabbitmq"
+        self.node = f"sasflow-chaos-{run_id}@localhost"
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.os_pid: int | None = None
+        self.started = False
+        home = self.root / "home"
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.root / "log"),
+            "RABBITMQ_PID_FILE": str(self.root / "beam.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "enabled_plugins"),
+            # Our own files replace /etc/rabbitmq's: its env file names the shared node.
+            "RABBITMQ_CONFIG_FILE": str(self.root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.root / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.root / "rabbitmq-env.conf"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            # Erlang writes crash dumps (of the node, or of a CLI call against a node that is
+            # down) to the working directory otherwise.
+            "ERL_CRASH_DUMP": str(self.root / "log" / "erl_crash.dump"),
+        }
+        self.ctl_base = [str(RABBIT_BIN / "rabbitmqctl"), "-n", self.node]
+
+    def _write_files(self) -> None:
+        home = Path(self.env["HOME"])
+        for folder in (home, self.root / "mnesia", self.root / "log"):
+            folder.mkdir(parents=True, exist_ok=True)
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(os.urandom(16).hex().upper())
+        cookie.chmod(0o400)
+        (self.root / "enabled_plugins").write_text("[].\n")
+        (self.root / "rabbitmq-env.conf").write_text("# sasflow chaos: nothing from /etc\n")
+        # No management or prometheus listener (no plugins), loopback only.
+        (self.root / "rabbitmq.conf").write_text(
+            f"listeners.tcp.local = 127.0.0.1:{self.port}\n"
+            "log.console = false\n"
+            "log.file.level = warning\n")
+
+    def ctl(self, *args: str, timeout: float = 120, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:
+        return _run([*self.ctl_base, *args], env=self.env, timeout=timeout, check=check)
+
+    def _boot(self) -> None:
+        _run([str(RABBIT_BIN / "rabbitmq-server"), "-detached"], env=self.env, timeout=60)
+        _wait(lambda: self.ctl("ping", "--timeout", "5", check=False).returncode == 0,
+              timeout=90, what=f"RabbitMQ node {self.node} to answer")
+        self.ctl("await_startup", "--timeout", "90", timeout=100)
+        self.os_pid = int(self.ctl("eval", "os:getpid().").stdout.strip().strip('"'))
+        self._check_ours(self.os_pid)
+
+    def start(self) -> None:
+        self._write_files()
+        self.started = True
+        self._boot()
+
+    def _check_ours(self, pid: int) -> None:
+        """Refuse to signal a process that is not this node's beam."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError as exc:
+            raise ServiceError(f"pid {pid} of {self.node} is gone: {exc}") from exc
+        if b"beam" not in cmdline or f"RABBITMQ_NODENAME={self.node}".encode() not in environ:
+            raise ServiceError(f"pid {pid} is not the beam of {self.node}; not touching it")
+
+    def stop_app_start_app(self, down_for: float) -> None:
+        self.ctl("stop_app")
+        time.sleep(down_for)
+        self.ctl("start_app")
+        self.ctl("await_startup", "--timeout", "90", timeout=100)
+
+    def hard_kill_and_restart(self, down_for: float) -> None:
+        if self.os_pid is None:
+            raise ServiceError("RabbitMQ node pid unknown")
+        self._check_ours(self.os_pid)
+        os.kill(self.os_pid, signal.SIGKILL)
+        _wait(lambda: not Path(f"/proc/{self.os_pid}").exists(), 30, "the beam to die")
+        time.sleep(down_for)
+        self._boot()
+
+    def ensure_running(self) -> None:
+        if self.ctl("await_startup", "--timeout", "5", check=False).returncode != 0:
+            if self.ctl("ping", "--timeout", "5", check=False).returncode == 0:
+                self.ctl("start_app")
+                self.ctl("await_startup", "--timeout", "90", timeout=100)
+            else:
+                self._boot()
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        with contextlib.suppress(ServiceError, subprocess.TimeoutExpired):
+            self.ctl("stop", timeout=60)
+        if self.os_pid is not None and Path(f"/proc/{self.os_pid}").exists():
+            with contextlib.suppress(ServiceError, ProcessLookupError):
+                self._check_ours(self.os_pid)
+                os.kill(self.os_pid, signal.SIGKILL)

@@ -1,0 +1,328 @@
+"""One chaos run: start the services and the fleet, submit under the fault schedule, heal,
+check the invariants. Every phase is bounded in time; `close()` undoes everything started,
+and runs on failure, at exit and (from `python -m tests.chaos`) on SIGINT/SIGTERM too."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from sasflow.store.db import make_engine
+from sasflow.store.schema import runs, steps
+from sasflow.transport.topology import Names
+from tests.chaos import faults as faultplan
+from tests.chaos.broker import Publisher, drain
+from tests.chaos.checks import Observed, Report, check
+from tests.chaos.faults import Fault, Injected, Injector
+from tests.chaos.fleet import Fleet
+from tests.chaos.instances import PostgresInstance, RabbitInstance, ServiceError
+from tests.chaos.recovery import SettleWatch, first_step_done, in_flight
+from tests.chaos.remote import RemoteService
+from tests.chaos.workload import Driver, Poison, inject_poison, inject_stale_replies
+
+REPO = Path(__file__).resolve().parents[2]
+AGENTS = ["alpha", "beta"]
+SUPERVISOR_INTERVAL = 0.5
+PROBE_TIMEOUT = 60.0
+"""Seconds a fault's recovery is waited for before it is reported as `never`."""
+PAST_DEADLINE_SLACK = 2.0
+"""Seconds past `complete_by + sweep interval` before a `processing` step counts as left
+behind: one sweep may be running when the deadline passes."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    runs: int = 300
+    seed: int = 1
+    duration: float = 100.0
+    """Seconds of the fault window; submissions are spread over its first 85 %."""
+    heal_timeout: float = 120.0
+    duplicate_rate: float = 0.1
+    agents_per_name: int = 2
+    logs: Path | None = None
+    """Where the processes' logs are kept (default: removed with the run's directory)."""
+
+
+@dataclass
+class ChaosRun:
+    config: ChaosConfig
+    say: Callable[[str], None] = print
+    root: Path = field(init=False)
+    poison: list[Poison] = field(default_factory=list)
+    stale_sent: int = 0
+    probes: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        run_id = uuid.uuid4().hex[:8]
+        self.root = Path(tempfile.mkdtemp(prefix=f"sasflow-chaos-{run_id}-"))
+        self.root.chmod(0o755)  # the postgres user must reach its data directory
+        self.logs = self.config.logs or self.root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.names = Names(f"chaos{run_id}")
+        self.remote = RemoteService()
+        self.postgres = PostgresInstance(self.root)
+        self.rabbit = RabbitInstance(self.root, run_id)
+        self.fleet: Fleet | None = None
+        self.engine: Engine | None = None
+        self.rng = random.Random(self.config.seed * 7919 + 1)  # noqa: S311 - reproducible
+        atexit.register(self.close)
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ,
+                "SASFLOW_DATABASE_URL": self.postgres.url,
+                "SASFLOW_BROKER_URL": self.rabbit.url,
+                "SASFLOW_NAMESPACE": self.names.namespace,
+                "SASFLOW_APP": "tests.chaos.app",
+                "SASFLOW_CHAOS_REMOTE_URL": self.remote.url,
+                "PYTHONPATH": str(REPO),
+                "PYTHONUNBUFFERED": "1"}
+
+    def start(self) -> None:
+        started = time.monotonic()
+        try:
+            self.postgres.start()
+            self.rabbit.start()
+        except (ServiceError, OSError, subprocess.TimeoutExpired) as exc:
+            raise ServiceError(f"the chaos suite could not start its own service instances: "
+                               f"{exc}") from exc
+        self.remote.start()
+        env = self._env()
+        subprocess.run([sys.executable, "-m", "sasflow", "db", "upgrade"], env=env, cwd=REPO,
+                       check=True, capture_output=True, timeout=120)
+        self.engine = make_engine(self.postgres.url, application_name="sasflow-chaos",
+                                  pool_size=2)
+        fleet = Fleet(self.logs, env, REPO)
+        fleet.add("submitter", "submitter")
+        for n in (1, 2):
+            fleet.add(f"scheduler-{n}", "scheduler", "--rescan-interval", "0.5")
+            fleet.add(f"supervisor-{n}", "supervisor", "--interval", str(SUPERVISOR_INTERVAL),
+                      "--lease-ttl", "3")
+        for agent in AGENTS:
+            for n in range(1, self.config.agents_per_name + 1):
+                fleet.add(f"{agent}-{n}", "agent", agent, "--concurrency", "4")
+        self.fleet = fleet
+        fleet.start()
+        self.say(f"[chaos] services and {len(fleet.slots)} processes up in "
+                 f"{time.monotonic() - started:.1f}s (postgres :{self.postgres.port}, "
+                 f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace})")
+
+    # -- faults --------------------------------------------------------------------------
+
+    def _slots_by_role(self) -> dict[str, list[str]]:
+        assert self.fleet is not None
+        roles: dict[str, list[str]] = {"agent": [], "scheduler": [], "supervisor": [],
+                                       "submitter": []}
+        for name in self.fleet.slots:
+            role = name.split("-")[0]
+            roles["agent" if role in AGENTS else role].append(name)
+        return roles
+
+    def _watch_settling(self) -> object:
+        """Started as each fault begins: watches the steps in flight at that moment."""
+        assert self.engine is not None
+        watch = SettleWatch(self.engine, in_flight(self.engine), PROBE_TIMEOUT)
+        watch.start()
+        return watch
+
+    def _recovery(self, record: Injected, watch: object, driver: Driver,
+                  publisher: Publisher) -> None:
+        """Submit a probe run once the fault is over and wait (bounded) for its first step;
+        collect when the steps in flight at the fault's start had settled."""
+        assert self.engine is not None
+        key = f"probe-{self.config.seed}-{len(self.probes)}"
+        self.probes.append(key)
+        if driver.probe(publisher, key):
+            done = first_step_done(self.engine, key, PROBE_TIMEOUT)
+            record.recovery = None if done is None else done - record.started
+        if isinstance(watch, SettleWatch):
+            record.in_flight = len(watch.steps_in_flight)
+            settled = watch.result()
+            if record.in_flight:
+                record.settled = None if settled is None else settled - record.started
+
+    def _actions(self, driver: Driver, publisher: Publisher
+                 ) -> dict[str, Callable[[Fault], str]]:
+        assert self.fleet is not None
+        assert self.engine is not None
+        fleet, engine = self.fleet, self.engine
+
+        def kill(fault: Fault) -> str:
+            before = fleet.pid(fault.target)
+            if not fleet.kill(fault.target):
+                return "was not running"
+            deadline = time.monotonic() + 15
+            while fleet.pid(fault.target) in (None, before) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return f"pid {before} -> {fleet.pid(fault.target)}"
+
+        def pause(fault: Fault) -> str:
+            if not fleet.pause(fault.target):
+                return "was not running"
+            time.sleep(fault.hold)
+            fleet.resume(fault.target)
+            return f"SIGSTOP for {fault.hold}s"
+
+        def poison(fault: Fault) -> str:
+            sent = inject_poison(publisher, self.names, AGENTS, f"p{len(self.poison)}")
+            self.poison.extend(sent)
+            return f"{len(sent)} poison messages"
+
+        def duplicates(fault: Fault) -> str:
+            driver.duplicate_some(publisher, self.rng, 20, variant=2)
+            return "20 keys submitted again"
+
+        def stale(fault: Fault) -> str:
+            sent = inject_stale_replies(publisher, engine, self.names, self.rng, 30)
+            self.stale_sent += sent
+            return f"{sent} stale replies"
+
+        def rabbit_stop_app(fault: Fault) -> str:
+            self.rabbit.stop_app_start_app(fault.hold)
+            return f"stop_app, start_app after {fault.hold}s"
+
+        def rabbit_kill(fault: Fault) -> str:
+            self.rabbit.hard_kill_and_restart(fault.hold)
+            return f"beam SIGKILL, restarted after {fault.hold}s"
+
+        def pg_restart(fault: Fault) -> str:
+            self.postgres.restart_immediate()
+            return "pg_ctl restart -m immediate"
+
+        actions: dict[str, Callable[[Fault], str]] = {
+            "rabbit_stop_app": rabbit_stop_app, "rabbit_kill": rabbit_kill,
+            "pg_restart": pg_restart, "poison": poison, "duplicates": duplicates,
+            "stale_replies": stale,
+        }
+        for kind in faultplan.PROCESS_FAULTS:
+            actions[kind] = kill if kind.startswith("kill") else pause
+        return actions
+
+    # -- heal and check ------------------------------------------------------------------
+
+    def _progress(self) -> tuple[int, int, int, int]:
+        """(runs found, runs not completed, steps in flight, steps processing past deadline)."""
+        assert self.engine is not None
+        limit = SUPERVISOR_INTERVAL + PAST_DEADLINE_SLACK
+        with self.engine.connect() as conn:
+            found = conn.execute(select(func.count()).select_from(runs)).scalar_one()
+            open_runs = conn.execute(select(func.count()).select_from(runs).where(
+                runs.c.state != "completed")).scalar_one()
+            busy = conn.execute(select(func.count()).select_from(steps).where(
+                steps.c.state.in_(("pending", "processing")))).scalar_one()
+            late = conn.execute(select(func.count()).select_from(steps).where(
+                steps.c.state == "processing",
+                steps.c.complete_by < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, limit),
+            )).scalar_one()
+        return found, open_runs, busy, late
+
+    def _heal(self, keys: list[str]) -> tuple[bool, float, int, int]:
+        assert self.fleet is not None
+        started = time.monotonic()
+        self.fleet.resume_all()
+        self.rabbit.ensure_running()
+        self.postgres.ensure_running()
+        deadline = started + self.config.heal_timeout
+        while not self.fleet.all_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        grace = time.monotonic() + 3 + SUPERVISOR_INTERVAL + PAST_DEADLINE_SLACK  # lease TTL
+        worst, healed, progress = 0, False, (0, 0, 0, 0)
+        while time.monotonic() < deadline:
+            try:
+                progress = self._progress()
+            except SQLAlchemyError:
+                time.sleep(1)
+                continue
+            found, open_runs, busy, late = progress
+            if time.monotonic() > grace:
+                worst = max(worst, late)
+            if found >= len(keys) and open_runs == 0 and busy == 0:
+                healed = True
+                break
+            time.sleep(1)
+        self.say(f"[chaos] heal: {'quiet' if healed else 'NOT quiet'} after "
+                 f"{time.monotonic() - started:.1f}s (runs found/open, steps busy/late: "
+                 f"{progress})")
+        return healed, time.monotonic() - started, worst, progress[3]
+
+    def execute(self) -> Report:
+        """The whole run; the caller calls `close()` (also registered at exit)."""
+        self.start()
+        assert self.fleet is not None
+        assert self.engine is not None
+        config = self.config
+        schedule = faultplan.plan(config.seed, config.duration, self._slots_by_role())
+        injector = Injector(schedule, {}, self.say)
+        driver = Driver(self.rabbit.url, self.names, runs=config.runs,
+                        window=config.duration * 0.85, seed=config.seed,
+                        duplicate_rate=config.duplicate_rate, prefix=f"s{config.seed}",
+                        progress=injector.progress)
+        publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
+        injector.actions = self._actions(driver, publisher)
+        injector.before = self._watch_settling
+        injector.after = lambda record, snapshot: self._recovery(record, snapshot, driver,
+                                                                 publisher)
+        self.say(f"[chaos] seed {config.seed}: {config.runs} runs over "
+                 f"{config.duration * 0.85:.0f}s, {len(schedule)} faults over "
+                 f"{config.duration:.0f}s")
+        driver.start()
+        injector.start()
+        finished = injector.finish(timeout=config.duration + 120)
+        publisher.close()
+        driver.join(timeout=config.duration + 180)
+        driver.stop.set()
+        driver.join(timeout=150)
+        if not finished or driver.is_alive():
+            raise RuntimeError("the fault injector or the driver did not stop in time")
+        keys = list(driver.result.keys)
+        healed, heal_seconds, worst, final = self._heal(keys)
+        self.fleet.stop()
+        dead = drain(self.rabbit.url, self.names.dead_letter_queue)
+        calls, effects = self.remote.ledger.snapshot()
+        seen = Observed(submissions=driver.result, calls=calls, effects=effects,
+                        slots=list(self.fleet.slots.values()), poison=self.poison, dead=dead,
+                        stale_sent=self.stale_sent, past_deadline_max=worst,
+                        past_deadline_final=final, injected=injector.injected,
+                        healed=healed, heal_seconds=heal_seconds,
+                        fault_errors=injector.errors)
+        return check(self.engine, seen)
+
+    def close(self) -> None:
+        """Stop what this run started and remove its directory (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        if self.fleet is not None:
+            self.fleet.stop()
+        if self.engine is not None:
+            self.engine.dispose()
+        self.remote.stop()
+        self.rabbit.stop()
+        self.postgres.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def run(config: ChaosConfig, say: Callable[[str], None] = print) -> Report:
+    chaos = ChaosRun(config, say)
+    try:
+        report = chaos.execute()
+    finally:
+        chaos.close()
+    say(report.text())
+    return report
