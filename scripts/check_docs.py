@@ -7,6 +7,8 @@ a line starting with `$ `), split at `&&`, `||`, `;` and `|`. Each one must be:
   exists on that command and gets its value, choices are valid, no extra arguments);
 - a script or file of this repository (`./scripts/demo`, `python bench/run.py`,
   `. scripts/services.sh`): the file exists;
+- a module of this repository (`python -m tests.chaos --runs 10`): every `--option` given
+  appears in the module's own `--help`;
 - a shell builtin that only sets the scene (`export`, `cd`, `set`, assignments);
 - or on ALLOWLIST, which names the test (or script run by CI) that exercises it.
 
@@ -25,9 +27,11 @@ that test. Exit status 0 when everything holds, 1 with one line per problem othe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +61,7 @@ ALLOWLIST: dict[str, str] = {
     "kill": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
     "python3 -m venv": "scripts/venv.sh",
     "pip install": "scripts/venv.sh",
+    "pytest": "scripts/test",
     "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
 }
@@ -69,9 +74,7 @@ DOC_RUNS: dict[str, str] = {
 
 # Pages other branches write; a link to one is only noted while it is missing. Empty this once
 # they are merged.
-PENDING: dict[str, str] = {
-    "docs/chaos.md": "the chaos branch",
-}
+PENDING: dict[str, str] = {}
 YAML_COMMAND = re.compile(r"^\s*(?:command|args):\s*(?P<argv>\[.*\])\s*$")
 UNIT_COMMAND = re.compile(r"/bin/sasflow\s+(?P<args>[^'\"\n]+)")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
@@ -275,10 +278,39 @@ def check_command(command: Command) -> str | None:
         return None
     if program == "sasflow":
         return check_sasflow(words[1:])
+    if program in PYTHON and len(words) > 2 and words[1] == "-m" and _repo_module(words[2]):
+        return _check_module_options(words[2], words[3:])
     target = _repository_file(program, words)
     if target is not None:
         return None if (REPO / target).is_file() else f"{target!r} is not a file of the repo"
     return _check_allowlisted(program, words)
+
+
+def _repo_module(module: str) -> Path | None:
+    """The file `python -m MODULE` runs, if MODULE is this repository's (not an installed one)."""
+    base = REPO.joinpath(*module.split("."))
+    for candidate in (base / "__main__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def _module_help(module: str) -> str:
+    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _check_module_options(module: str, args: list[str]) -> str | None:
+    """Every `--option` given to a repository module appears in its own `--help`."""
+    shown = _module_help(module)
+    if not shown:
+        return f"`python -m {module} --help` failed"
+    unknown = [a.split("=", 1)[0] for a in args
+               if a.startswith("--") and not re.search(rf"{re.escape(a.split('=', 1)[0])}\b",
+                                                       shown)]
+    return f"`python -m {module}` has no option {unknown[0]}" if unknown else None
 
 
 def _repository_file(program: str, words: list[str]) -> str | None:

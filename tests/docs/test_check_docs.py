@@ -58,6 +58,9 @@ def test_the_checker_refuses_what_the_cli_does_not_have() -> None:
         "./scripts/nothing": "is not a file of the repo",
         "curl http://localhost": "`curl` is neither sasflow",
         "sasflow runs list | jq .": "`jq` is neither sasflow",
+        ".venv/bin/python -m tests.chaos --runs 3 --seed 1": "ok",
+        "python -m tests.chaos --runs 3 --bogus 1": "has no option --bogus",
+        "python -m tests.nothere": "`python` is neither sasflow",
     }
     args = [a for line in verdicts for a in ("--command", line)]
     done = _script("scripts/check_docs.py", *args)
