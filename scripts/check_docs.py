@@ -278,6 +278,11 @@ def check_command(command: Command) -> str | None:
         return None
     if program == "sasflow":
         return check_sasflow(words[1:])
+    return _check_other(program, words)
+
+
+def _check_other(program: str, words: list[str]) -> str | None:
+    """A repository module, a repository file, or an allowlisted program."""
     if program in PYTHON and len(words) > 2 and words[1] == "-m" and _repo_module(words[2]):
         return _check_module_options(words[2], words[3:])
     target = _repository_file(program, words)
@@ -297,7 +302,8 @@ def _repo_module(module: str) -> Path | None:
 
 @functools.cache
 def _module_help(module: str) -> str:
-    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
+    # The module is a file of this repository (checked by _repo_module), run with --help only.
+    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,  # noqa: S603
                           capture_output=True, text=True, timeout=120, check=False)
     return done.stdout if done.returncode == 0 else ""
 
