@@ -38,7 +38,7 @@ from sasflow.transport.memory_model import (
     record_death,
     topic_matches,
 )
-from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEADER
+from sasflow.transport.topology import dead_letter_copy
 
 log = logging.getLogger(__name__)
 
@@ -501,20 +501,8 @@ class MemoryTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
-        headers[REASON_HEADER] = reason[:4000]
-        headers[SOURCE_HEADER] = delivery.queue
-        headers[PROCESS_HEADER] = self._process_name
-        self.publish(
-            Outgoing(
-                exchange=dead_letter_exchange,
-                routing_key=delivery.queue,
-                body=delivery.body,
-                headers=headers,
-                correlation_id=delivery.correlation_id,
-                reply_to=delivery.reply_to,
-            )
-        )
+        self.publish(dead_letter_copy(delivery, reason, dead_letter_exchange=dead_letter_exchange,
+                                      process_name=self._process_name))
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

@@ -21,7 +21,7 @@ from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishEr
 from sasflow.redact import redact_url
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.confirms import ConfirmTracker
-from sasflow.transport.topology import PROCESS_HEADER, REASON_HEADER, SOURCE_HEADER
+from sasflow.transport.topology import dead_letter_copy
 
 log = logging.getLogger(__name__)
 
@@ -293,20 +293,8 @@ class RabbitMQTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
-        headers[REASON_HEADER] = reason[:4000]
-        headers[SOURCE_HEADER] = delivery.queue
-        headers[PROCESS_HEADER] = self._process_name
-        self.publish(
-            Outgoing(
-                exchange=dead_letter_exchange,
-                routing_key=delivery.queue,
-                body=delivery.body,
-                headers=headers,
-                correlation_id=delivery.correlation_id,
-                reply_to=delivery.reply_to,
-            )
-        )
+        self.publish(dead_letter_copy(delivery, reason, dead_letter_exchange=dead_letter_exchange,
+                                      process_name=self._process_name))
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

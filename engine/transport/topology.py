@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sasflow.transport.base import Transport
+from sasflow.transport.base import Delivery, Outgoing, Transport
 
 DEAD_REQUESTS_MAX = 100_000
 """Bound of the supervisor's dead-request copy (oldest dropped first) when none consumes it."""
@@ -13,6 +13,21 @@ DEAD_REQUESTS_MAX = 100_000
 REASON_HEADER = "x-sasflow-reason"
 SOURCE_HEADER = "x-sasflow-source-queue"
 PROCESS_HEADER = "x-sasflow-process"
+REASON_LIMIT = 4000
+"""Characters of a dead-letter reason kept in its header."""
+
+
+def dead_letter_copy(delivery: Delivery, reason: str, *, dead_letter_exchange: str,
+                     process_name: str) -> Outgoing:
+    """The copy of `delivery` a transport publishes to the dead-letter exchange: its body and
+    properties, its own headers less earlier sasflow ones, and why, where from and by whom."""
+    headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
+    headers[REASON_HEADER] = reason[:REASON_LIMIT]
+    headers[SOURCE_HEADER] = delivery.queue
+    headers[PROCESS_HEADER] = process_name
+    return Outgoing(exchange=dead_letter_exchange, routing_key=delivery.queue, body=delivery.body,
+                    headers=headers, correlation_id=delivery.correlation_id,
+                    reply_to=delivery.reply_to)
 
 
 @dataclass(frozen=True)
