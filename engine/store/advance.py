@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, update
+from sqlalchemy import Connection, Row, Select, bindparam, update
 
 from sasflow.errors import InvalidInputError, SasflowError
 from sasflow.messages import dumps
@@ -79,23 +80,42 @@ _finish_run = (
 )
 
 
+@cache
+def _runs_by_id() -> Select[Any]:
+    return queries.runs_by_id()
+
+
+@cache
+def _steps_of_runs() -> Select[Any]:
+    return queries.steps_of_runs()
+
+
 def advance_runs(
-    conn: Connection, registry: Registry | None, run_ids: Iterable[int], *, actor: str
+    conn: Connection,
+    registry: Registry | None,
+    run_ids: Iterable[int],
+    *,
+    actor: str,
+    locked: Iterable[Row[Any]] | None = None,
 ) -> Advance:
     """Bring each of `run_ids` up to date with its steps' states.
 
-    Without a registry (the supervisor) no step input can be built: only failures and
-    compensation are handled, which need nothing but the stored rows.
+    `locked`: rows of queries.lock_runs_of_steps that the caller read in this transaction, under
+    the runs' locks (a superset of `run_ids` is fine); without them the runs are locked and
+    read here. Without a registry (the supervisor) no step input can be built: only failures
+    and compensation are handled, which need nothing but the stored rows.
     """
     ids = sorted(set(run_ids))
     advancer = _Advancer(conn, registry, actor)
     if not ids:
         return advancer.result
+    if locked is None:
+        locked = conn.execute(_runs_by_id(), {"b_run_ids": ids})
+    wanted = set(ids)
     # Mutable copies: advancing a run updates the states it reasons about as it goes.
-    run_rows = {r.id: SimpleNamespace(**r._asdict())
-                for r in conn.execute(queries.runs_by_id(), {"b_run_ids": ids})}
+    run_rows = {r.id: SimpleNamespace(**r._asdict()) for r in locked if r.id in wanted}
     by_run: dict[int, list[Any]] = defaultdict(list)
-    for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": ids}):
+    for row in conn.execute(_steps_of_runs(), {"b_run_ids": ids}):
         by_run[row.run_id].append(SimpleNamespace(**row._asdict()))
     for run_id in ids:
         run = run_rows[run_id]

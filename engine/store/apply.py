@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from sqlalchemy import Connection, Select, Update
 
@@ -38,7 +39,7 @@ def _statements() -> dict[str, Update]:
 
 
 @cache
-def _lock_runs() -> Select[tuple[int]]:
+def _lock_runs() -> Select[Any]:
     return queries.lock_runs_of_steps()
 
 
@@ -54,7 +55,7 @@ def apply_replies(
     report = ApplyReport()
     if not replies:
         return report
-    conn.execute(_lock_runs(), {"b_step_ids": sorted({r.step_id for r in replies})}).all()
+    locked = conn.execute(_lock_runs(), {"b_step_ids": sorted({r.step_id for r in replies})}).all()
     stmts = _statements()
     batch: list[events.Event] = []
     touched: set[int] = set()
@@ -96,7 +97,7 @@ def apply_replies(
             actor=actor, reason=reply.status if reply.status != "ok" else None,
             detail={"error": error, "agent": reply.agent} if error else None,
         ))
-    advanced = advance_runs(conn, registry, touched, actor=actor)
+    advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
     batch.extend(advanced.events)
     events.record(conn, batch)
     report.ready = advanced.ready

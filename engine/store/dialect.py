@@ -11,8 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Boolean, ColumnElement, Connection, Engine, Table, select
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    any_,
+    bindparam,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnClause
@@ -110,3 +121,34 @@ def _is_false_default(element: is_false, compiler: SQLCompiler, **kw: Any) -> st
 @compiles(is_false, SQLITE)
 def _is_false_sqlite(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
     return f"NOT {compiler.process(element.column, **kw)}"
+
+
+class one_of(ColumnElement[bool]):  # noqa: N801 - reads as SQL
+    """`column` is one of the ids in the list parameter `name`.
+
+    PostgreSQL: `column = ANY(:name)` with the list as one array parameter, so the statement's
+    text is the same whatever the list's length: psycopg parses it once and prepares it, where
+    an expanding `IN (:id_1, ..., :id_500)` is a new text of up to 500 placeholders each time
+    (re-parsed on the client, re-planned on the server). SQLite has no arrays: an expanding IN.
+    """
+
+    inherit_cache = True
+    type = Boolean()
+    _is_implicitly_boolean = True
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement),  # noqa: RUF012
+                           ("name", InternalTraversal.dp_string)]
+
+    def __init__(self, column: ColumnElement[int], name: str) -> None:
+        self.column = column
+        self.name = name
+
+
+@compiles(one_of)
+def _one_of_default(element: one_of, compiler: SQLCompiler, **kw: Any) -> str:
+    ids = bindparam(element.name, type_=ARRAY(BigInteger()))
+    return compiler.process(element.column == any_(ids), **kw)
+
+
+@compiles(one_of, SQLITE)
+def _one_of_sqlite(element: one_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.column.in_(bindparam(element.name, expanding=True)), **kw)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, insert
 
+from sasflow.errors import StoreUnavailableError
+from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
 
 # Step events that are not worth a status message: dispatches happen once per attempt and
@@ -48,7 +52,41 @@ class Event:
         }
 
 
+COPY_FROM = 16
+"""Batches of at least this many events go to PostgreSQL with COPY: 500 events (a sweep's or
+a reply batch's) take ~6 ms where a pipelined executemany takes 14-22 ms (the foreign key and
+index checks are the same; COPY saves the per-row statement and SQLAlchemy's per-row
+processing). Smaller batches use INSERT, whose fixed cost is lower."""
+
+_COLUMNS = ("run_id", "entity", "to_state", "from_state", "actor", "step_id", "step", "attempt",
+            "reason", "detail", "published")
+
+
 def record(conn: Connection, batch: Sequence[Event]) -> None:
-    """Append `batch` in one executemany."""
-    if batch:
+    """Append `batch` in the caller's transaction: one COPY on PostgreSQL for a large batch,
+    else one executemany."""
+    if not batch:
+        return
+    if len(batch) >= COPY_FROM and conn.dialect.name == POSTGRESQL:
+        _copy(conn, batch)
+    else:
         conn.execute(insert(events), [e.row() for e in batch])
+
+
+def _copy(conn: Connection, batch: Sequence[Event]) -> None:
+    """COPY through the transaction's own psycopg connection. `detail` is JSON text, the form
+    SQLAlchemy's JSON type would send; None is SQL NULL in every column, as with INSERT (the
+    JSON type is declared none_as_null)."""
+    driver: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+    statement = f"COPY {events.name} ({', '.join(_COLUMNS)}) FROM STDIN"
+    try:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
+            for event in batch:
+                row = event.row()
+                if row["detail"] is not None:
+                    row["detail"] = json.dumps(row["detail"])
+                copy.write_row([row[column] for column in _COLUMNS])
+    except psycopg.OperationalError as exc:
+        # SQLAlchemy did not run this statement, so it cannot translate the failure; the
+        # caller's rollback then finds the connection gone and the pool discards it.
+        raise StoreUnavailableError(f"state store unavailable: {exc}") from exc

@@ -22,7 +22,7 @@ from sqlalchemy import (
     update,
 )
 
-from sasflow.store.dialect import is_false, joined_value, least
+from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -31,6 +31,11 @@ _processing_with_attempt = and_(
     steps.c.attempt == bindparam("b_attempt"),
     steps.c.state == "processing",
 )
+
+
+_run_columns = (runs.c.id, runs.c.workflow, runs.c.version, runs.c.business_key, runs.c.input,
+                runs.c.state, runs.c.on_failure, runs.c.error)
+"""What advancing a run reads of it."""
 
 
 def _claimable_in_run() -> ColumnElement[bool]:
@@ -97,7 +102,7 @@ def start_runs() -> Update:
     """Runs whose first step was just claimed become running (primary key)."""
     return (
         update(runs)
-        .where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)), runs.c.state == "pending")
+        .where(one_of(runs.c.id, "b_run_ids"), runs.c.state == "pending")
         .values(state="running", updated_at=now())
         .returning(runs.c.id)
     )
@@ -108,7 +113,7 @@ def release_claimed() -> Update:
     return (
         update(steps)
         .where(
-            steps.c.id.in_(bindparam("b_step_ids", expanding=True)),
+            one_of(steps.c.id, "b_step_ids"),
             steps.c.state == "processing",
             steps.c.locked_by == bindparam("b_locked_by"),
         )
@@ -118,17 +123,12 @@ def release_claimed() -> Update:
 
 
 def lock_runs_of_steps() -> Select[Any]:
-    """Lock, in id order, the runs owning the given steps: appliers of one run serialise here
-    so a fan-in is never missed (primary keys)."""
+    """Lock, in id order, the runs owning the given steps, and read what advancing them needs
+    (`advance_runs` takes these rows instead of reading them again): appliers of one run
+    serialise here so a fan-in is never missed (primary keys)."""
     return (
-        select(runs.c.id)
-        .where(
-            runs.c.id.in_(
-                select(steps.c.run_id).where(
-                    steps.c.id.in_(bindparam("b_step_ids", expanding=True))
-                )
-            )
-        )
+        select(*_run_columns)
+        .where(runs.c.id.in_(select(steps.c.run_id).where(one_of(steps.c.id, "b_step_ids"))))
         .order_by(runs.c.id)
         .with_for_update()
     )
@@ -246,7 +246,7 @@ def lock_runs(skip_locked: bool) -> Select[Any]:
     takes the run first, so schedulers, the supervisor and operators never deadlock."""
     return (
         select(runs.c.id)
-        .where(runs.c.id.in_(bindparam("b_run_ids", expanding=True)))
+        .where(one_of(runs.c.id, "b_run_ids"))
         .order_by(runs.c.id)
         .with_for_update(skip_locked=skip_locked)
     )
@@ -263,7 +263,7 @@ def sweep_expired() -> Update:
     expired = (
         select(steps.c.id)
         .where(steps.c.state == "processing", steps.c.complete_by < now(),
-               steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
+               one_of(steps.c.run_id, "b_run_ids"))
         .with_for_update(skip_locked=True)
         .cte("expired")
     )
@@ -288,23 +288,18 @@ def stalled_steps() -> Select[Any]:
 
 def steps_of_runs() -> Select[Any]:
     """Every step of the given runs, to advance them (uq_steps_run_id_kind_name)."""
-    return select(steps).where(steps.c.run_id.in_(bindparam("b_run_ids", expanding=True)))
+    return select(steps).where(one_of(steps.c.run_id, "b_run_ids"))
 
 
 def runs_by_id() -> Select[Any]:
     """The runs to advance, locked in id order (primary key): whoever advances a run (scheduler,
     supervisor, operator) holds its row, so two of them never both fail or finish it."""
-    return select(
-        runs.c.id,
-        runs.c.workflow,
-        runs.c.version,
-        runs.c.business_key,
-        runs.c.input,
-        runs.c.state,
-        runs.c.on_failure,
-        runs.c.error,
-    ).where(runs.c.id.in_(bindparam("b_run_ids", expanding=True))).order_by(
-        runs.c.id).with_for_update()
+    return (
+        select(*_run_columns)
+        .where(one_of(runs.c.id, "b_run_ids"))
+        .order_by(runs.c.id)
+        .with_for_update()
+    )
 
 
 def unpublished_events() -> Select[Any]:
@@ -338,6 +333,6 @@ def mark_published() -> Update:
     """Mark relayed events (primary key)."""
     return (
         update(events)
-        .where(events.c.id.in_(bindparam("b_event_ids", expanding=True)))
+        .where(one_of(events.c.id, "b_event_ids"))
         .values(published=True)
     )

@@ -222,6 +222,18 @@ def test_steps_backed_off_into_the_future_are_not_claimed(sqlite_engine: Engine)
     assert (claimed[0].complete_by - db_now).total_seconds() == pytest.approx(10, abs=0.5)
 
 
+@pytest.mark.parametrize("size", [0, 1, 700])
+def test_id_lists_are_an_expanding_in_of_any_length(sqlite_engine: Engine, size: int) -> None:
+    """SQLite has no arrays: queries.one_of is an IN list there (ANY on PostgreSQL)."""
+    run_ids = _submit_many(sqlite_engine, 3)
+    wanted = [*run_ids[:2], *range(10**9, 10**9 + size - 2)] if size >= 2 else run_ids[:size]
+    with transaction(sqlite_engine) as conn:
+        statement = queries.lock_runs(skip_locked=False)
+        found = conn.execute(statement, {"b_run_ids": wanted}).scalars().all()
+    assert " IN " in str(statement.compile(dialect=sqlite_dialect.dialect()))
+    assert found == sorted(r for r in run_ids if r in wanted)
+
+
 def test_the_power_fallback_matches_sqlites_math_functions() -> None:
     assert sqlite.power(2.0, 10.0) == 1024.0
     assert sqlite.power(10.0, 400.0) == math.inf
