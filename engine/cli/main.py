@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli import alerts, config, db, demo, roles, run, runs, submit, supervisor
 from sasflow.cli.context import CliContext, build_settings, setup_logging
+from sasflow.cli.lazy import LazyGroup
+
+COMMANDS = {
+    "agent": "sasflow.cli.roles:agent",
+    "alerts": "sasflow.cli.alerts:alerts",
+    "config": "sasflow.cli.config:config",
+    "db": "sasflow.cli.db:db",
+    "demo": "sasflow.cli.demo:demo",
+    "run": "sasflow.cli.run:run_command",
+    "runs": "sasflow.cli.runs:runs",
+    "scheduler": "sasflow.cli.roles:scheduler",
+    "submit": "sasflow.cli.submit:submit_command",
+    "submitter": "sasflow.cli.roles:submitter",
+    "supervisor": "sasflow.cli.supervisor:supervisor",
+}
+"""Each subcommand's module is imported only when it runs (see cli/lazy.py)."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, lazy=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--database-url", envvar="SASFLOW_DATABASE_URL", show_envvar=True,
               help="State store URL: postgresql+psycopg://user@localhost/sasflow, or "
                    "sqlite:///PATH [default: sqlite:///sasflow.db].")
@@ -36,19 +52,6 @@ def cli(
     setup_logging(log_level)
     ctx.obj = CliContext(build_settings(database_url=database_url, broker_url=broker_url,
                                         namespace=namespace, app=app))
-
-
-cli.add_command(config.config)
-cli.add_command(db.db)
-cli.add_command(submit.submit_command)
-cli.add_command(roles.submitter)
-cli.add_command(roles.scheduler)
-cli.add_command(roles.agent)
-cli.add_command(runs.runs)
-cli.add_command(alerts.alerts)
-cli.add_command(supervisor.supervisor)
-cli.add_command(demo.demo)
-cli.add_command(run.run_command)
 
 
 def main() -> None:

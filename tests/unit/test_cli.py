@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from sasflow.cli.main import cli
+from sasflow.cli.main import COMMANDS, cli
 from tests.unit.expected import ALERT_DEFAULTS
 
 
@@ -76,3 +79,28 @@ def test_config_show_table_prints_lists_and_booleans_as_variables_take_them() ->
     assert "['" not in result.output
     assert "│ false " in result.output
     assert "…" not in result.output
+
+
+def test_every_subcommand_is_found_under_its_own_name() -> None:
+    """cli/main.py names each lazily loaded command; a wrong path or name fails here."""
+    with click.Context(cli) as ctx:
+        names = cli.list_commands(ctx)
+        loaded = {name: cli.get_command(ctx, name) for name in names}
+    assert names == sorted(COMMANDS)
+    assert {name: command.name if command else None for name, command in loaded.items()} == \
+        {name: name for name in names}
+
+
+def test_a_role_does_not_import_the_other_commands_modules() -> None:
+    """`sasflow agent` starts without Alembic, the demo's display or the operator commands."""
+    probe = ("import sys\n"
+             "from click.testing import CliRunner\n"
+             "from sasflow.cli.main import cli\n"
+             "result = CliRunner().invoke(cli, ['agent', '--help'])\n"
+             "assert result.exit_code == 0, result.output\n"
+             "print(sorted(m for m in ('alembic', 'sasflow.cli.db', 'sasflow.cli.demo', "
+             "'sasflow.cli.runs', 'sasflow.cli.alerts', 'rich.live') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
