@@ -31,7 +31,7 @@ from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.store import dialect
 from sasflow.store.apply import apply_replies
-from sasflow.store.claim import ClaimedStep, claim_steps, release_steps
+from sasflow.store.claim import ClaimedStep, claim_steps, release_steps, seconds_until_due
 from sasflow.store.db import transaction
 from sasflow.store.listen import ReadyListener
 from sasflow.store.schema import schedulers
@@ -150,8 +150,10 @@ class Scheduler:
                 t = time.monotonic()
                 if self._wake.is_set() or t >= next_claim:
                     self._wake.clear()
-                    full = self._claim_and_dispatch()
+                    full, due = self._claim_and_dispatch()
                     next_claim = t + self._rescan_interval
+                    if due is not None:  # a retry's backoff ends before the next rescan
+                        next_claim = min(next_claim, time.monotonic() + due)
                     if full:
                         self._wake.set()
                         busy = True
@@ -222,8 +224,8 @@ class Scheduler:
         self.stats.dropped += len(report.dropped)
         # Only applied replies record events worth relaying; dropped ones change nothing.
         self._events_dirty = self._events_dirty or report.applied > 0
-        if report.ready:
-            self._wake.set()
+        if report.ready or report.backing_off:
+            self._wake.set()  # claim what is ready; or learn when the backoff ends
 
     def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:
         delivery, reply = item
@@ -260,8 +262,10 @@ class Scheduler:
 
     # -- claims ---------------------------------------------------------------------------
 
-    def _claim_and_dispatch(self) -> bool:
-        """Claim one batch and publish it; True if the batch was full (more may be ready).
+    def _claim_and_dispatch(self) -> tuple[bool, float | None]:
+        """Claim one batch and publish it. Returns whether the batch was full (more may be
+        ready) and, when nothing was ready, the seconds until the earliest backoff ends (so a
+        retry is claimed when it is due, not at the next rescan).
 
         The requests are published only after the claim committed, as one batch settled by
         one wait for the broker's confirms.
@@ -269,8 +273,9 @@ class Scheduler:
         batch = self._options.claim_batch
         with transaction(self._engine) as conn:
             claimed = claim_steps(conn, locked_by=self.id, batch=batch)
+            due = None if claimed else seconds_until_due(conn)
         if not claimed:
-            return False
+            return False, due
         claimed_at = time.monotonic()
         self.stats.claimed += len(claimed)
         try:
@@ -293,7 +298,7 @@ class Scheduler:
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return len(claimed) == batch
+        return len(claimed) == batch, None
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
         elapsed_ms = (time.monotonic() - claimed_at) * 1000

@@ -165,16 +165,20 @@ def _record(conn: Connection, rows: Sequence[Any], reason: str, *, actor: str,
                                             "not_before": r.not_before.isoformat()})
         for r in rows
     ]
-    report.reclaimed += sum(1 for r in rows if r.state == "pending")
+    reclaimed = sum(1 for r in rows if r.state == "pending")
+    report.reclaimed += reclaimed
     report.escalated += sum(1 for r in rows if r.state == "error")
+    ready = 0
     failed_runs = {r.run_id for r in rows if r.state == "error"}
     if failed_runs:
         advanced = advance_runs(conn, None, failed_runs, actor=actor)
         batch.extend(advanced.events)
         report.alerts.extend(advanced.alerts)
         report.compensations += advanced.compensations
-        if advanced.ready:
-            notify_ready(conn, namespace)
+        ready = advanced.ready
+    if ready or reclaimed:
+        # Reclaimed steps are ready after their backoff: woken schedulers learn when.
+        notify_ready(conn, namespace)
     events.record(conn, batch)
 
 

@@ -26,6 +26,8 @@ class ApplyReport:
     applied: int = 0
     dropped: list[Reply] = field(default_factory=list)
     ready: int = 0
+    backing_off: int = 0
+    """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
 
 
 @cache
@@ -90,6 +92,7 @@ def apply_replies(
             report.dropped.append(reply)
             continue
         report.applied += 1
+        report.backing_off += to_state == "pending"
         touched.add(row.run_id)
         batch.append(events.Event(
             run_id=row.run_id, entity="step", step_id=reply.step_id, step=row.name,

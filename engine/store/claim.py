@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Update
+from sqlalchemy import Connection, Select, Update
 
 from sasflow.store import events, queries
 
@@ -40,6 +40,11 @@ def _claim() -> Update:
 @cache
 def _start_runs() -> Update:
     return queries.start_runs()
+
+
+@cache
+def _next_due() -> Select[Any]:
+    return queries.next_due()
 
 
 @cache
@@ -86,6 +91,16 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
     ]
     events.record(conn, batch_events)
     return claimed
+
+
+def seconds_until_due(conn: Connection) -> float | None:
+    """Seconds, on the database's clock, until the earliest step backing off (after a failure,
+    a deferral or a supervisor's reclaim) becomes ready; None if no step is backing off."""
+    row = conn.execute(_next_due()).one()
+    if row.due is None:
+        return None
+    remaining: float = (row.due - row.now).total_seconds()
+    return max(0.0, remaining)
 
 
 def release_steps(
