@@ -42,41 +42,38 @@ def _flaky_registry(fail: str) -> tuple[Registry, Agent, list[tuple[int, float]]
                     [agent]), agent, calls
 
 
-def test_a_failed_reply_is_retried_when_its_backoff_ends(
-    engine: Engine, database_url: str, names: Names,
-) -> None:
-    registry, agent, calls = _flaky_registry("transient")
+def _gap_between_attempts(engine: Engine, database_url: str, names: Names, fail: str,
+                          *others: harness.Role) -> float:
+    """Run one `flaky` run to completion with a scheduler that rescans every 30 s (and the
+    `others`); the seconds between its two attempts' starts."""
+    registry, agent, calls = _flaky_registry(fail)
     with engine.begin() as conn:
         run = submit_run(conn, registry, "flaky", {}, key="k", namespace=names.namespace)
     with harness.running(
         harness.scheduler(engine, database_url, registry, names, rescan_interval=RESCAN),
         harness.agent(agent, names),
+        *others,
     ):
         harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "completed"},
                          timeout=10, what="the retry runs when its backoff ends")
     assert [attempt for attempt, _ in calls] == [1, 2]
-    gap = calls[1][1] - calls[0][1]
+    return calls[1][1] - calls[0][1]
+
+
+def test_a_failed_reply_is_retried_when_its_backoff_ends(
+    engine: Engine, database_url: str, names: Names,
+) -> None:
+    gap = _gap_between_attempts(engine, database_url, names, "transient")
     assert BACKOFF <= gap < BACKOFF + 3, gap
 
 
 def test_a_step_reclaimed_by_the_supervisor_is_retried_when_its_backoff_ends(
     engine: Engine, database_url: str, names: Names,
 ) -> None:
-    registry, agent, calls = _flaky_registry("hang")
-    with engine.begin() as conn:
-        run = submit_run(conn, registry, "flaky", {}, key="k", namespace=names.namespace)
     supervisor = Supervisor(engine, names, transport=harness.transport("supervisor"),
                             options=SupervisorOptions(interval=0.1))
     try:
-        with harness.running(
-            harness.scheduler(engine, database_url, registry, names, rescan_interval=RESCAN),
-            harness.agent(agent, names),
-            supervisor,
-        ):
-            harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "completed"},
-                             timeout=10, what="the reclaimed step runs when its backoff ends")
+        gap = _gap_between_attempts(engine, database_url, names, "hang", supervisor)
     finally:
         supervisor.close()
-    assert [attempt for attempt, _ in calls] == [1, 2]
-    gap = calls[1][1] - calls[0][1]
     assert 1.0 + BACKOFF <= gap < 1.0 + BACKOFF + 3, gap  # deadline, sweep, backoff
