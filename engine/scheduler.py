@@ -264,8 +264,8 @@ class Scheduler:
 
     def _claim_and_dispatch(self) -> tuple[bool, float | None]:
         """Claim one batch and publish it. Returns whether the batch was full (more may be
-        ready) and, when nothing was ready, the seconds until the earliest backoff ends (so a
-        retry is claimed when it is due, not at the next rescan).
+        ready) and, when it was not, the seconds until the earliest backoff ends (so a retry is
+        claimed when it is due, not at the next rescan).
 
         The requests are published only after the claim committed, as one batch settled by
         one wait for the broker's confirms.
@@ -273,7 +273,7 @@ class Scheduler:
         batch = self._options.claim_batch
         with transaction(self._engine) as conn:
             claimed = claim_steps(conn, locked_by=self.id, batch=batch)
-            due = None if claimed else seconds_until_due(conn)
+            due = seconds_until_due(conn) if len(claimed) < batch else None
         if not claimed:
             return False, due
         claimed_at = time.monotonic()
@@ -298,7 +298,7 @@ class Scheduler:
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return len(claimed) == batch, None
+        return len(claimed) == batch, due
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
         elapsed_ms = (time.monotonic() - claimed_at) * 1000

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, insert
+from sqlalchemy.exc import DBAPIError
 
-from sasflow.errors import StoreUnavailableError
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
 
@@ -75,8 +75,8 @@ def record(conn: Connection, batch: Sequence[Event]) -> None:
 
 def _copy(conn: Connection, batch: Sequence[Event]) -> None:
     """COPY through the transaction's own psycopg connection. `detail` is JSON text, the form
-    SQLAlchemy's JSON type would send; None is SQL NULL in every column, as with INSERT (the
-    JSON type is declared none_as_null)."""
+    SQLAlchemy's JSON type would send (json.dumps); None is SQL NULL in every column, as with
+    INSERT (the JSON type is declared none_as_null)."""
     driver: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
     statement = f"COPY {events.name} ({', '.join(_COLUMNS)}) FROM STDIN"
     try:
@@ -86,7 +86,13 @@ def _copy(conn: Connection, batch: Sequence[Event]) -> None:
                 if row["detail"] is not None:
                     row["detail"] = json.dumps(row["detail"])
                 copy.write_row([row[column] for column in _COLUMNS])
-    except psycopg.OperationalError as exc:
-        # SQLAlchemy did not run this statement, so it cannot translate the failure; the
-        # caller's rollback then finds the connection gone and the pool discards it.
-        raise StoreUnavailableError(f"state store unavailable: {exc}") from exc
+    except psycopg.Error as exc:
+        raise driver_error(statement, exc) from exc
+
+
+def driver_error(statement: str, exc: psycopg.Error) -> Exception:
+    """The SQLAlchemy exception that SQLAlchemy itself raises for this driver error (it did
+    not run the COPY, so it could not wrap it): callers and `db.translated` then treat the COPY
+    path as the INSERT path (a lost connection is StoreUnavailableError, a deadlock a
+    ConflictError to retry, a foreign key violation an IntegrityError)."""
+    return DBAPIError.instance(statement, None, exc, psycopg.Error)

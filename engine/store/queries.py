@@ -102,7 +102,7 @@ def next_due() -> Select[Any]:
     """When the earliest step now backing off becomes ready, and the database's time now
     (ix_steps_ready: pending steps only)."""
     return select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
-        steps.c.state == "pending", steps.c.locked_by.is_(None), steps.c.not_before > now())
+        steps.c.state == "pending", steps.c.not_before > now())
 
 
 def start_runs() -> Update:

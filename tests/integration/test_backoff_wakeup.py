@@ -37,8 +37,13 @@ def _flaky_registry(fail: str) -> tuple[Registry, Agent, list[tuple[int, float]]
             time.sleep(call.remaining() + 0.2)
         return {"attempt": call.attempt}
 
+    @agent.handler("fast")
+    def fast(call: Call) -> None:
+        return None
+
     policy = StepPolicy(timeout=1.0, max_failures=3, backoff=Backoff(initial=BACKOFF))
-    return Registry([Workflow("flaky", [Step("only", "flaky", "work", policy=policy)])],
+    return Registry([Workflow("flaky", [Step("only", "flaky", "work", policy=policy)]),
+                     Workflow("quick", [Step("only", "flaky", "fast")])],
                     [agent]), agent, calls
 
 
@@ -77,3 +82,26 @@ def test_a_step_reclaimed_by_the_supervisor_is_retried_when_its_backoff_ends(
     finally:
         supervisor.close()
     assert 1.0 + BACKOFF <= gap < 1.0 + BACKOFF + 3, gap  # deadline, sweep, backoff
+
+
+def test_claiming_other_work_meanwhile_keeps_the_retry_on_time(
+    engine: Engine, database_url: str, names: Names,
+) -> None:
+    """A claim that takes some ready steps (not a full batch) still learns when the backoff
+    of another step ends."""
+    registry, agent, calls = _flaky_registry("transient")
+    with engine.begin() as conn:
+        run = submit_run(conn, registry, "flaky", {}, key="k", namespace=names.namespace)
+    with harness.running(
+        harness.scheduler(engine, database_url, registry, names, rescan_interval=RESCAN),
+        harness.agent(agent, names),
+    ):
+        harness.wait_for(lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
+                         timeout=10, what="the first attempt's failure is counted")
+        with engine.begin() as conn:
+            other = submit_run(conn, registry, "quick", {}, key="q", namespace=names.namespace)
+        harness.wait_for(lambda: harness.run_states(engine) == {
+            run.run_id: "completed", other.run_id: "completed"},
+            timeout=10, what="both runs complete, the retry on time")
+    assert [attempt for attempt, _ in calls] == [1, 2]
+    assert BACKOFF <= calls[1][1] - calls[0][1] < BACKOFF + 3

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sasflow import submit_run
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import ConflictError
 from sasflow.store import events, queries
-from sasflow.store.db import transaction
+from sasflow.store.db import is_disconnect, transaction, translated
 from sasflow.store.schema import events as events_table
-from sasflow.store.schema import runs
 from tests.apps import basic
 
 pytestmark = pytest.mark.integration
@@ -48,13 +49,24 @@ def _stored(engine: Engine, actor: str) -> list[tuple[Any, ...]]:
             select(*columns).where(events_table.c.actor == actor).order_by(events_table.c.id))]
 
 
-def test_a_large_batch_is_copied_and_stored_exactly_as_inserts_store_it(engine: Engine) -> None:
+def test_a_large_batch_is_copied_and_stored_exactly_as_inserts_store_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    copies: list[int] = []
+    copy = events._copy
+
+    def counted(conn: Connection, batch: Sequence[events.Event]) -> None:
+        copies.append(len(batch))
+        copy(conn, batch)
+
+    monkeypatch.setattr(events, "_copy", counted)
     run_ids = _runs(engine, 3)
     copied, inserted = _varied(run_ids, "copy"), _varied(run_ids, "insert")
     with transaction(engine) as conn:
         events.record(conn, copied)  # one COPY
         for event in inserted:
             events.record(conn, [event])  # one INSERT each
+    assert copies == [events.COPY_FROM * 2]
     assert len(_stored(engine, "copy")) == events.COPY_FROM * 2
     assert _stored(engine, "copy") == _stored(engine, "insert")
 
@@ -64,26 +76,36 @@ def test_a_copy_that_fails_leaves_nothing_and_the_transaction_rolls_back(engine:
     batch = _varied(run_ids, "bad")
     batch[-1] = events.Event(run_id=run_ids[0] + 10_000, entity="run", to_state="completed",
                              actor="bad")  # no such run: the foreign key refuses it
-    with pytest.raises(psycopg.errors.ForeignKeyViolation), transaction(engine) as conn:
+    with pytest.raises(IntegrityError), transaction(engine) as conn:  # as an INSERT's would
         events.record(conn, batch)
     assert _stored(engine, "bad") == []
 
 
-def _record_after_losing_the_connection(engine: Engine, batch: list[events.Event]) -> None:
-    with transaction(engine) as conn:
+def test_a_connection_lost_during_copy_is_a_disconnect_as_for_any_statement(
+    engine: Engine,
+) -> None:
+    run_ids = _runs(engine, 1)
+    conn = engine.connect()
+    try:
         pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
         with engine.connect() as other:
             other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        events.record(conn, batch)
-
-
-def test_a_connection_lost_during_copy_is_a_store_unavailable_error(engine: Engine) -> None:
-    run_ids = _runs(engine, 1)
-    with pytest.raises(StoreUnavailableError):
-        _record_after_losing_the_connection(engine, _varied(run_ids, "lost"))
+        with pytest.raises(OperationalError) as raised:
+            events.record(conn, _varied(run_ids, "lost"))
+    finally:
+        conn.invalidate()  # its server process is gone: the pool must not take it back
+        conn.close()
+    assert is_disconnect(raised.value)
     assert _stored(engine, "lost") == []
-    with engine.begin() as conn:  # the pool replaced the dead connection
-        assert conn.execute(select(runs.c.id).where(runs.c.id == run_ids[0])).scalar_one()
+
+
+def test_a_deadlock_in_copy_is_a_conflict_to_retry() -> None:
+    """db.translated turns what events.driver_error makes of a deadlock into ConflictError,
+    which run_transaction retries, as for a deadlock in an INSERT."""
+    error = events.driver_error("COPY events FROM STDIN",
+                                psycopg.errors.DeadlockDetected("deadlock detected"))
+    with pytest.raises(ConflictError), translated():
+        raise error
 
 
 @pytest.mark.parametrize("size", [0, 1, 700])
