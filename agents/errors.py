@@ -20,4 +20,3 @@ class BreakerOpenError(SasflowError):
         super().__init__(f"circuit breaker for {dependency!r} is open; retry in {retry_after:.1f}s")
         self.dependency = dependency
         self.retry_after = retry_after
-

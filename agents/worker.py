@@ -56,10 +56,14 @@ class Outcome:
         try:
             return cls(job, reply, reply.encode())
         except ValueError as exc:  # pydantic could not serialise it: say so instead
-            fallback = reply.model_copy(update={"status": "error", "output": None,
-                                                "defer_seconds": None,
-                                                "error": ErrorInfo(type="InvalidOutputError",
-                                                                   message=safe_text(str(exc)))})
+            fallback = reply.model_copy(
+                update={
+                    "status": "error",
+                    "output": None,
+                    "defer_seconds": None,
+                    "error": ErrorInfo(type="InvalidOutputError", message=safe_text(str(exc))),
+                }
+            )
             return cls(job, fallback, fallback.encode())
 
 
@@ -107,8 +111,9 @@ class AgentWorker:
         self._concurrency = concurrency
         self._stop = stop or threading.Event()
         self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
-        self._pool = ThreadPoolExecutor(max_workers=concurrency,
-                                        thread_name_prefix=f"{agent.name}-worker")
+        self._pool = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix=f"{agent.name}-worker"
+        )
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._jobs: dict[tuple[int, int], Job] = {}
         self.stats = AgentStats()
@@ -136,10 +141,15 @@ class AgentWorker:
         self._transport.connect()
         declare_common(self._transport, self._names)
         declare_agent_queue(self._transport, self._names, self.agent.name)
-        self._transport.consume(self._names.agent(self.agent.name), self._on_request,
-                                prefetch=self._concurrency)
-        log.info("%s consuming %s with %d threads", self.id,
-                 self._names.agent(self.agent.name), self._concurrency)
+        self._transport.consume(
+            self._names.agent(self.agent.name), self._on_request, prefetch=self._concurrency
+        )
+        log.info(
+            "%s consuming %s with %d threads",
+            self.id,
+            self._names.agent(self.agent.name),
+            self._concurrency,
+        )
         while not self._stop.is_set():
             self._transport.process(self._next_wait())
             self._settle()
@@ -167,8 +177,11 @@ class AgentWorker:
             self._dead_letter(delivery, str(exc))
             return
         if request.agent != self.agent.name:
-            self._dead_letter(delivery, f"Request: for agent {request.agent!r}, "
-                                        f"delivered to the queue of {self.agent.name!r}")
+            self._dead_letter(
+                delivery,
+                f"Request: for agent {request.agent!r}, "
+                f"delivered to the queue of {self.agent.name!r}",
+            )
             return
         self.stats.received += 1
         call = Call(
@@ -199,17 +212,23 @@ class AgentWorker:
         spec = self.agent.spec(request.action)
         if spec is None:
             known = ", ".join(sorted(self.agent.actions)) or "none"
-            reply = self._reply(request, "error", error=ErrorInfo(
-                type="UnknownActionError",
-                message=f"agent {self.agent.name!r} has no action {request.action!r} "
-                        f"(it has: {known})"))
+            reply = self._reply(
+                request,
+                "error",
+                error=ErrorInfo(
+                    type="UnknownActionError",
+                    message=f"agent {self.agent.name!r} has no action {request.action!r} "
+                    f"(it has: {known})",
+                ),
+            )
             self._outcomes.put(Outcome.of(job, reply))
             return
         self._pool.submit(self._execute, job, spec)
 
     def _dead_letter(self, delivery: Delivery, reason: str) -> None:
-        self._transport.dead_letter(delivery, reason,
-                                    dead_letter_exchange=self._names.dead_letter_exchange)
+        self._transport.dead_letter(
+            delivery, reason, dead_letter_exchange=self._names.dead_letter_exchange
+        )
         self.stats.dead_lettered += 1
 
     def _settle(self) -> None:
@@ -228,8 +247,11 @@ class AgentWorker:
                 job.abandoned = True
                 job.call.cancelled.set()
                 self.stats.abandoned += 1
-                log.warning("step %s attempt %s passed its deadline while running: no reply",
-                            job.request.step_id, job.request.attempt)
+                log.warning(
+                    "step %s attempt %s passed its deadline while running: no reply",
+                    job.request.step_id,
+                    job.request.attempt,
+                )
                 self._transport.ack(job.delivery)
                 del self._jobs[key]
 
@@ -247,17 +269,28 @@ class AgentWorker:
         try:
             refused = self._send(sending)
             # Refused for good (e.g. too large): report that instead.
-            instead = [(job, self._reply(job.request, "error", error=ErrorInfo(
-                type="PublishError", message=f"the broker refused the reply: {exc}")))
-                for job, exc in refused]
+            instead = [
+                (
+                    job,
+                    self._reply(
+                        job.request,
+                        "error",
+                        error=ErrorInfo(
+                            type="PublishError", message=f"the broker refused the reply: {exc}"
+                        ),
+                    ),
+                )
+                for job, exc in refused
+            ]
             unsent = self._send([(job, reply, reply.encode()) for job, reply in instead])
         except BrokerUnavailableError:
             for outcome in outcomes:
                 self._outcomes.put(outcome)  # publish them on the next connection
             raise
         for job, exc in unsent:  # not even the error fits: the step's deadline will tell
-            log.error("step %s: the broker refused the error reply too: %s",
-                      job.request.step_id, exc)
+            log.error(
+                "step %s: the broker refused the error reply too: %s", job.request.step_id, exc
+            )
         # No reply, or finished too late, or refused twice: the pattern says stay silent.
         self.stats.silent += len(done) - len(sending) + len(unsent)
         for job in done:
@@ -268,12 +301,17 @@ class AgentWorker:
         """Publish replies as one batch; count those confirmed, return those refused."""
         if not sending:
             return []
-        results = self._transport.publish_many([Outgoing(
-            exchange="",
-            routing_key=job.delivery.reply_to or self._names.replies,
-            body=body,
-            correlation_id=job.delivery.correlation_id,
-        ) for job, _, body in sending])
+        results = self._transport.publish_many(
+            [
+                Outgoing(
+                    exchange="",
+                    routing_key=job.delivery.reply_to or self._names.replies,
+                    body=body,
+                    correlation_id=job.delivery.correlation_id,
+                )
+                for job, _, body in sending
+            ]
+        )
         refused: list[tuple[Job, Exception]] = []
         for (job, reply, _), result in zip(sending, results, strict=True):
             if isinstance(result, BrokerUnavailableError):
@@ -281,8 +319,12 @@ class AgentWorker:
             if result is None:
                 self._count(reply)
             else:
-                log.error("step %s: the broker refused the %s reply: %s", job.request.step_id,
-                          reply.status, result)
+                log.error(
+                    "step %s: the broker refused the %s reply: %s",
+                    job.request.step_id,
+                    reply.status,
+                    result,
+                )
                 refused.append((job, result))
         return refused
 
@@ -301,10 +343,18 @@ class AgentWorker:
             fields["defer_seconds"] = min(fields["defer_seconds"], MAX_DEFER_SECONDS)
         error = fields.get("error")
         if isinstance(error, ErrorInfo):
-            fields["error"] = ErrorInfo(type=safe_text(error.type, 200),
-                                        message=safe_text(error.message))
-        return Reply.model_validate({"step_id": request.step_id, "attempt": request.attempt,
-                                     "status": status, "agent": self.agent.name, **fields})
+            fields["error"] = ErrorInfo(
+                type=safe_text(error.type, 200), message=safe_text(error.message)
+            )
+        return Reply.model_validate(
+            {
+                "step_id": request.step_id,
+                "attempt": request.attempt,
+                "status": status,
+                "agent": self.agent.name,
+                **fields,
+            }
+        )
 
     # -- worker threads -------------------------------------------------------------------
 
@@ -326,8 +376,12 @@ class AgentWorker:
             return self._reply(request, "deferred", defer_seconds=0.0, error=error)
         if job.call.remaining() <= 0:
             return None
-        log.info("step %s attempt %s: retries exhausted before the deadline (%s)",
-                 request.step_id, request.attempt, exc)
+        log.info(
+            "step %s attempt %s: retries exhausted before the deadline (%s)",
+            request.step_id,
+            request.attempt,
+            exc,
+        )
         return self._reply(request, "failed", error=error)
 
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
@@ -337,8 +391,11 @@ class AgentWorker:
                 return  # waited in the pool past its deadline: never call the remote late
             outcome = Outcome.of(job, self._run_handler(job, spec))
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
-            log.exception("step %s attempt %s: the agent failed to run the handler",
-                          job.request.step_id, job.request.attempt)
+            log.exception(
+                "step %s attempt %s: the agent failed to run the handler",
+                job.request.step_id,
+                job.request.attempt,
+            )
         finally:
             self._outcomes.put(outcome)
             # Wake the owner thread; while it reconnects the outcome waits in the queue.
@@ -355,21 +412,36 @@ class AgentWorker:
             return breaker.call(lambda: spec.function(call), self._is_transient)
 
         try:
-            output = retrying(spec.retry, budget=retry_budget(call.remaining()),
-                              is_transient=self._is_transient, interrupted=call.cancelled)(attempt)
+            output = retrying(
+                spec.retry,
+                budget=retry_budget(call.remaining()),
+                is_transient=self._is_transient,
+                interrupted=call.cancelled,
+            )(attempt)
         except BreakerOpenError as exc:
-            return self._reply(request, "deferred", defer_seconds=exc.retry_after,
-                               error=ErrorInfo(type="BreakerOpen", message=str(exc)))
+            return self._reply(
+                request,
+                "deferred",
+                defer_seconds=exc.retry_after,
+                error=ErrorInfo(type="BreakerOpen", message=str(exc)),
+            )
         except Exception as exc:  # noqa: BLE001 - user code: every failure becomes a reply
             if self._is_transient(exc):
                 return self._after_transient(job, breaker, exc)
-            log.info("step %s attempt %s failed permanently: %r", request.step_id,
-                     request.attempt, exc)
-            return self._reply(request, "error",
-                               error=ErrorInfo(type=type(exc).__name__, message=str(exc)))
+            log.info(
+                "step %s attempt %s failed permanently: %r", request.step_id, request.attempt, exc
+            )
+            return self._reply(
+                request, "error", error=ErrorInfo(type=type(exc).__name__, message=str(exc))
+            )
         try:
             dumps(output)
         except InvalidMessageError as exc:
-            return self._reply(request, "error", error=ErrorInfo(
-                type="InvalidOutputError", message=f"handler returned a non-JSON output: {exc}"))
+            return self._reply(
+                request,
+                "error",
+                error=ErrorInfo(
+                    type="InvalidOutputError", message=f"handler returned a non-JSON output: {exc}"
+                ),
+            )
         return self._reply(request, "ok", output=output)

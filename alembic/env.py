@@ -21,8 +21,13 @@ config = context.config
 
 def _configure_and_run(connection: Connection) -> None:
     dialect = connection.dialect.name
-    context.configure(connection=connection, target_metadata=metadata, compare_type=True,
-                      include_object=include_object(dialect), render_as_batch=dialect == "sqlite")
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        compare_type=True,
+        include_object=include_object(dialect),
+        render_as_batch=dialect == "sqlite",
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -35,16 +40,18 @@ def run_migrations_online() -> None:
     url = os.environ.get("SASFLOW_DATABASE_URL")
     if not url:
         raise SystemExit("set SASFLOW_DATABASE_URL (or use `sasflow db upgrade`)")
-    engine = make_engine(url, application_name="sasflow-alembic", pool_size=1,
-                         statement_timeout_ms=None)
+    engine = make_engine(
+        url, application_name="sasflow-alembic", pool_size=1, statement_timeout_ms=None
+    )
     with engine.connect() as conn:
         _configure_and_run(conn)
     engine.dispose()
 
 
 if context.is_offline_mode():
-    context.configure(url=os.environ.get("SASFLOW_DATABASE_URL"), target_metadata=metadata,
-                      literal_binds=True)
+    context.configure(
+        url=os.environ.get("SASFLOW_DATABASE_URL"), target_metadata=metadata, literal_binds=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

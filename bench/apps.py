@@ -18,7 +18,9 @@ def nothing(_call: Call) -> None:
 
 
 one = Workflow("one", [Step("only", "noop", "nothing")])
-three = Workflow("three", [Step("a", "noop", "nothing"), Step("b", "noop", "nothing"),
-                           Step("c", "noop", "nothing")])
+three = Workflow(
+    "three",
+    [Step("a", "noop", "nothing"), Step("b", "noop", "nothing"), Step("c", "noop", "nothing")],
+)
 
 registry = Registry([one, three], [noop])

@@ -26,13 +26,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0)
     args = parser.parse_args()
-    sizes = dataclasses.replace(Sizes.of(quick=True), w3_seconds=args.runs / args.rate,
-                                w3_rate=args.rate)
+    sizes = dataclasses.replace(
+        Sizes.of(quick=True), w3_seconds=args.runs / args.rate, w3_rate=args.rate
+    )
     latencies = latency_once(sizes)
-    print(f"{len(latencies)}/{args.runs} one-step runs at {args.rate:g}/s: "
-          f"p50 {statistics.median(latencies):.1f} ms, p95 {percentile(latencies, .95):.1f} "
-          f"ms, p99 {percentile(latencies, .99):.1f} ms (submit commit -> completion "
-          "notification)")
+    print(
+        f"{len(latencies)}/{args.runs} one-step runs at {args.rate:g}/s: "
+        f"p50 {statistics.median(latencies):.1f} ms, p95 {percentile(latencies, 0.95):.1f} "
+        f"ms, p99 {percentile(latencies, 0.99):.1f} ms (submit commit -> completion "
+        "notification)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ MAX_OPS = 10_000_000
 def update_rate(engine: Engine, seconds: float) -> float:
     """Single-row UPDATE transactions/s, one connection, one commit each."""
     with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE IF NOT EXISTS bench_counter "
-                          "(id int PRIMARY KEY, n bigint NOT NULL)"))
+        conn.execute(
+            text("CREATE TABLE IF NOT EXISTS bench_counter (id int PRIMARY KEY, n bigint NOT NULL)")
+        )
         conn.execute(text("INSERT INTO bench_counter VALUES (1, 0) ON CONFLICT DO NOTHING"))
     done = 0
     started = time.perf_counter()
@@ -46,17 +47,28 @@ UPDATE bench_jobs j SET state = 'claimed' FROM c WHERE j.id = c.id RETURNING j.i
 """)
 
 
-def claim_rate(engine: Engine, claimers: int, batch: int, seconds: float,
-               rows: int = 300_000) -> float:
+def claim_rate(
+    engine: Engine, claimers: int, batch: int, seconds: float, rows: int = 300_000
+) -> float:
     """Rows claimed/s by `claimers` threads, each claiming `batch` rows per transaction."""
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE IF EXISTS bench_jobs"))
-        conn.execute(text("CREATE TABLE bench_jobs (id bigint GENERATED ALWAYS AS IDENTITY "
-                          "PRIMARY KEY, state text NOT NULL DEFAULT 'pending', payload jsonb)"))
-        conn.execute(text("CREATE INDEX ix_bench_jobs_pending ON bench_jobs (id) "
-                          "WHERE state = 'pending'"))
-        conn.execute(text("INSERT INTO bench_jobs (payload) SELECT jsonb_build_object('i', g) "
-                          "FROM generate_series(1, :rows) g"), {"rows": rows})
+        conn.execute(
+            text(
+                "CREATE TABLE bench_jobs (id bigint GENERATED ALWAYS AS IDENTITY "
+                "PRIMARY KEY, state text NOT NULL DEFAULT 'pending', payload jsonb)"
+            )
+        )
+        conn.execute(
+            text("CREATE INDEX ix_bench_jobs_pending ON bench_jobs (id) WHERE state = 'pending'")
+        )
+        conn.execute(
+            text(
+                "INSERT INTO bench_jobs (payload) SELECT jsonb_build_object('i', g) "
+                "FROM generate_series(1, :rows) g"
+            ),
+            {"rows": rows},
+        )
         conn.execute(text("ANALYZE bench_jobs"))
     counts = [0] * claimers
     last = [0.0] * claimers  # when each claimer last claimed: the table may run dry early
@@ -114,8 +126,12 @@ def roundtrip_rate(  # noqa: PLR0915 - one client loop and its echo server read 
                     break
                 if method is None or method.delivery_tag is None or props is None:
                     continue
-                channel.basic_publish("", props.reply_to or replies, body or b"",
-                                      pika.BasicProperties(delivery_mode=2))
+                channel.basic_publish(
+                    "",
+                    props.reply_to or replies,
+                    body or b"",
+                    pika.BasicProperties(delivery_mode=2),
+                )
                 channel.basic_ack(method.delivery_tag)
             channel.cancel()
         finally:

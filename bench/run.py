@@ -92,15 +92,26 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FALL SHORT"
 
 
-def report(results: Results, name: str, values: list[float], unit: str, extra: str = "",
-           *, fmt: str = ".1f") -> None:
+def report(
+    results: Results,
+    name: str,
+    values: list[float],
+    unit: str,
+    extra: str = "",
+    *,
+    fmt: str = ".1f",
+) -> None:
     results.figures[name] = values
     med = statistics.median(values)
-    say(f"  {name:<34} {med:>10{fmt}} {unit:<8} (min {min(values):{fmt}}, max "
-        f"{max(values):{fmt}}, n={len(values)}){'  ' + extra if extra else ''}", results)
+    say(
+        f"  {name:<34} {med:>10{fmt}} {unit:<8} (min {min(values):{fmt}}, max "
+        f"{max(values):{fmt}}, n={len(values)}){'  ' + extra if extra else ''}",
+        results,
+    )
 
 
 # ----------------------------------------------------------------------------- machine line
+
 
 def _cpu_model() -> str:
     with contextlib.suppress(OSError):
@@ -116,7 +127,8 @@ def _rabbitmq_version() -> str:
         return "unknown (no rabbitmqctl)"
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(  # noqa: S603 - a fixed argv, rabbitmqctl found on PATH
-            [ctl, "version"], capture_output=True, text=True, timeout=30, check=False)
+            [ctl, "version"], capture_output=True, text=True, timeout=30, check=False
+        )
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip().splitlines()[-1]
     return "unknown"
@@ -127,14 +139,18 @@ def machine_line() -> str:
     try:
         with admin.connect() as conn:
             pg = str(conn.execute(text("SHOW server_version")).scalar())
-            settings = {name: str(conn.execute(text(f"SHOW {name}")).scalar())
-                        for name in ("fsync", "synchronous_commit")}
+            settings = {
+                name: str(conn.execute(text(f"SHOW {name}")).scalar())
+                for name in ("fsync", "synchronous_commit")
+            }
     finally:
         admin.dispose()
     packages = ", ".join(f"{p} {metadata.version(p)}" for p in ("sqlalchemy", "psycopg", "pika"))
-    return (f"machine: {os.cpu_count()} cores, {_cpu_model()}; PostgreSQL {pg} "
-            f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}); "
-            f"RabbitMQ {_rabbitmq_version()}; Python {platform.python_version()}; {packages}")
+    return (
+        f"machine: {os.cpu_count()} cores, {_cpu_model()}; PostgreSQL {pg} "
+        f"(fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}); "
+        f"RabbitMQ {_rabbitmq_version()}; Python {platform.python_version()}; {packages}"
+    )
 
 
 def load_line() -> str:
@@ -144,6 +160,7 @@ def load_line() -> str:
 
 
 # ----------------------------------------------------------------------------- scratch services
+
 
 @contextlib.contextmanager
 def scratch(prefix: str, agents: list[str]) -> Iterator[tuple[str, Engine, Names]]:
@@ -190,27 +207,46 @@ def peak_rss_mb(pid: int) -> float:
 
 # ----------------------------------------------------------------------------- W0
 
+
 def run_w0(sizes: Sizes, results: Results) -> None:
     say("W0 limits (this machine, same run)", results)
     seconds = sizes.w0_seconds
     with scratch("w0", []) as (_url, engine, names):
-        report(results, "W0 update tx/s", [limits.update_rate(engine, seconds)
-                                           for _ in range(sizes.repeat)], "tx/s")
+        report(
+            results,
+            "W0 update tx/s",
+            [limits.update_rate(engine, seconds) for _ in range(sizes.repeat)],
+            "tx/s",
+        )
         for claimers in (1, 2, 4):
             for batch in (1, 50):
-                report(results, f"W0 claim {claimers} thr x batch {batch}",
-                       [limits.claim_rate(engine, claimers, batch, seconds)
-                        for _ in range(sizes.repeat)], "claims/s")
+                report(
+                    results,
+                    f"W0 claim {claimers} thr x batch {batch}",
+                    [
+                        limits.claim_rate(engine, claimers, batch, seconds)
+                        for _ in range(sizes.repeat)
+                    ],
+                    "claims/s",
+                )
         for in_flight in (1, 8):
-            report(results, f"W0 rabbitmq rr {in_flight} in flight",
-                   [limits.roundtrip_rate(names.namespace, in_flight, seconds)
-                    for _ in range(sizes.repeat)], "rt/s")
+            report(
+                results,
+                f"W0 rabbitmq rr {in_flight} in flight",
+                [
+                    limits.roundtrip_rate(names.namespace, in_flight, seconds)
+                    for _ in range(sizes.repeat)
+                ],
+                "rt/s",
+            )
 
 
 # ----------------------------------------------------------------------------- W1 / W2
 
-def submit_up_front(engine: Engine, workflow: str, count: int, prefix: str,
-                    namespace: str) -> tuple[float, float]:
+
+def submit_up_front(
+    engine: Engine, workflow: str, count: int, prefix: str, namespace: str
+) -> tuple[float, float]:
     """Submit `count` runs with submit_run, in batches of SUBMIT_BATCH statements, all in one
     transaction so that the whole backlog becomes visible at once. Returns the seconds the
     submission took and the database clock just after the commit (epoch seconds)."""
@@ -218,25 +254,40 @@ def submit_up_front(engine: Engine, workflow: str, count: int, prefix: str,
     with engine.begin() as conn:
         for first in range(0, count, SUBMIT_BATCH):
             for i in range(first, min(count, first + SUBMIT_BATCH)):
-                submit_run(conn, apps.registry, workflow, {"i": i}, key=f"{prefix}{i}",
-                           namespace=namespace)
+                submit_run(
+                    conn, apps.registry, workflow, {"i": i}, key=f"{prefix}{i}", namespace=namespace
+                )
     with engine.connect() as conn:
-        committed = float(conn.execute(text("SELECT extract(epoch FROM clock_timestamp())"))
-                          .scalar_one())
+        committed = float(
+            conn.execute(text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one()
+        )
     return time.perf_counter() - started, committed
 
 
 def completed(engine: Engine, prefix: str) -> tuple[int, float]:
     """Runs of `prefix` completed, and the latest completion (epoch seconds, database clock)."""
     with engine.connect() as conn:
-        row = conn.execute(text(
-            "SELECT count(*), coalesce(extract(epoch FROM max(finished_at)), 0) FROM runs "
-            "WHERE business_key LIKE :p AND state = 'completed'"), {"p": f"{prefix}%"}).one()
+        row = conn.execute(
+            text(
+                "SELECT count(*), coalesce(extract(epoch FROM max(finished_at)), 0) FROM runs "
+                "WHERE business_key LIKE :p AND state = 'completed'"
+            ),
+            {"p": f"{prefix}%"},
+        ).one()
     return int(row[0]), float(row[1])
 
 
-def drain(url: str, engine: Engine, names: Names, workflow: str, *, count: int, label: str,
-          sizes: Sizes, memory: dict[str, list[float]] | None) -> float:
+def drain(
+    url: str,
+    engine: Engine,
+    names: Names,
+    workflow: str,
+    *,
+    count: int,
+    label: str,
+    sizes: Sizes,
+    memory: dict[str, list[float]] | None,
+) -> float:
     """Start 2 agents and 2 schedulers (CLI processes), let them settle, submit `count` runs
     in one transaction and time the drain from that commit to the last run's completion
     (both on the database clock); returns runs completed/s."""
@@ -250,8 +301,9 @@ def drain(url: str, engine: Engine, names: Names, workflow: str, *, count: int, 
         took, committed = submit_up_front(engine, workflow, count, prefix, names.namespace)
         say(f"    submitted {count:,} {workflow} runs in one transaction in {took:.1f}s")
         waited = time.monotonic()
-        finished = wait_until(lambda: completed(engine, prefix)[0] >= count,
-                              sizes.drain_timeout, interval=0.1)
+        finished = wait_until(
+            lambda: completed(engine, prefix)[0] >= count, sizes.drain_timeout, interval=0.1
+        )
         procs.assert_alive()
         if memory is not None:
             memory.setdefault("scheduler", []).append(max(peak_rss_mb(p.pid) for p in schedulers))
@@ -267,35 +319,67 @@ def run_w12(sizes: Sizes, results: Results, which: set[str]) -> None:
     rr8 = results.median("W0 rabbitmq rr 8 in flight")
     with scratch("w12", ["noop"]) as (url, engine, names):
         if "W1" in which:
-            say(f"W1: {sizes.w1_runs:,} one-step runs submitted up front (one commit), drained by "
-                "2 schedulers + 2 agents (CLI processes)", results)
+            say(
+                f"W1: {sizes.w1_runs:,} one-step runs submitted up front (one commit), drained by "
+                "2 schedulers + 2 agents (CLI processes)",
+                results,
+            )
             memory: dict[str, list[float]] = {}
-            rates = [drain(url, engine, names, "one", count=sizes.w1_runs, label="w1",
-                           sizes=sizes, memory=memory)
-                     for _ in range(sizes.repeat)]
+            rates = [
+                drain(
+                    url,
+                    engine,
+                    names,
+                    "one",
+                    count=sizes.w1_runs,
+                    label="w1",
+                    sizes=sizes,
+                    memory=memory,
+                )
+                for _ in range(sizes.repeat)
+            ]
             extra = ""
             if rr8:
                 ratio = statistics.median(rates) / rr8
-                extra = (f"= {ratio:.0%} of rr8 ({rr8:.0f}/s); target >= 40%: "
-                         f"{verdict(ratio >= 0.40)}")
+                extra = (
+                    f"= {ratio:.0%} of rr8 ({rr8:.0f}/s); target >= 40%: {verdict(ratio >= 0.40)}"
+                )
             report(results, "W1 one-step runs/s", rates, "runs/s", extra)
-            report(results, "W1 scheduler peak RSS", memory["scheduler"], "MB",
-                   f"target <= 150 MB: {verdict(max(memory['scheduler']) <= 150)}")
+            report(
+                results,
+                "W1 scheduler peak RSS",
+                memory["scheduler"],
+                "MB",
+                f"target <= 150 MB: {verdict(max(memory['scheduler']) <= 150)}",
+            )
             report(results, "W1 agent peak RSS", memory["agent"], "MB")
         if "W2" in which:
             say(f"W2: {sizes.w2_runs:,} three-step sequential runs, same set-up", results)
-            rates = [drain(url, engine, names, "three", count=sizes.w2_runs, label="w2",
-                           sizes=sizes, memory=None)
-                     for _ in range(sizes.repeat)]
+            rates = [
+                drain(
+                    url,
+                    engine,
+                    names,
+                    "three",
+                    count=sizes.w2_runs,
+                    label="w2",
+                    sizes=sizes,
+                    memory=None,
+                )
+                for _ in range(sizes.repeat)
+            ]
             extra = ""
             if rr8:
                 ratio = statistics.median(rates) / (rr8 / 3)
-                extra = (f"= {ratio:.0%} of rr8/3 ({rr8 / 3:.0f}/s); target >= 40%: "
-                         f"{verdict(ratio >= 0.40)}")
+                extra = (
+                    f"= {ratio:.0%} of rr8/3 ({rr8 / 3:.0f}/s); target >= 40%: "
+                    f"{verdict(ratio >= 0.40)}"
+                )
             report(results, "W2 three-step runs/s", rates, "runs/s", extra)
 
 
 # ----------------------------------------------------------------------------- W3
+
 
 def build_registry() -> tuple[Registry, Agent]:
     noop = Agent("noop")
@@ -312,7 +396,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-
 def latency_once(sizes: Sizes) -> list[float]:
     """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms."""
     registry, agent = build_registry()
@@ -326,8 +409,9 @@ def latency_once(sizes: Sizes) -> list[float]:
         def listen() -> None:
             connection = pika.BlockingConnection(pika.URLParameters(services.broker_url()))
             channel = connection.channel()
-            for _method, _props, body in channel.consume(queue, auto_ack=True,
-                                                          inactivity_timeout=0.05):
+            for _method, _props, body in channel.consume(
+                queue, auto_ack=True, inactivity_timeout=0.05
+            ):
                 if body is not None:
                     completions[json.loads(body)["run_id"]] = time.perf_counter()
                 if done.is_set():
@@ -337,14 +421,16 @@ def latency_once(sizes: Sizes) -> list[float]:
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
         try:
-            with harness.running(harness.scheduler(engine, url, registry, names),
-                                 harness.agent(agent, names)):
+            with harness.running(
+                harness.scheduler(engine, url, registry, names), harness.agent(agent, names)
+            ):
                 time.sleep(1.0)
                 for i in range(runs):
                     started = time.perf_counter()
                     with engine.begin() as conn:
-                        run = submit_run(conn, registry, "one", {"i": i}, key=f"r{i}",
-                                         namespace=names.namespace)
+                        run = submit_run(
+                            conn, registry, "one", {"i": i}, key=f"r{i}", namespace=names.namespace
+                        )
                     submitted[run.run_id] = started
                     time.sleep(max(0.0, 1 / sizes.w3_rate - (time.perf_counter() - started)))
                 wait_until(lambda: len(completions) >= runs, 30)
@@ -358,8 +444,11 @@ def latency_once(sizes: Sizes) -> list[float]:
 
 
 def run_w3(sizes: Sizes, results: Results) -> None:
-    say(f"W3: one one-step run at a time at {sizes.w3_rate:g}/s for {sizes.w3_seconds:g}s, "
-        "submit commit -> run.completed notification (scheduler + agent threads)", results)
+    say(
+        f"W3: one one-step run at a time at {sizes.w3_rate:g}/s for {sizes.w3_seconds:g}s, "
+        "submit commit -> run.completed notification (scheduler + agent threads)",
+        results,
+    )
     p50s, p95s, p99s = [], [], []
     for _ in range(sizes.repeat):
         latencies = latency_once(sizes)
@@ -368,19 +457,33 @@ def run_w3(sizes: Sizes, results: Results) -> None:
         p99s.append(percentile(latencies, 0.99))
     rr1 = results.median("W0 rabbitmq rr 1 in flight")
     rt = f"= {statistics.median(p50s) * rr1 / 1000:.1f} rr1 round trips; " if rr1 else ""
-    report(results, "W3 latency p50", p50s, "ms",
-           f"{rt}target <= 5 ms: {verdict(statistics.median(p50s) <= 5)}")
+    report(
+        results,
+        "W3 latency p50",
+        p50s,
+        "ms",
+        f"{rt}target <= 5 ms: {verdict(statistics.median(p50s) <= 5)}",
+    )
     report(results, "W3 latency p95", p95s, "ms")
-    report(results, "W3 latency p99", p99s, "ms",
-           f"target <= 20 ms: {verdict(statistics.median(p99s) <= 20)}")
+    report(
+        results,
+        "W3 latency p99",
+        p99s,
+        "ms",
+        f"target <= 20 ms: {verdict(statistics.median(p99s) <= 20)}",
+    )
 
 
 # ----------------------------------------------------------------------------- sweep
 
+
 def run_sweep(sizes: Sizes, results: Results) -> None:
     tables = ", ".join(f"{r:,}" for r in sizes.sweep_rows)
-    say(f"Sweep: supervisor sweep of 1,000 expired steps ({tables} step rows), "
-        "bench/sweep.py's measure()", results)
+    say(
+        f"Sweep: supervisor sweep of 1,000 expired steps ({tables} step rows), "
+        "bench/sweep.py's measure()",
+        results,
+    )
     for rows in sizes.sweep_rows:
         timings = [t * 1000 for t in measure_sweep(rows, 1000, sizes.repeat)]
         results.figures[f"sweep {rows:,} rows"] = timings
@@ -391,12 +494,15 @@ def run_sweep(sizes: Sizes, results: Results) -> None:
         if rows == 1_000_000 and big is not None:
             extra = f"target <= 100 ms: {verdict(big <= 100)}"
             if small:
-                extra += (f"; {big / small:.2f}x the 100k figure, target <= 2x: "
-                          f"{verdict(big <= 2 * small)}")
+                extra += (
+                    f"; {big / small:.2f}x the 100k figure, target <= 2x: "
+                    f"{verdict(big <= 2 * small)}"
+                )
         report(results, name, results.figures[name], "ms", extra)
 
 
 # ----------------------------------------------------------------------------- recovery
+
 
 def _calls(log: Path) -> list[dict[str, object]]:
     if not log.exists():
@@ -410,8 +516,10 @@ def recovery_once(standby: bool) -> tuple[float, int, float]:
     reclaimed the step (nan with `standby`). With `standby` the second agent runs all along
     (the broker redelivers the killed agent's request to it); without, it is
     started when the supervisor has reclaimed the expired step (its start-up is counted)."""
-    with scratch("rec", ["remote"]) as (url, engine, names), \
-            processes(url, names, "tests.apps.ops") as procs:
+    with (
+        scratch("rec", ["remote"]) as (url, engine, names),
+        processes(url, names, "tests.apps.ops") as procs,
+    ):
         remote_log = procs.logs / "remote.jsonl"
         procs.env["SASFLOW_TEST_REMOTE_LOG"] = str(remote_log)
         procs.start("supervisor", "supervisor", "--interval", str(SUPERVISOR_INTERVAL))
@@ -422,8 +530,9 @@ def recovery_once(standby: bool) -> tuple[float, int, float]:
         procs.start("scheduler", "scheduler")
         time.sleep(1.5)
         with engine.begin() as conn:
-            run = submit_run(conn, ops.registry, "killable", {"delay": 0.5}, key="k",
-                             namespace=names.namespace)
+            run = submit_run(
+                conn, ops.registry, "killable", {"delay": 0.5}, key="k", namespace=names.namespace
+            )
         if not wait_until(lambda: len(_calls(remote_log)) >= 1, 30, interval=0.005):
             raise RuntimeError("no agent took the killable step")
         victim = agents[int(str(_calls(remote_log)[0]["pid"]))]
@@ -433,8 +542,10 @@ def recovery_once(standby: bool) -> tuple[float, int, float]:
 
         def state() -> tuple[str, int]:
             with engine.connect() as conn:
-                row = conn.execute(text("SELECT state, failure_count FROM steps WHERE "
-                                        "run_id = :r"), {"r": run.run_id}).one()
+                row = conn.execute(
+                    text("SELECT state, failure_count FROM steps WHERE run_id = :r"),
+                    {"r": run.run_id},
+                ).one()
             return str(row[0]), int(row[1])
 
         reclaimed = float("nan")
@@ -452,32 +563,49 @@ def recovery_once(standby: bool) -> tuple[float, int, float]:
 
 def run_recovery(sizes: Sizes, results: Results) -> None:
     target = KILLABLE_DEADLINE + SUPERVISOR_INTERVAL + 1
-    say(f"Recovery: kill -9 of the agent holding a step (deadline {KILLABLE_DEADLINE:g}s, "
+    say(
+        f"Recovery: kill -9 of the agent holding a step (deadline {KILLABLE_DEADLINE:g}s, "
         f"supervisor --interval {SUPERVISOR_INTERVAL:g}, step work 0.5 s) until its "
-        "completion by another agent", results)
+        "completion by another agent",
+        results,
+    )
     for standby, name in ((False, "recovery via supervisor"), (True, "recovery standby agent")):
         outcomes = [recovery_once(standby) for _ in range(sizes.repeat)]
         took = [t for t, _, _ in outcomes]
         attempts = sorted({a for _, a, _ in outcomes})
         if not standby:
-            report(results, "recovery kill -> reclaimed", [r for _, _, r in outcomes], "s",
-                   f"target <= deadline + interval = {target - 1:g}s: "
-                   f"{verdict(statistics.median(r for _, _, r in outcomes) <= target - 1)}",
-                   fmt=".2f")
+            report(
+                results,
+                "recovery kill -> reclaimed",
+                [r for _, _, r in outcomes],
+                "s",
+                f"target <= deadline + interval = {target - 1:g}s: "
+                f"{verdict(statistics.median(r for _, _, r in outcomes) <= target - 1)}",
+                fmt=".2f",
+            )
         startup = "" if standby else " and the new agent's start-up"
-        report(results, name, took, "s",
-               f"completed by attempt {attempts}, includes the 0.5 s of work{startup}; "
-               f"target <= {target:g}s: {verdict(statistics.median(took) <= target)}",
-               fmt=".2f")
+        report(
+            results,
+            name,
+            took,
+            "s",
+            f"completed by attempt {attempts}, includes the 0.5 s of work{startup}; "
+            f"target <= {target:g}s: {verdict(statistics.median(took) <= target)}",
+            fmt=".2f",
+        )
 
 
 # ----------------------------------------------------------------------------- main
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    parser.add_argument("--only", default=",".join(WORKLOADS),
-                        help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    parser.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated subset of {','.join(WORKLOADS)}",
+    )
     parser.add_argument("--repeat", type=int, default=None, help="override the repeat count")
     args = parser.parse_args()
     which = {w.strip() for w in args.only.split(",") if w.strip()}
@@ -490,8 +618,11 @@ def main() -> None:
     results = Results()
     began = time.monotonic()
     say(machine_line(), results)
-    say(f"mode: {'quick' if args.quick else 'full'}, {sizes.repeat} repeat(s); "
-        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {load_line()}", results)
+    say(
+        f"mode: {'quick' if args.quick else 'full'}, {sizes.repeat} repeat(s); "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {load_line()}",
+        results,
+    )
     if "W0" in which:
         run_w0(sizes, results)
     if which & {"W1", "W2"}:

@@ -83,12 +83,17 @@ def main() -> None:
     parser.add_argument("--expired", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"sweep benchmark on {os.cpu_count()} cores; {args.expired} expired steps, "
-          f"batches of 500, {args.repeat} runs each")
+    print(
+        f"sweep benchmark on {os.cpu_count()} cores; {args.expired} expired steps, "
+        f"batches of 500, {args.repeat} runs each"
+    )
     for rows in args.rows:
         timings = measure(rows, args.expired, args.repeat)
-        print(f"  {rows:>9,} steps: median {statistics.median(timings) * 1000:7.1f} ms "
-              f"(min {min(timings) * 1000:.1f}, max {max(timings) * 1000:.1f})", flush=True)
+        print(
+            f"  {rows:>9,} steps: median {statistics.median(timings) * 1000:7.1f} ms "
+            f"(min {min(timings) * 1000:.1f}, max {max(timings) * 1000:.1f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,5 @@ def load_registry(spec: str) -> Registry:
     if callable(target) and not isinstance(target, Registry):
         target = target()
     if not isinstance(target, Registry):
-        raise AppLoadError(
-            f"{spec} is a {type(target).__name__}, expected a sasflow.Registry"
-        )
+        raise AppLoadError(f"{spec} is a {type(target).__name__}, expected a sasflow.Registry")
     return target

@@ -32,8 +32,14 @@ def submit_run(
     `conn` may be `session.connection()` of an ORM Session.
     """
     try:
-        submission = Submission(workflow=workflow, input=input, key=key, priority=priority,
-                                version=version, reply_to=reply_to)
+        submission = Submission(
+            workflow=workflow,
+            input=input,
+            key=key,
+            priority=priority,
+            version=version,
+            reply_to=reply_to,
+        )
     except ValidationError as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
     return submit(conn, registry, submission, namespace=namespace, actor="python")

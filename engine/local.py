@@ -183,20 +183,42 @@ def add_roles(
     `sinks` to logging the alerts.
     """
     options = options or LocalOptions()
-    runner.add("submitter", Submitter(engine, transports("submitter"), registry, names,
-                                      prefetch=options.submitter_prefetch))
+    runner.add(
+        "submitter",
+        Submitter(
+            engine, transports("submitter"), registry, names, prefetch=options.submitter_prefetch
+        ),
+    )
     for number in range(1, options.schedulers + 1):
-        runner.add(f"scheduler-{number}", Scheduler(
-            engine, transports(f"scheduler-{number}"), registry, names,
-            database_url=database_url, options=options.scheduler))
-    served = agents if agents is not None else [a for a in registry.agents
-                                                 if isinstance(a, Agent)]
+        runner.add(
+            f"scheduler-{number}",
+            Scheduler(
+                engine,
+                transports(f"scheduler-{number}"),
+                registry,
+                names,
+                database_url=database_url,
+                options=options.scheduler,
+            ),
+        )
+    served = agents if agents is not None else [a for a in registry.agents if isinstance(a, Agent)]
     for agent in served:
         for number in range(1, options.agent_instances + 1):
             name = f"agent-{agent.name}-{number}"
-            runner.add(name, AgentWorker(agent, transports(name), names,
-                                         concurrency=options.agent_concurrency))
-    dispatcher = AlertDispatcher(engine, list(sinks) if sinks is not None else [LogSink()],
-                                 namespace=names.namespace)
-    runner.add("supervisor", Supervisor(engine, names, transport=transports("supervisor"),
-                                        dispatcher=dispatcher, options=options.supervisor))
+            runner.add(
+                name,
+                AgentWorker(agent, transports(name), names, concurrency=options.agent_concurrency),
+            )
+    dispatcher = AlertDispatcher(
+        engine, list(sinks) if sinks is not None else [LogSink()], namespace=names.namespace
+    )
+    runner.add(
+        "supervisor",
+        Supervisor(
+            engine,
+            names,
+            transport=transports("supervisor"),
+            dispatcher=dispatcher,
+            options=options.supervisor,
+        ),
+    )

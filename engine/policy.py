@@ -37,14 +37,15 @@ class Backoff:
     def __post_init__(self) -> None:
         _positive("backoff.initial", self.initial)
         if not (math.isfinite(self.multiplier) and 1 <= self.multiplier <= MAX_MULTIPLIER):
-            raise DefinitionError(f"backoff.multiplier must be >= 1 and <= {MAX_MULTIPLIER}, "
-                                  f"got {self.multiplier!r}")
+            raise DefinitionError(
+                f"backoff.multiplier must be >= 1 and <= {MAX_MULTIPLIER}, got {self.multiplier!r}"
+            )
         _not_below("backoff.maximum", self.maximum, "backoff.initial", self.initial)
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the `failures`-th failure (1-based)."""
         exponent = min(max(failures - 1, 0), 64)  # the same cap as the SQL of the sweep
-        return min(self.maximum, self.initial * self.multiplier ** exponent)
+        return min(self.maximum, self.initial * self.multiplier**exponent)
 
 
 @dataclass(frozen=True)

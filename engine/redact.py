@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 # scheme://user:password@host...; the password runs to the last "@" (it may hold / ? #).
-_CREDENTIALS = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(?P<pw>.*)@(?P<tail>[^@]*)$",
-                          re.DOTALL)
+_CREDENTIALS = re.compile(
+    r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(?P<pw>.*)@(?P<tail>[^@]*)$", re.DOTALL
+)
 
 
 def redact_url(url: str) -> str:

@@ -66,8 +66,11 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 detail=row.detail,
             ).encode()
             headers = {"run_id": row.run_id, "key": row.business_key}
-            messages.append(Outgoing(names.status, routing_key(row.workflow, row.entity,
-                                                               row.to_state), body, headers))
+            messages.append(
+                Outgoing(
+                    names.status, routing_key(row.workflow, row.entity, row.to_state), body, headers
+                )
+            )
             owners.append(row.id)
             if row.reply_to:
                 messages.append(Outgoing("", row.reply_to, body, headers))

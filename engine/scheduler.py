@@ -92,9 +92,11 @@ class Scheduler:
         self._declared_agents: set[str] = set()
         self._wake = threading.Event()
         self._events_dirty = True
-        self._rescan_interval = (self._options.rescan_interval
-                                 if self._options.rescan_interval is not None
-                                 else dialect.rescan_interval(engine))
+        self._rescan_interval = (
+            self._options.rescan_interval
+            if self._options.rescan_interval is not None
+            else dialect.rescan_interval(engine)
+        )
         self.stats = SchedulerStats()
 
     @property
@@ -104,8 +106,9 @@ class Scheduler:
     def run(self) -> None:
         listener = None
         if dialect.has_notifications(self._engine):  # else the short rescan is the wake-up
-            listener = ReadyListener(self._database_url, self._names.namespace, self._on_ready,
-                                     name=self.id)
+            listener = ReadyListener(
+                self._database_url, self._names.namespace, self._on_ready, name=self.id
+            )
             listener.start()
         try:
             serve_forever(self.id, self._serve, self._stop, Reconnect())
@@ -135,8 +138,9 @@ class Scheduler:
         self._declared_agents.clear()
         for agent in self._registry.agents:
             self._declare_agent(agent.name)
-        self._transport.consume(self._names.replies, self._on_reply,
-                                prefetch=self._options.reply_prefetch)
+        self._transport.consume(
+            self._names.replies, self._on_reply, prefetch=self._options.reply_prefetch
+        )
         self._register()
         log.info("%s serving namespace %r", self.id, self._names.namespace)
         next_claim = next_heartbeat = next_relay = 0.0
@@ -158,8 +162,9 @@ class Scheduler:
                         self._wake.set()
                         busy = True
                 if self._events_dirty or t >= next_relay:
-                    self._events_dirty = relay_events(self._engine, self._transport,
-                                                      self._names) >= 500
+                    self._events_dirty = (
+                        relay_events(self._engine, self._transport, self._names) >= 500
+                    )
                     next_relay = t + self._options.relay_interval
                 if t >= next_heartbeat:
                     self._heartbeat()
@@ -188,8 +193,9 @@ class Scheduler:
         try:
             reply = parse(Reply, delivery.body)
         except InvalidMessageError as exc:
-            self._transport.dead_letter(delivery, str(exc),
-                                        dead_letter_exchange=self._names.dead_letter_exchange)
+            self._transport.dead_letter(
+                delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange
+            )
             self.stats.dead_lettered += 1
             return
         self._replies.append((delivery, reply))
@@ -202,8 +208,9 @@ class Scheduler:
             self._replies = held + self._replies  # keep them unacked and try again
             raise
         except Exception:
-            log.exception("%s: applying %d replies failed; applying them one by one",
-                          self.id, len(held))
+            log.exception(
+                "%s: applying %d replies failed; applying them one by one", self.id, len(held)
+            )
             for index, item in enumerate(held):
                 try:
                     self._apply_alone(item)
@@ -218,8 +225,13 @@ class Scheduler:
 
     def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
         with transaction(self._engine) as conn:
-            report = apply_replies(conn, self._registry, [r for _, r in held],
-                                   namespace=self._names.namespace, actor=self.id)
+            report = apply_replies(
+                conn,
+                self._registry,
+                [r for _, r in held],
+                namespace=self._names.namespace,
+                actor=self.id,
+            )
         self.stats.applied += report.applied
         self.stats.dropped += len(report.dropped)
         # Only applied replies record events worth relaying; dropped ones change nothing.
@@ -236,8 +248,11 @@ class Scheduler:
         except Exception as exc:
             log.exception("%s: reply for step %s cannot be applied", self.id, reply.step_id)
             if not self._apply_instead(delivery, reply, exc):
-                self._transport.dead_letter(delivery, f"reply could not be applied: {exc!r}",
-                                            dead_letter_exchange=self._names.dead_letter_exchange)
+                self._transport.dead_letter(
+                    delivery,
+                    f"reply could not be applied: {exc!r}",
+                    dead_letter_exchange=self._names.dead_letter_exchange,
+                )
                 self.stats.dead_lettered += 1
                 return
         self._transport.ack(delivery)
@@ -247,10 +262,15 @@ class Scheduler:
         step with that reason, so the run shows it instead of waiting for its deadline."""
         if reply.status == "error":
             return False
-        substitute = Reply(step_id=reply.step_id, attempt=reply.attempt, status="error",
-                           agent=reply.agent, error=ErrorInfo(
-                               type="InvalidReplyError",
-                               message=safe_text(f"the reply could not be stored: {exc}")))
+        substitute = Reply(
+            step_id=reply.step_id,
+            attempt=reply.attempt,
+            status="error",
+            agent=reply.agent,
+            error=ErrorInfo(
+                type="InvalidReplyError", message=safe_text(f"the reply could not be stored: {exc}")
+            ),
+        )
         try:
             self._apply([(delivery, substitute)])
         except StoreUnavailableError:
@@ -280,7 +300,8 @@ class Scheduler:
         self.stats.claimed += len(claimed)
         try:
             results = self._transport.publish_many(
-                [self._request(step, claimed_at) for step in claimed])
+                [self._request(step, claimed_at) for step in claimed]
+            )
         except BrokerUnavailableError as exc:
             # None of the batch may be assumed delivered; a request that did arrive is
             # fenced by its attempt (the re-claim increments it), so its reply is dropped.
@@ -331,12 +352,18 @@ class Scheduler:
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
         log.error("%s: step %s cannot be dispatched: %s", self.id, step.id, exc)
-        failure = Reply(step_id=step.id, attempt=step.attempt, status="error",
-                        error=ErrorInfo(type="PublishError",
-                                        message=safe_text(f"request refused by the broker: {exc}")))
+        failure = Reply(
+            step_id=step.id,
+            attempt=step.attempt,
+            status="error",
+            error=ErrorInfo(
+                type="PublishError", message=safe_text(f"request refused by the broker: {exc}")
+            ),
+        )
         with transaction(self._engine) as conn:
-            apply_replies(conn, self._registry, [failure], namespace=self._names.namespace,
-                          actor=self.id)
+            apply_replies(
+                conn, self._registry, [failure], namespace=self._names.namespace, actor=self.id
+            )
         self._events_dirty = True
 
     def _declare_agent(self, agent: str) -> None:
@@ -346,24 +373,32 @@ class Scheduler:
     def _release(self, steps: list[ClaimedStep], reason: str) -> None:
         try:
             with transaction(self._engine) as conn:
-                self.stats.released += release_steps(conn, steps, locked_by=self.id,
-                                                     reason=reason)
+                self.stats.released += release_steps(conn, steps, locked_by=self.id, reason=reason)
         except StoreUnavailableError:
-            log.warning("%s could not release %d steps; the supervisor will recover them",
-                        self.id, len(steps))
+            log.warning(
+                "%s could not release %d steps; the supervisor will recover them",
+                self.id,
+                len(steps),
+            )
 
     # -- registration ---------------------------------------------------------------------
 
     def _register(self) -> None:
         with transaction(self._engine) as conn:
             conn.execute(delete(schedulers).where(schedulers.c.id == self.id))
-            conn.execute(insert(schedulers).values(id=self.id, hostname=socket.gethostname(),
-                                                   pid=os.getpid()))
+            conn.execute(
+                insert(schedulers).values(
+                    id=self.id, hostname=socket.gethostname(), pid=os.getpid()
+                )
+            )
 
     def _heartbeat(self) -> None:
-        values: dict[str, Any] = {"heartbeat_at": now(), "claimed": self.stats.claimed,
-                                  "applied": self.stats.applied,
-                                  "draining": self._stop.is_set()}
+        values: dict[str, Any] = {
+            "heartbeat_at": now(),
+            "claimed": self.stats.claimed,
+            "applied": self.stats.applied,
+            "draining": self._stop.is_set(),
+        }
         with transaction(self._engine) as conn:
             conn.execute(update(schedulers).where(schedulers.c.id == self.id).values(**values))
 

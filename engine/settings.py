@@ -24,13 +24,13 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default=DEFAULT_DATABASE_URL,
         description="SQLAlchemy URL of the state store: postgresql+psycopg://... (production) "
-                    "or sqlite:///PATH (one machine; the default is ./sasflow.db).",
+        "or sqlite:///PATH (one machine; the default is ./sasflow.db).",
     )
     broker_url: str = Field(
         default=DEFAULT_BROKER_URL,
         description="Broker URL: amqp://... or amqps://... for RabbitMQ, or memory:// for the "
-                    "in-process bus (the default; it only connects roles run as threads of one "
-                    "process: sasflow demo, sasflow run).",
+        "in-process bus (the default; it only connects roles run as threads of one "
+        "process: sasflow demo, sasflow run).",
     )
     namespace: str = Field(
         default="sasflow",
@@ -46,23 +46,25 @@ class Settings(BaseSettings):
         default=None,
         description="URL the supervisor POSTs each alert's JSON to (http:// or https://).",
     )
-    alert_smtp_host: str | None = Field(
-        default=None, description="SMTP relay for alert e-mails.")
+    alert_smtp_host: str | None = Field(default=None, description="SMTP relay for alert e-mails.")
     alert_smtp_port: int = Field(default=25, ge=1, le=65535, description="SMTP relay port.")
     alert_smtp_username: str | None = Field(
-        default=None, description="SMTP login (none: no login).")
-    alert_smtp_password: SecretStr | None = Field(
-        default=None, description="SMTP password.")
+        default=None, description="SMTP login (none: no login)."
+    )
+    alert_smtp_password: SecretStr | None = Field(default=None, description="SMTP password.")
     alert_smtp_starttls: bool = Field(
-        default=False, description="Upgrade the SMTP connection with STARTTLS.")
+        default=False, description="Upgrade the SMTP connection with STARTTLS."
+    )
     alert_email_from: str | None = Field(
-        default=None, description="Sender address of alert e-mails.")
+        default=None, description="Sender address of alert e-mails."
+    )
     alert_email_to: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Recipients of alert e-mails, comma-separated (a@x,b@y) or a JSON list.",
     )
     alert_exchange: bool = Field(
-        default=True, description="Publish alerts to the <namespace>.alerts topic exchange.")
+        default=True, description="Publish alerts to the <namespace>.alerts topic exchange."
+    )
 
     @field_validator("alert_email_to", mode="before")
     @classmethod
@@ -81,7 +83,8 @@ class Settings(BaseSettings):
             "namespace": self.namespace,
             "app": self.app,
             "alert_webhook_url": redact_url(self.alert_webhook_url)
-            if self.alert_webhook_url else None,
+            if self.alert_webhook_url
+            else None,
             "alert_smtp_host": self.alert_smtp_host,
             "alert_smtp_port": self.alert_smtp_port,
             "alert_smtp_username": self.alert_smtp_username,

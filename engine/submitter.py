@@ -96,10 +96,16 @@ class Submitter:
                         if submission.key is None and delivery.message_id:
                             # Keyless: the AMQP message id keeps a redelivery idempotent.
                             submission = submission.model_copy(
-                                update={"key": f"msg:{delivery.message_id}"[:200]})
+                                update={"key": f"msg:{delivery.message_id}"[:200]}
+                            )
                         with conn.begin_nested():
-                            result = submit(conn, self._registry, submission,
-                                            namespace=self._names.namespace, actor=self.id)
+                            result = submit(
+                                conn,
+                                self._registry,
+                                submission,
+                                namespace=self._names.namespace,
+                                actor=self.id,
+                            )
                     except (InvalidMessageError, UnknownWorkflowError, InvalidInputError) as exc:
                         rejected.append((delivery, str(exc)))
                         continue
@@ -112,14 +118,19 @@ class Submitter:
                         self.stats.created += 1
                     else:
                         self.stats.duplicates += 1
-                        log.info("duplicate submission %s/%s -> run %s", submission.workflow,
-                                 result.business_key, result.run_id)
+                        log.info(
+                            "duplicate submission %s/%s -> run %s",
+                            submission.workflow,
+                            result.business_key,
+                            result.run_id,
+                        )
         except Exception:
             self._held = held + self._held  # nothing committed: keep them unacked, retry
             raise
         for delivery, reason in rejected:
-            self._transport.dead_letter(delivery, reason,
-                                        dead_letter_exchange=self._names.dead_letter_exchange)
+            self._transport.dead_letter(
+                delivery, reason, dead_letter_exchange=self._names.dead_letter_exchange
+            )
             self.stats.dead_lettered += 1
         rejected_tags = {d.tag for d, _ in rejected}
         for delivery in held:

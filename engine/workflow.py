@@ -124,8 +124,9 @@ class Workflow:
             check_name(f"workflow {self.name!r}: step {step.name!r}: agent", step.agent)
             check_name(f"workflow {self.name!r}: step {step.name!r}: action", step.action)
             if step.compensate is not None:
-                check_name(f"workflow {self.name!r}: step {step.name!r}: compensate",
-                           step.compensate)
+                check_name(
+                    f"workflow {self.name!r}: step {step.name!r}: compensate", step.compensate
+                )
             if step.name in names:
                 raise DefinitionError(f"workflow {self.name!r}: duplicate step name {step.name!r}")
             names.add(step.name)
@@ -141,8 +142,10 @@ class Workflow:
         for step_name, step_deps in deps.items():
             for dep in step_deps:
                 if dep not in names:
-                    raise DefinitionError(f"workflow {self.name!r}: step {step_name!r} "
-                                          f"depends on unknown step {dep!r}")
+                    raise DefinitionError(
+                        f"workflow {self.name!r}: step {step_name!r} "
+                        f"depends on unknown step {dep!r}"
+                    )
                 if dep == step_name:
                     raise DefinitionError(
                         f"workflow {self.name!r}: step {step_name!r} depends on itself"

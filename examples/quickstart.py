@@ -33,9 +33,13 @@ def _charge_input(ctx: StepContext) -> dict[str, Any]:
     return {"amount": 5 * reserved["qty"], "reservation": reserved["reservation"]}
 
 
-order = Workflow("order", [
-    Step("reserve", "inventory", "reserve", policy=StepPolicy(timeout=10, max_failures=5)),
-    Step("charge", "payments", "charge", input=_charge_input),
-], version=1)
+order = Workflow(
+    "order",
+    [
+        Step("reserve", "inventory", "reserve", policy=StepPolicy(timeout=10, max_failures=5)),
+        Step("charge", "payments", "charge", input=_charge_input),
+    ],
+    version=1,
+)
 
 registry = Registry(workflows=[order], agents=[inventory, payments])

@@ -108,8 +108,11 @@ class Command:
 
 
 def doc_files() -> list[Path]:
-    return [REPO / "README.md", REPO / "deploy" / "README.md",
-            *sorted((REPO / "docs").rglob("*.md"))]
+    return [
+        REPO / "README.md",
+        REPO / "deploy" / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+    ]
 
 
 def deploy_problems() -> Iterator[str]:
@@ -148,11 +151,16 @@ def blocks(path: Path) -> Iterator[Block]:
         index += 1
         while index < len(lines) and not lines[index].strip().startswith(fence):
             line = lines[index]
-            body.append(line[len(indent):] if line.startswith(indent) else line.lstrip())
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
             index += 1
         index += 1
-        yield Block(path, start, opened["lang"].lower(), "\n".join(body) + "\n",
-                    (found["kind"], found["value"]) if found else None)
+        yield Block(
+            path,
+            start,
+            opened["lang"].lower(),
+            "\n".join(body) + "\n",
+            (found["kind"], found["value"]) if found else None,
+        )
 
 
 def commands(block: Block) -> Iterator[Command]:
@@ -214,11 +222,18 @@ def check_sasflow(args: list[str]) -> str | None:
             return f"{where}: {exc.format_message()}"
         asked_help = any(h in remaining for h in ctx.help_option_names)
         if not isinstance(command, click.Group):
-            missing = [p.human_readable_name for p in command.params
-                       if p.required and _unset(values.get(p.name))]
-            problem = (f"unexpected arguments {extra}" if extra
-                       else f"missing {', '.join(missing)}" if missing and not asked_help
-                       else None)
+            missing = [
+                p.human_readable_name
+                for p in command.params
+                if p.required and _unset(values.get(p.name))
+            ]
+            problem = (
+                f"unexpected arguments {extra}"
+                if extra
+                else f"missing {', '.join(missing)}"
+                if missing and not asked_help
+                else None
+            )
             return f"{where}: {problem}" if problem else None
         if not extra:
             given_up = asked_help or "--version" in remaining
@@ -270,8 +285,13 @@ def check_command(command: Command) -> str | None:
     if command.error:
         return command.error
     program = words[0].removeprefix(VENV_BIN)
-    missing = [w for w in words[1:] if w.startswith(REPO_DIRS) and not PLACEHOLDER.match(w)
-               and not (REPO / w.split(":", 1)[0]).exists()]
+    missing = [
+        w
+        for w in words[1:]
+        if w.startswith(REPO_DIRS)
+        and not PLACEHOLDER.match(w)
+        and not (REPO / w.split(":", 1)[0]).exists()
+    ]
     if missing:
         return f"{missing[0]} does not exist in the repository"
     if program in BUILTINS:
@@ -303,8 +323,14 @@ def _repo_module(module: str) -> Path | None:
 @functools.cache
 def _module_help(module: str) -> str:
     # The module is a file of this repository (checked by _repo_module), run with --help only.
-    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,  # noqa: S603
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", module, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return done.stdout if done.returncode == 0 else ""
 
 
@@ -313,9 +339,11 @@ def _check_module_options(module: str, args: list[str]) -> str | None:
     shown = _module_help(module)
     if not shown:
         return f"`python -m {module} --help` failed"
-    unknown = [a.split("=", 1)[0] for a in args
-               if a.startswith("--") and not re.search(rf"{re.escape(a.split('=', 1)[0])}\b",
-                                                       shown)]
+    unknown = [
+        a.split("=", 1)[0]
+        for a in args
+        if a.startswith("--") and not re.search(rf"{re.escape(a.split('=', 1)[0])}\b", shown)
+    ]
     return f"`python -m {module}` has no option {unknown[0]}" if unknown else None
 
 
@@ -379,8 +407,10 @@ def link_problems(path: Path) -> Iterator[str]:
         if not resolved.exists():
             where = resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else resolved
             if str(where) in PENDING:
-                print(f"note: {path.name} links to {where}, expected from "
-                      f"{PENDING[str(where)]}", file=sys.stderr)
+                print(
+                    f"note: {path.name} links to {where}, expected from {PENDING[str(where)]}",
+                    file=sys.stderr,
+                )
                 continue
             yield f"link to {target}: no such file"
         elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
@@ -412,11 +442,17 @@ def problems() -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--command", action="append", default=[], metavar="LINE",
-                        help="check these command lines instead of the docs (repeatable); "
-                             "prints `ok` or the problem for each")
-    parser.add_argument("--links", type=Path, metavar="PAGE",
-                        help="check only the links of this Markdown page")
+    parser.add_argument(
+        "--command",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="check these command lines instead of the docs (repeatable); "
+        "prints `ok` or the problem for each",
+    )
+    parser.add_argument(
+        "--links", type=Path, metavar="PAGE", help="check only the links of this Markdown page"
+    )
     args = parser.parse_args(argv)
     if args.links:
         broken = list(link_problems(args.links.resolve()))
@@ -433,10 +469,18 @@ def main(argv: list[str] | None = None) -> int:
     found = list(problems())
     for problem in found:
         print(problem)
-    checked = sum(1 for p in doc_files() for b in blocks(p) if b.language in SHELL_LANGUAGES
-                  for _ in commands(b))
-    print(f"{checked} commands in {len(doc_files())} files: "
-          f"{'ok' if not found else f'{len(found)} problem(s)'}", file=sys.stderr)
+    checked = sum(
+        1
+        for p in doc_files()
+        for b in blocks(p)
+        if b.language in SHELL_LANGUAGES
+        for _ in commands(b)
+    )
+    print(
+        f"{checked} commands in {len(doc_files())} files: "
+        f"{'ok' if not found else f'{len(found)} problem(s)'}",
+        file=sys.stderr,
+    )
     return 1 if found else 0
 
 

@@ -51,13 +51,18 @@ class _SinkWorker:
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self._queue: queue.SimpleQueue[tuple[Future[None], AlertRecord] | None] = (
-            queue.SimpleQueue())
+            queue.SimpleQueue()
+        )
         self._thread: threading.Thread | None = None
 
     def submit(self, alert: AlertRecord) -> Future[None]:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, args=(self._queue,), daemon=True,
-                                            name=f"sasflow-alert-sink-{self.sink.name}")
+            self._thread = threading.Thread(
+                target=self._run,
+                args=(self._queue,),
+                daemon=True,
+                name=f"sasflow-alert-sink-{self.sink.name}",
+            )
             self._thread.start()
         future: Future[None] = Future()
         future.add_done_callback(lambda f: self._report(alert, f))
@@ -88,8 +93,13 @@ class _SinkWorker:
         if exc is None:
             log.debug("alert %d sent to %s", alert.id, self.sink.name)
         else:
-            log.error("alert %d (%s) not delivered by sink %s: %s", alert.id, alert.kind,
-                      self.sink.name, exc)
+            log.error(
+                "alert %d (%s) not delivered by sink %s: %s",
+                alert.id,
+                alert.kind,
+                self.sink.name,
+                exc,
+            )
 
     def stop(self, timeout: float) -> None:
         """Finish the queued sends (within `timeout`), close the sink; a later submit restarts."""
@@ -100,15 +110,23 @@ class _SinkWorker:
         work.put(None)
         thread.join(timeout)
         if thread.is_alive():
-            log.warning("alert sink %s still busy after %.1fs; abandoning it", self.sink.name,
-                        timeout)
+            log.warning(
+                "alert sink %s still busy after %.1fs; abandoning it", self.sink.name, timeout
+            )
 
 
 class AlertDispatcher:
     """Sends alerts not yet notified to every sink (see the module docstring)."""
 
-    def __init__(self, engine: Engine, sinks: Sequence[Sink], *, namespace: str,
-                 interval: float = 2.0, budget: float = 10.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        sinks: Sequence[Sink],
+        *,
+        namespace: str,
+        interval: float = 2.0,
+        budget: float = 10.0,
+    ) -> None:
         self._engine = engine
         self._sinks = list(sinks)
         self._namespace = namespace
@@ -143,19 +161,23 @@ class AlertDispatcher:
         with transaction(self._engine) as conn:
             # Served by ix_alerts_unnotified (partial: only alerts not yet notified).
             rows = conn.execute(
-                select(alerts).where(alerts.c.notified_at.is_(None)).order_by(alerts.c.id)
-                .limit(BATCH).with_for_update(skip_locked=True)
+                select(alerts)
+                .where(alerts.c.notified_at.is_(None))
+                .order_by(alerts.c.id)
+                .limit(BATCH)
+                .with_for_update(skip_locked=True)
             ).all()
             records = [AlertRecord.from_row(r, self._namespace) for r in rows]
             self._forget_except({r.id for r in records}, complete=len(rows) < BATCH)
-            attempts = {r.id: [self._attempt(r, i) for i in range(len(self._workers))]
-                        for r in records}
-            self._wait([f for fs in attempts.values() for f in fs], deadline,
-                       interruptible=interruptible)
+            attempts = {
+                r.id: [self._attempt(r, i) for i in range(len(self._workers))] for r in records
+            }
+            self._wait(
+                [f for fs in attempts.values() for f in fs], deadline, interruptible=interruptible
+            )
             done = [alert_id for alert_id, fs in attempts.items() if all(f.done() for f in fs)]
             if done:
-                conn.execute(update(alerts).where(alerts.c.id.in_(done))
-                             .values(notified_at=now()))
+                conn.execute(update(alerts).where(alerts.c.id.in_(done)).values(notified_at=now()))
         for alert_id in done:
             for index in range(len(self._workers)):
                 self._attempts.pop((alert_id, index), None)
@@ -188,8 +210,9 @@ class AlertDispatcher:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name="sasflow-alert-dispatcher")
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name="sasflow-alert-dispatcher"
+        )
         self._thread.start()
 
     def wake(self) -> None:

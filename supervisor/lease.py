@@ -39,14 +39,20 @@ class Lease:
             if self.token is not None and self._extend(conn) is not None:
                 return True
             statement = upsert_insert(conn, leases).values(
-                name=self.name, holder=self.holder, token=1,
+                name=self.name,
+                holder=self.holder,
+                token=1,
                 expires_at=plus_seconds(now(), self.ttl),
             )
             taken = conn.execute(
                 statement.on_conflict_do_update(
                     index_elements=[leases.c.name],
-                    set_={"holder": self.holder, "token": leases.c.token + 1,
-                          "acquired_at": now(), "expires_at": statement.excluded.expires_at},
+                    set_={
+                        "holder": self.holder,
+                        "token": leases.c.token + 1,
+                        "acquired_at": now(),
+                        "expires_at": statement.excluded.expires_at,
+                    },
                     where=leases.c.expires_at <= now(),
                 ).returning(leases.c.token)
             ).scalar_one_or_none()
@@ -65,8 +71,12 @@ class Lease:
         when the lease is no longer ours."""
         return conn.execute(
             update(leases)
-            .where(leases.c.name == self.name, leases.c.holder == self.holder,
-                   leases.c.token == self.token, leases.c.expires_at > now())
+            .where(
+                leases.c.name == self.name,
+                leases.c.holder == self.holder,
+                leases.c.token == self.token,
+                leases.c.expires_at > now(),
+            )
             .values(expires_at=plus_seconds(now(), self.ttl))
             .returning(leases.c.token)
         ).scalar_one_or_none()
@@ -78,8 +88,11 @@ class Lease:
         with transaction(engine) as conn:
             conn.execute(
                 update(leases)
-                .where(leases.c.name == self.name, leases.c.holder == self.holder,
-                       leases.c.token == self.token)
+                .where(
+                    leases.c.name == self.name,
+                    leases.c.holder == self.holder,
+                    leases.c.token == self.token,
+                )
                 .values(expires_at=now())
             )
         self.token = None

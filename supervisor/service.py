@@ -96,11 +96,23 @@ class Supervisor:
         report = SweepReport()
         options = self._options
         try:
-            sweep_expired(self._engine, self.lease, batch=options.batch, budget=options.budget,
-                          actor=self.id, report=report, namespace=self._names.namespace)
+            sweep_expired(
+                self._engine,
+                self.lease,
+                batch=options.batch,
+                budget=options.budget,
+                actor=self.id,
+                report=report,
+                namespace=self._names.namespace,
+            )
             self._count_dead_requests(report)
-            flag_stalled(self._engine, self.lease, stalled_after=options.stalled_after,
-                         actor=self.id, report=report)
+            flag_stalled(
+                self._engine,
+                self.lease,
+                stalled_after=options.stalled_after,
+                actor=self.id,
+                report=report,
+            )
         except LeaseLostError as exc:
             log.warning("%s", exc)
             report.complete = False
@@ -124,8 +136,14 @@ class Supervisor:
                     break
                 taken.append(delivery)
             try:
-                count_dead_requests(self._engine, self.lease, taken, actor=self.id,
-                                    report=report, namespace=self._names.namespace)
+                count_dead_requests(
+                    self._engine,
+                    self.lease,
+                    taken,
+                    actor=self.id,
+                    report=report,
+                    namespace=self._names.namespace,
+                )
             except BaseException:
                 # Closing the channel hands the unacked messages back to the queue.
                 self.close()
@@ -152,14 +170,18 @@ class Supervisor:
                 try:
                     report = self.sweep_once()
                 except StoreUnavailableError as exc:
-                    log.warning("%s: %s; retrying in %.1fs", self.id, exc,
-                                self._options.interval)
+                    log.warning("%s: %s; retrying in %.1fs", self.id, exc, self._options.interval)
                 except Exception:  # a bug must not end the daemon: log it, sweep again later
-                    log.exception("%s: sweep failed; retrying in %.1fs", self.id,
-                                  self._options.interval)
+                    log.exception(
+                        "%s: sweep failed; retrying in %.1fs", self.id, self._options.interval
+                    )
                 else:
-                    if report is not None and (report.reclaimed or report.escalated
-                                               or report.alerts or report.dead_requests):
+                    if report is not None and (
+                        report.reclaimed
+                        or report.escalated
+                        or report.alerts
+                        or report.dead_requests
+                    ):
                         log.info("%s swept: %s", self.id, report.summary())
                 self._stop.wait(self._options.interval)
         finally:

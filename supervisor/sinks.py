@@ -86,9 +86,16 @@ class AlertRecord:
 
     @classmethod
     def from_row(cls, row: Any, namespace: str) -> AlertRecord:
-        return cls(id=row.id, kind=row.kind, message=row.message, run_id=row.run_id,
-                   step_id=row.step_id, detail=row.detail,
-                   created_at=row.created_at.isoformat(), namespace=namespace)
+        return cls(
+            id=row.id,
+            kind=row.kind,
+            message=row.message,
+            run_id=row.run_id,
+            step_id=row.step_id,
+            detail=row.detail,
+            created_at=row.created_at.isoformat(),
+            namespace=namespace,
+        )
 
     def to_json(self, indent: int | None = None) -> str:
         """The document every sink sends (see the module docstring)."""
@@ -116,8 +123,14 @@ class LogSink:
     name = "log"
 
     def send(self, alert: AlertRecord) -> None:
-        alert_log.warning("alert %d %s: %s (run %s, step %s)", alert.id, alert.kind,
-                          alert.message, alert.run_id, alert.step_id)
+        alert_log.warning(
+            "alert %d %s: %s (run %s, step %s)",
+            alert.id,
+            alert.kind,
+            alert.message,
+            alert.run_id,
+            alert.step_id,
+        )
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
@@ -137,19 +150,28 @@ class WebhookSink:
 
     name = "webhook"
 
-    def __init__(self, url: str, timeout: float = 5, attempts: int = 3, *,
-                 backoff: float = 0.5, total_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 5,
+        attempts: int = 3,
+        *,
+        backoff: float = 0.5,
+        total_timeout: float = 30.0,
+    ) -> None:
         try:
             parts = urllib.parse.urlsplit(url)
             port = parts.port
         except ValueError as exc:
             raise ConfigurationError(f"alert webhook URL {redact_url(url)!r}: {exc}") from None
         if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ConfigurationError(f"alert webhook URL {redact_url(url)!r} is not an "
-                                     "http:// or https:// URL")
+            raise ConfigurationError(
+                f"alert webhook URL {redact_url(url)!r} is not an http:// or https:// URL"
+            )
         if attempts < 1 or timeout <= 0 or total_timeout <= 0:
-            raise ConfigurationError("alert webhook: attempts, timeout and total_timeout must "
-                                     "be positive")
+            raise ConfigurationError(
+                "alert webhook: attempts, timeout and total_timeout must be positive"
+            )
         self._headers = {"Content-Type": "application/json", "User-Agent": "sasflow"}
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         netloc = host if port is None else f"{host}:{port}"
@@ -181,13 +203,20 @@ class WebhookSink:
         )
         for attempt in retrying:
             with attempt:
-                self._post(body, max(0.1, min(self.timeout, deadline - time.monotonic())),
-                           attempt.retry_state.attempt_number)
+                self._post(
+                    body,
+                    max(0.1, min(self.timeout, deadline - time.monotonic())),
+                    attempt.retry_state.attempt_number,
+                )
 
     def _post(self, body: bytes, timeout: float, number: int) -> None:
         # The scheme was checked in __init__: only http and https reach urlopen.
-        request = urllib.request.Request(self._url, data=body,  # noqa: S310
-                                         headers=self._headers, method="POST")
+        request = urllib.request.Request(  # noqa: S310
+            self._url,
+            data=body,
+            headers=self._headers,
+            method="POST",
+        )
         what = f"webhook {self.where} (attempt {number}/{self.attempts})"
         try:
             with self._opener.open(request, timeout=timeout) as response:
@@ -195,8 +224,9 @@ class WebhookSink:
                 response.read(65536)
         except urllib.error.HTTPError as exc:
             exc.close()
-            raise DeliveryError(f"{what}: HTTP {exc.code} {exc.reason}",
-                                retryable=exc.code in RETRYABLE_STATUS) from None
+            raise DeliveryError(
+                f"{what}: HTTP {exc.code} {exc.reason}", retryable=exc.code in RETRYABLE_STATUS
+            ) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise DeliveryError(f"{what}: {reason!r}", retryable=True) from None
@@ -228,9 +258,18 @@ class EmailSink:
 
     name = "email"
 
-    def __init__(self, host: str, port: int, sender: str, recipients: Sequence[str], *,
-                 username: str | None = None, password: str | None = None,
-                 starttls: bool = False, timeout: float = 10) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        sender: str,
+        recipients: Sequence[str],
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        starttls: bool = False,
+        timeout: float = 10,
+    ) -> None:
         if not recipients:
             raise ConfigurationError("alert e-mail needs at least one recipient")
         self.host = host
@@ -242,8 +281,11 @@ class EmailSink:
         self.starttls = starttls
         self.timeout = timeout
         if username and not starttls:
-            log.warning("alert e-mail: logging in to %s:%d without STARTTLS sends the password "
-                        "in clear", host, port)
+            log.warning(
+                "alert e-mail: logging in to %s:%d without STARTTLS sends the password in clear",
+                host,
+                port,
+            )
 
     def __repr__(self) -> str:
         return f"EmailSink({self.host!r}, {self.port}, {self.sender!r}, {list(self.recipients)})"
@@ -260,8 +302,13 @@ class EmailSink:
         except (smtplib.SMTPException, OSError) as exc:
             raise DeliveryError(f"smtp {self.host}:{self.port}: {exc!r}") from None
         if refused:
-            log.warning("alert %d: smtp %s:%d refused %s", alert.id, self.host, self.port,
-                        ", ".join(sorted(refused)))
+            log.warning(
+                "alert %d: smtp %s:%d refused %s",
+                alert.id,
+                self.host,
+                self.port,
+                ", ".join(sorted(refused)),
+            )
 
 
 class ExchangeSink:
@@ -282,10 +329,14 @@ class ExchangeSink:
     def send(self, alert: AlertRecord) -> None:
         transport = self._connected()
         try:
-            transport.publish(Outgoing(exchange=self._names.alerts,
-                                       routing_key=f"alert.{alert.kind}",
-                                       body=alert.to_json().encode("utf-8"),
-                                       headers={ALERT_ID_HEADER: alert.id}))
+            transport.publish(
+                Outgoing(
+                    exchange=self._names.alerts,
+                    routing_key=f"alert.{alert.kind}",
+                    body=alert.to_json().encode("utf-8"),
+                    headers={ALERT_ID_HEADER: alert.id},
+                )
+            )
         except SasflowError:
             self.close()
             raise
@@ -323,14 +374,22 @@ def build_sinks(settings: Settings, transport_factory: Callable[[], Transport]) 
         sinks.append(WebhookSink(settings.alert_webhook_url))
     if settings.alert_smtp_host and settings.alert_email_from and settings.alert_email_to:
         password = settings.alert_smtp_password
-        sinks.append(EmailSink(
-            settings.alert_smtp_host, settings.alert_smtp_port, settings.alert_email_from,
-            settings.alert_email_to, username=settings.alert_smtp_username,
-            password=password.get_secret_value() if password is not None else None,
-            starttls=settings.alert_smtp_starttls))
+        sinks.append(
+            EmailSink(
+                settings.alert_smtp_host,
+                settings.alert_smtp_port,
+                settings.alert_email_from,
+                settings.alert_email_to,
+                username=settings.alert_smtp_username,
+                password=password.get_secret_value() if password is not None else None,
+                starttls=settings.alert_smtp_starttls,
+            )
+        )
     elif settings.alert_smtp_host or settings.alert_email_from or settings.alert_email_to:
-        log.warning("alert e-mail disabled: it needs SASFLOW_ALERT_SMTP_HOST, "
-                    "SASFLOW_ALERT_EMAIL_FROM and SASFLOW_ALERT_EMAIL_TO")
+        log.warning(
+            "alert e-mail disabled: it needs SASFLOW_ALERT_SMTP_HOST, "
+            "SASFLOW_ALERT_EMAIL_FROM and SASFLOW_ALERT_EMAIL_TO"
+        )
     if settings.alert_exchange:
         sinks.append(ExchangeSink(transport_factory, Names(settings.namespace)))
     return sinks

@@ -50,10 +50,12 @@ class SweepReport:
     """False when the time budget ran out with expired steps left."""
 
     def summary(self) -> str:
-        return (f"reclaimed={self.reclaimed} escalated={self.escalated} "
-                f"compensations={self.compensations} alerts={len(self.alerts)} "
-                f"dead_requests={self.dead_requests} seconds={self.seconds:.3f}"
-                + ("" if self.complete else " incomplete=budget"))
+        return (
+            f"reclaimed={self.reclaimed} escalated={self.escalated} "
+            f"compensations={self.compensations} alerts={len(self.alerts)} "
+            f"dead_requests={self.dead_requests} seconds={self.seconds:.3f}"
+            + ("" if self.complete else " incomplete=budget")
+        )
 
 
 @cache
@@ -86,8 +88,16 @@ def _stalled() -> Select[Any]:
     return queries.stalled_steps()
 
 
-def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, actor: str,
-                  report: SweepReport, namespace: str = "sasflow") -> None:
+def sweep_expired(
+    engine: Engine,
+    lease: Lease,
+    *,
+    batch: int,
+    budget: float,
+    actor: str,
+    report: SweepReport,
+    namespace: str = "sasflow",
+) -> None:
     """Count a failure for every expired step, `batch` at a time, within `budget` seconds.
 
     Each batch locks the runs of its expired steps first (as schedulers applying replies do),
@@ -101,8 +111,11 @@ def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, ac
             return 0
         runs_of_expired = sorted(set(expired))  # several expired steps may share a run
         locked = list(conn.execute(_lock_runs(), {"b_run_ids": runs_of_expired}).scalars())
-        rows = conn.execute(_sweep(), {"b_run_ids": locked, "b_error": TIMEOUT_ERROR}).all() \
-            if locked else []
+        rows = (
+            conn.execute(_sweep(), {"b_run_ids": locked, "b_error": TIMEOUT_ERROR}).all()
+            if locked
+            else []
+        )
         _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
         return len(expired)  # a full batch of expired steps: there may be more
 
@@ -112,8 +125,15 @@ def sweep_expired(engine: Engine, lease: Lease, *, batch: int, budget: float, ac
             return
 
 
-def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Delivery], *,
-                        actor: str, report: SweepReport, namespace: str = "sasflow") -> None:
+def count_dead_requests(
+    engine: Engine,
+    lease: Lease,
+    deliveries: Iterable[Delivery],
+    *,
+    actor: str,
+    report: SweepReport,
+    namespace: str = "sasflow",
+) -> None:
     """Requests that were dead-lettered (rejected by an agent, or expired unconsumed) provably
     did not produce a reply for their attempt: count the failure now, fenced by the attempt."""
     failures: list[tuple[int, int, str]] = []
@@ -126,19 +146,26 @@ def count_dead_requests(engine: Engine, lease: Lease, deliveries: Iterable[Deliv
 
     def count(conn: Connection) -> None:
         lease.check(conn)
-        run_ids = sorted(set(conn.execute(
-            select(steps.c.run_id).where(steps.c.id.in_([f[0] for f in failures]))).scalars()))
+        run_ids = sorted(
+            set(
+                conn.execute(
+                    select(steps.c.run_id).where(steps.c.id.in_([f[0] for f in failures]))
+                ).scalars()
+            )
+        )
         conn.execute(_lock_runs_waiting(), {"b_run_ids": run_ids}).all()
         rows = []
         for step_id, attempt, reason in failures:
             error = {"type": "RequestDeadLettered", "message": reason}
-            row = conn.execute(_count_failure(), {"b_step_id": step_id, "b_attempt": attempt,
-                                                  "b_error": error}).first()
+            row = conn.execute(
+                _count_failure(), {"b_step_id": step_id, "b_attempt": attempt, "b_error": error}
+            ).first()
             if row is not None:
                 rows.append(row)
         report.dead_requests += len(rows)
-        _record(conn, rows, "request dead-lettered", actor=actor, report=report,
-                namespace=namespace)
+        _record(
+            conn, rows, "request dead-lettered", actor=actor, report=report, namespace=namespace
+        )
 
     run_transaction(engine, count)
 
@@ -156,13 +183,28 @@ def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
     return step_id, attempt, str(reason)
 
 
-def _record(conn: Connection, rows: Sequence[Any], reason: str, *, actor: str,
-            report: SweepReport, namespace: str) -> None:
+def _record(
+    conn: Connection,
+    rows: Sequence[Any],
+    reason: str,
+    *,
+    actor: str,
+    report: SweepReport,
+    namespace: str,
+) -> None:
     batch = [
-        events.Event(run_id=r.run_id, entity="step", step_id=r.id, step=r.name,
-                     from_state="processing", to_state=r.state, attempt=r.attempt, actor=actor,
-                     reason=reason, detail={"failure_count": r.failure_count,
-                                            "not_before": r.not_before.isoformat()})
+        events.Event(
+            run_id=r.run_id,
+            entity="step",
+            step_id=r.id,
+            step=r.name,
+            from_state="processing",
+            to_state=r.state,
+            attempt=r.attempt,
+            actor=actor,
+            reason=reason,
+            detail={"failure_count": r.failure_count, "not_before": r.not_before.isoformat()},
+        )
         for r in rows
     ]
     reclaimed = sum(1 for r in rows if r.state == "pending")
@@ -182,18 +224,31 @@ def _record(conn: Connection, rows: Sequence[Any], reason: str, *, actor: str,
     events.record(conn, batch)
 
 
-def flag_stalled(engine: Engine, lease: Lease, *, stalled_after: float, actor: str,
-                 report: SweepReport) -> None:
+def flag_stalled(
+    engine: Engine, lease: Lease, *, stalled_after: float, actor: str, report: SweepReport
+) -> None:
     """Raise one `stalled` alert per agent whose ready steps nobody claimed for too long
     (no scheduler alive, or none that can reach the broker)."""
     with transaction(engine) as conn:  # inserts alerts only: no lock on steps or runs
         lease.check(conn)
         for row in conn.execute(_stalled(), {"b_stalled_after": stalled_after}):
-            message = (f"{row.steps} ready step(s) for agent {row.agent!r} have not been claimed "
-                       f"since {row.since.isoformat()}: is a scheduler running?")
-            alert_id = raise_alert(conn, Alert(STALLED, row.agent, message,
-                                               detail={"agent": row.agent, "steps": row.steps,
-                                                       "since": row.since.isoformat(),
-                                                       "reported_by": actor}))
+            message = (
+                f"{row.steps} ready step(s) for agent {row.agent!r} have not been claimed "
+                f"since {row.since.isoformat()}: is a scheduler running?"
+            )
+            alert_id = raise_alert(
+                conn,
+                Alert(
+                    STALLED,
+                    row.agent,
+                    message,
+                    detail={
+                        "agent": row.agent,
+                        "steps": row.steps,
+                        "since": row.since.isoformat(),
+                        "reported_by": actor,
+                    },
+                ),
+            )
             if alert_id is not None:
                 report.alerts.append(alert_id)

@@ -46,22 +46,27 @@ def create_database(name: str, template: str | None = None) -> None:
         if template is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         else:
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
 
 
 def drop_database(name: str) -> None:
     with _admin() as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 def _listed(kind: str) -> list[str]:
     ctl = shutil.which("rabbitmqctl")
     if ctl is None:
         return []
-    out = subprocess.run([ctl, "-q", kind, "name"], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        [ctl, "-q", kind, "name"], capture_output=True, text=True, timeout=60, check=False
+    )
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 

@@ -22,22 +22,38 @@ def alerts() -> None:
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @OUTPUT_OPTION
 @click.pass_obj
-def list_command(obj: CliContext, include_all: bool, kind: str | None, limit: int,
-                 output: str) -> None:
+def list_command(
+    obj: CliContext, include_all: bool, kind: str | None, limit: int, output: str
+) -> None:
     """List open alerts, newest first."""
-    found = obj.in_transaction(lambda conn: alert_ops.list_alerts(
-        conn, include_acknowledged=include_all, kind=kind, limit=limit))
+    found = obj.in_transaction(
+        lambda conn: alert_ops.list_alerts(
+            conn, include_acknowledged=include_all, kind=kind, limit=limit
+        )
+    )
     if output == "json":
         click.echo(to_json(found))
         return
     columns = ["id", "kind", "run", "step", "created", "notified", "message"]
     if include_all:
         columns.append("acknowledged by")
-    print_table(f"{len(found)} {'' if include_all else 'open '}alert(s)", columns,
-                [[a["id"], a["kind"], a["run_id"], a["step_id"], a["created_at"],
-                  a["notified_at"], a["message"],
-                  *([a["acknowledged_by"] if a["acknowledged"] else ""] if include_all else [])]
-                 for a in found])
+    print_table(
+        f"{len(found)} {'' if include_all else 'open '}alert(s)",
+        columns,
+        [
+            [
+                a["id"],
+                a["kind"],
+                a["run_id"],
+                a["step_id"],
+                a["created_at"],
+                a["notified_at"],
+                a["message"],
+                *([a["acknowledged_by"] if a["acknowledged"] else ""] if include_all else []),
+            ]
+            for a in found
+        ],
+    )
 
 
 @alerts.command("show")
@@ -60,14 +76,16 @@ def show_command(obj: CliContext, alert_id: int, output: str) -> None:
 @alerts.command("ack")
 @click.argument("alert_id", type=int)
 @click.option("--reason", required=True, help="Why (recorded with the alert).")
-@click.option("--by", "actor", default=default_actor, show_default="$USER@hostname",
-              help="Who acknowledges.")
+@click.option(
+    "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acknowledges."
+)
 @OUTPUT_OPTION
 @click.pass_obj
 def ack_command(obj: CliContext, alert_id: int, reason: str, actor: str, output: str) -> None:
     """Acknowledge an open alert: someone is on it (the same alert may then be raised again)."""
-    alert = obj.in_transaction(lambda conn: alert_ops.acknowledge(
-        conn, alert_id, actor=actor, reason=reason))
+    alert = obj.in_transaction(
+        lambda conn: alert_ops.acknowledge(conn, alert_id, actor=actor, reason=reason)
+    )
     if output == "json":
         click.echo(to_json(alert))
         return

@@ -17,8 +17,9 @@ def config() -> None:
 
 
 @config.command("show")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 @click.pass_obj
 def show(obj: CliContext, output: str) -> None:
     """Print the effective settings, passwords redacted."""

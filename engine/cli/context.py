@@ -54,10 +54,15 @@ class CliContext:
             self._registry = load_registry(self.settings.app)
         return self._registry
 
-    def engine(self, role: str, pool_size: int = 5,
-               statement_timeout_ms: int | None = 60_000) -> Engine:
-        return make_engine(self.settings.database_url, application_name=f"sasflow-{role}",
-                           pool_size=pool_size, statement_timeout_ms=statement_timeout_ms)
+    def engine(
+        self, role: str, pool_size: int = 5, statement_timeout_ms: int | None = 60_000
+    ) -> Engine:
+        return make_engine(
+            self.settings.database_url,
+            application_name=f"sasflow-{role}",
+            pool_size=pool_size,
+            statement_timeout_ms=statement_timeout_ms,
+        )
 
     def in_transaction(self, work: Callable[[Connection], T]) -> T:
         """Run an operator's `work` in one transaction of its own short-lived engine; a
@@ -79,7 +84,8 @@ class CliContext:
                 raise click.UsageError(
                     f"the broker URL {redact_url(url)!r} is the in-process bus, which only "
                     "connects roles running inside one process: pass --broker-url amqp://... "
-                    "(or set SASFLOW_BROKER_URL) to reach RabbitMQ, or run `sasflow demo`")
+                    "(or set SASFLOW_BROKER_URL) to reach RabbitMQ, or run `sasflow demo`"
+                )
             with self._broker_lock:  # role threads (e.g. the alert sink's) may ask at once
                 if self._broker is None:
                     self._broker = MemoryBroker()
@@ -106,8 +112,7 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     root = logging.getLogger().level
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root))
-    logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG
-                                       else logging.CRITICAL)
+    logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL)
 
 
 def build_settings(**overrides: Any) -> Settings:

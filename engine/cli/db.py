@@ -70,8 +70,9 @@ def check(obj: CliContext) -> None:
     with _engine(obj) as engine:
         at, head = migrate.current(engine), migrate.head()
         if at != head:
-            raise click.ClickException(f"database at {at or '(empty)'}, head is {head}: "
-                                       "run `sasflow db upgrade`")
+            raise click.ClickException(
+                f"database at {at or '(empty)'}, head is {head}: run `sasflow db upgrade`"
+            )
         diff = migrate.differences(engine)
         if diff:
             raise click.ClickException(f"schema differs from the models: {diff}")

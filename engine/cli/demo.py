@@ -67,31 +67,67 @@ def _summary_table(result: DemoResult) -> Table:
 
 def _inspect_commands(database_url: str, result: DemoResult) -> list[str]:
     base = f"sasflow --database-url {shlex.quote(redact_url(database_url))} runs show"
-    return [f"{base} {run_id}"
-            for run_id in [*result.summary.error_runs, *result.summary.compensated_runs]]
+    return [
+        f"{base} {run_id}"
+        for run_id in [*result.summary.error_runs, *result.summary.compensated_runs]
+    ]
 
 
 def _document(result: DemoResult, database_url: str, namespace: str) -> dict[str, Any]:
-    return {**result.summary.as_dict(), "seconds": round(result.seconds, 2),
-            "agent_counts": result.agent_counts, "problems": result.problems,
-            "key_prefix": result.key_prefix, "database_url": redact_url(database_url),
-            "namespace": namespace, "inspect": _inspect_commands(database_url, result)}
+    return {
+        **result.summary.as_dict(),
+        "seconds": round(result.seconds, 2),
+        "agent_counts": result.agent_counts,
+        "problems": result.problems,
+        "key_prefix": result.key_prefix,
+        "database_url": redact_url(database_url),
+        "namespace": namespace,
+        "inspect": _inspect_commands(database_url, result),
+    }
 
 
 @click.command()
-@click.option("--orders", type=click.IntRange(MIN_ORDERS, 100_000), default=DEFAULT_ORDERS,
-              show_default=True, help="Orders to place.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-              help="Seed of the simulated trouble (which order fails how, latencies).")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
-              help="Seconds to wait for every order to finish.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print only the machine-readable summary (JSON) on stdout.")
-@click.option("--summary-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the machine-readable summary (JSON) to this file.")
+@click.option(
+    "--orders",
+    type=click.IntRange(MIN_ORDERS, 100_000),
+    default=DEFAULT_ORDERS,
+    show_default=True,
+    help="Orders to place.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of the simulated trouble (which order fails how, latencies).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(1, 3600),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for every order to finish.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print only the machine-readable summary (JSON) on stdout.",
+)
+@click.option(
+    "--summary-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the machine-readable summary (JSON) to this file.",
+)
 @click.pass_context
-def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bool,
-         summary_file: Path | None) -> None:
+def demo(
+    ctx: click.Context,
+    orders: int,
+    seed: int,
+    timeout: float,
+    as_json: bool,
+    summary_file: Path | None,
+) -> None:
     """Run the e-commerce example: orders reserve stock, charge and ship, through simulated
     services that are slow, fail now and then, go down, and crash.
 
@@ -120,17 +156,24 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
         return make_transport(broker_url, process_name=f"sasflow-demo-{role}", broker=broker)
 
     try:
-        database_url = settings.database_url if _given(ctx, "database_url") \
+        database_url = (
+            settings.database_url
+            if _given(ctx, "database_url")
             else _fresh_sqlite(Path(DEMO_DATABASE))
+        )
         engine = make_engine(database_url, application_name="sasflow-demo", pool_size=8)
     except SasflowError as exc:
         raise fail(exc) from exc
     stop = stop_event()
     display = make_display(console, orders, quiet=as_json)
     try:
-        result = Demo(engine, transports, Names(namespace), database_url=database_url,
-                      options=DemoOptions(orders=orders, seed=seed, timeout=timeout)
-                      ).run(display.update, stop)
+        result = Demo(
+            engine,
+            transports,
+            Names(namespace),
+            database_url=database_url,
+            options=DemoOptions(orders=orders, seed=seed, timeout=timeout),
+        ).run(display.update, stop)
     except RoleCrashedError as exc:
         raise click.ClickException(f"the demo failed: {exc}") from exc
     except SasflowError as exc:
@@ -146,13 +189,16 @@ def demo(ctx: click.Context, orders: int, seed: int, timeout: float, as_json: bo
     else:
         console.print("sasflow demo: summary, read from the state store", style="bold")
         console.print(_summary_table(result))
-        recorded = "" if result.summary.orders == orders else \
-            f" ({result.summary.orders} recorded)"
-        console.print(f"{orders} orders{recorded} in {result.seconds:.1f}s "
-                      f"(namespace {namespace}).", highlight=False)
+        recorded = "" if result.summary.orders == orders else f" ({result.summary.orders} recorded)"
+        console.print(
+            f"{orders} orders{recorded} in {result.seconds:.1f}s (namespace {namespace}).",
+            highlight=False,
+        )
         for command in document["inspect"]:
-            console.print(f"Inspect a failed order: {command}", markup=False, highlight=False,
-                          soft_wrap=True)
+            console.print(
+                f"Inspect a failed order: {command}", markup=False, highlight=False, soft_wrap=True
+            )
     if result.problems:
-        raise click.ClickException("the demo did not run as designed: "
-                                   + "; ".join(result.problems))
+        raise click.ClickException(
+            "the demo did not run as designed: " + "; ".join(result.problems)
+        )

@@ -23,21 +23,46 @@ COMMANDS = {
 """Each subcommand's module is imported only when it runs (see cli/lazy.py)."""
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--database-url", envvar="SASFLOW_DATABASE_URL", show_envvar=True,
-              help="State store URL: postgresql+psycopg://user@localhost/sasflow, or "
-                   "sqlite:///PATH [default: sqlite:///sasflow.db].")
-@click.option("--broker-url", envvar="SASFLOW_BROKER_URL", show_envvar=True,
-              help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), or memory:// (the in-process "
-                   "bus of demo and run) [default: memory://].")
-@click.option("--namespace", envvar="SASFLOW_NAMESPACE", show_envvar=True,
-              help="Prefix of queue and exchange names [default: sasflow].")
-@click.option("--app", "app", envvar="SASFLOW_APP", show_envvar=True,
-              help="Module (or module:attribute) with the workflow and agent registry.")
-@click.option("--log-level", envvar="SASFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
-              show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--database-url",
+    envvar="SASFLOW_DATABASE_URL",
+    show_envvar=True,
+    help="State store URL: postgresql+psycopg://user@localhost/sasflow, or "
+    "sqlite:///PATH [default: sqlite:///sasflow.db].",
+)
+@click.option(
+    "--broker-url",
+    envvar="SASFLOW_BROKER_URL",
+    show_envvar=True,
+    help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), or memory:// (the in-process "
+    "bus of demo and run) [default: memory://].",
+)
+@click.option(
+    "--namespace",
+    envvar="SASFLOW_NAMESPACE",
+    show_envvar=True,
+    help="Prefix of queue and exchange names [default: sasflow].",
+)
+@click.option(
+    "--app",
+    "app",
+    envvar="SASFLOW_APP",
+    show_envvar=True,
+    help="Module (or module:attribute) with the workflow and agent registry.",
+)
+@click.option(
+    "--log-level",
+    envvar="SASFLOW_LOG_LEVEL",
+    show_envvar=True,
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @click.version_option(package_name="sasflow")
 @click.pass_context
 def cli(
@@ -50,8 +75,11 @@ def cli(
 ) -> None:
     """sasflow: workflows on the Scheduler-Agent-Supervisor pattern."""
     setup_logging(log_level)
-    ctx.obj = CliContext(build_settings(database_url=database_url, broker_url=broker_url,
-                                        namespace=namespace, app=app))
+    ctx.obj = CliContext(
+        build_settings(
+            database_url=database_url, broker_url=broker_url, namespace=namespace, app=app
+        )
+    )
 
 
 def main() -> None:

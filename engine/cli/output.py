@@ -12,8 +12,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-OUTPUT_OPTION = click.option("-o", "--output", "output", type=click.Choice(["table", "json"]),
-                             default="table", show_default=True, help="Output format.")
+OUTPUT_OPTION = click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -56,6 +63,7 @@ def parse_moment(text: str | None) -> datetime | float | None:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is neither a duration like 15m/2h/3d nor an "
-                                 "ISO-8601 time") from None
+        raise click.BadParameter(
+            f"{text!r} is neither a duration like 15m/2h/3d nor an ISO-8601 time"
+        ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

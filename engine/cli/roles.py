@@ -18,43 +18,80 @@ from sasflow.submitter import Submitter
 
 
 @click.command()
-@click.option("--prefetch", type=click.IntRange(1, 10000), default=200, show_default=True,
-              envvar="SASFLOW_SUBMITTER_PREFETCH", show_envvar=True,
-              help="Submissions held (and inserted per transaction) at once.")
+@click.option(
+    "--prefetch",
+    type=click.IntRange(1, 10000),
+    default=200,
+    show_default=True,
+    envvar="SASFLOW_SUBMITTER_PREFETCH",
+    show_envvar=True,
+    help="Submissions held (and inserted per transaction) at once.",
+)
 @click.pass_obj
 def submitter(obj: CliContext, prefetch: int) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     try:
         engine = obj.engine("submitter")
-        role = Submitter(engine, obj.transport("submitter"), obj.registry(), obj.names,
-                         prefetch=prefetch, stop=stop_event())
+        role = Submitter(
+            engine,
+            obj.transport("submitter"),
+            obj.registry(),
+            obj.names,
+            prefetch=prefetch,
+            stop=stop_event(),
+        )
         role.run()
     except SasflowError as exc:
         raise fail(exc) from exc
 
 
 @click.command()
-@click.option("--batch", type=click.IntRange(1, 10000), default=100, show_default=True,
-              envvar="SASFLOW_SCHEDULER_BATCH", show_envvar=True,
-              help="Steps claimed per statement.")
-@click.option("--reply-prefetch", type=click.IntRange(1, 10000), default=500, show_default=True,
-              envvar="SASFLOW_SCHEDULER_REPLY_PREFETCH", show_envvar=True,
-              help="Replies held (and applied per transaction) at once.")
-@click.option("--rescan-interval", type=click.FloatRange(0.05, 60), default=None,
-              envvar="SASFLOW_SCHEDULER_RESCAN_INTERVAL", show_envvar=True,
-              help="Seconds between claims when no notification woke us "
-                   "[default: 1 on PostgreSQL, 0.05 on SQLite, which has no notifications].")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10000),
+    default=100,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_BATCH",
+    show_envvar=True,
+    help="Steps claimed per statement.",
+)
+@click.option(
+    "--reply-prefetch",
+    type=click.IntRange(1, 10000),
+    default=500,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_REPLY_PREFETCH",
+    show_envvar=True,
+    help="Replies held (and applied per transaction) at once.",
+)
+@click.option(
+    "--rescan-interval",
+    type=click.FloatRange(0.05, 60),
+    default=None,
+    envvar="SASFLOW_SCHEDULER_RESCAN_INTERVAL",
+    show_envvar=True,
+    help="Seconds between claims when no notification woke us "
+    "[default: 1 on PostgreSQL, 0.05 on SQLite, which has no notifications].",
+)
 @click.pass_obj
-def scheduler(obj: CliContext, batch: int, reply_prefetch: int,
-              rescan_interval: float | None) -> None:
+def scheduler(
+    obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float | None
+) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies."""
-    options = SchedulerOptions(claim_batch=batch, reply_prefetch=reply_prefetch,
-                               rescan_interval=rescan_interval)
+    options = SchedulerOptions(
+        claim_batch=batch, reply_prefetch=reply_prefetch, rescan_interval=rescan_interval
+    )
     try:
         engine = obj.engine("scheduler")
-        role = Scheduler(engine, obj.transport("scheduler"), obj.registry(), obj.names,
-                         database_url=obj.settings.database_url, options=options,
-                         stop=stop_event())
+        role = Scheduler(
+            engine,
+            obj.transport("scheduler"),
+            obj.registry(),
+            obj.names,
+            database_url=obj.settings.database_url,
+            options=options,
+            stop=stop_event(),
+        )
         role.run()
     except SasflowError as exc:
         raise fail(exc) from exc
@@ -65,17 +102,25 @@ def exit_despite_hung_handlers() -> None:
     wait for at exit: everything owed was replied or acked already, so leave now."""
     hung = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if hung:
-        logging.getLogger(__name__).warning("exiting with %d handler threads still running",
-                                            len(hung))
+        logging.getLogger(__name__).warning(
+            "exiting with %d handler threads still running", len(hung)
+        )
         logging.shutdown()
         os._exit(0)
 
 
 @click.command()
 @click.argument("name")
-@click.option("--concurrency", "-c", type=click.IntRange(1, 1000), default=4, show_default=True,
-              envvar="SASFLOW_AGENT_CONCURRENCY", show_envvar=True,
-              help="Worker threads, and requests taken from the queue at once.")
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    envvar="SASFLOW_AGENT_CONCURRENCY",
+    show_envvar=True,
+    help="Worker threads, and requests taken from the queue at once.",
+)
 @click.pass_obj
 def agent(obj: CliContext, name: str, concurrency: int) -> None:
     """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object)."""
@@ -83,8 +128,13 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
         target = load_object(name) if ":" in name else obj.registry().agent(name)
         if not isinstance(target, Agent):
             raise click.UsageError(f"{name} is not a sasflow.agents.Agent with handlers")
-        role = AgentWorker(target, obj.transport(f"agent-{target.name}"), obj.names,
-                           concurrency=concurrency, stop=stop_event())
+        role = AgentWorker(
+            target,
+            obj.transport(f"agent-{target.name}"),
+            obj.names,
+            concurrency=concurrency,
+            stop=stop_event(),
+        )
         role.run()
     except SasflowError as exc:
         raise fail(exc) from exc

@@ -15,17 +15,38 @@ from sasflow.transport.base import Transport
 
 
 @click.command("run")
-@click.option("--schedulers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Scheduler threads.")
-@click.option("--concurrency", "-c", type=click.IntRange(1, 1000), default=4,
-              show_default=True, help="Worker threads of each agent.")
-@click.option("--supervisor-interval", type=click.FloatRange(0.1, 3600), default=5.0,
-              show_default=True, help="Seconds between the supervisor's sweeps.")
-@click.option("--migrate/--no-migrate", default=True, show_default=True,
-              help="Create or migrate the state store's schema first.")
+@click.option(
+    "--schedulers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Scheduler threads.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="Worker threads of each agent.",
+)
+@click.option(
+    "--supervisor-interval",
+    type=click.FloatRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    help="Seconds between the supervisor's sweeps.",
+)
+@click.option(
+    "--migrate/--no-migrate",
+    default=True,
+    show_default=True,
+    help="Create or migrate the state store's schema first.",
+)
 @click.pass_obj
-def run_command(obj: CliContext, schedulers: int, concurrency: int, supervisor_interval: float,
-                migrate: bool) -> None:
+def run_command(
+    obj: CliContext, schedulers: int, concurrency: int, supervisor_interval: float, migrate: bool
+) -> None:
     """Run the submitter, schedulers, every agent of --app and a supervisor as threads of
     this one process, until SIGINT or SIGTERM (exit 1 if a role crashes).
 
@@ -45,13 +66,21 @@ def run_command(obj: CliContext, schedulers: int, concurrency: int, supervisor_i
             return obj.transport(role)
 
         runner = LocalRunner()
-        add_roles(runner, engine, transports, registry, obj.names,
-                  database_url=obj.settings.database_url,
-                  options=LocalOptions(schedulers=schedulers, agent_concurrency=concurrency,
-                                       scheduler=SchedulerOptions(),
-                                       supervisor=SupervisorOptions(
-                                           interval=supervisor_interval)),
-                  sinks=build_sinks(obj.settings, lambda: obj.transport("alerts")))
+        add_roles(
+            runner,
+            engine,
+            transports,
+            registry,
+            obj.names,
+            database_url=obj.settings.database_url,
+            options=LocalOptions(
+                schedulers=schedulers,
+                agent_concurrency=concurrency,
+                scheduler=SchedulerOptions(),
+                supervisor=SupervisorOptions(interval=supervisor_interval),
+            ),
+            sinks=build_sinks(obj.settings, lambda: obj.transport("alerts")),
+        )
         click.echo(f"sasflow run: {', '.join(runner.names)}", err=True)
         try:
             with runner.running():

@@ -17,34 +17,58 @@ from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
 from sasflow.store.schema import RUN_STATES
 
-BY_OPTION = click.option("--by", "actor", default=default_actor, show_default="$USER@host",
-                         help="Who acts (recorded in the audit trail).")
-REASON_OPTION = click.option("--reason", required=True,
-                             help="Why (recorded in the audit trail).")
+BY_OPTION = click.option(
+    "--by",
+    "actor",
+    default=default_actor,
+    show_default="$USER@host",
+    help="Who acts (recorded in the audit trail).",
+)
+REASON_OPTION = click.option("--reason", required=True, help="Why (recorded in the audit trail).")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _filter_options(command: F) -> F:
-    for option in reversed([
-        click.option("--state", "states", multiple=True, type=click.Choice(RUN_STATES),
-                     help="Run state (repeatable)."),
-        click.option("--workflow", help="Workflow name."),
-        click.option("--key", help="Business key."),
-        click.option("--since", help="Created at or after: 15m, 2h, 3d or an ISO-8601 time."),
-        click.option("--until", help="Created before: 15m, 2h, 3d or an ISO-8601 time."),
-        click.option("--limit", type=click.IntRange(1, 100_000), default=100,
-                     show_default=True),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--state",
+                "states",
+                multiple=True,
+                type=click.Choice(RUN_STATES),
+                help="Run state (repeatable).",
+            ),
+            click.option("--workflow", help="Workflow name."),
+            click.option("--key", help="Business key."),
+            click.option("--since", help="Created at or after: 15m, 2h, 3d or an ISO-8601 time."),
+            click.option("--until", help="Created before: 15m, 2h, 3d or an ISO-8601 time."),
+            click.option(
+                "--limit", type=click.IntRange(1, 100_000), default=100, show_default=True
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
 
-def _run_filter(states: tuple[str, ...], workflow: str | None, key: str | None,
-                since: str | None, until: str | None, limit: int) -> run_ops.RunFilter:
-    return run_ops.RunFilter(states=states, workflow=workflow, key=key,
-                             since=parse_moment(since), until=parse_moment(until), limit=limit)
+def _run_filter(
+    states: tuple[str, ...],
+    workflow: str | None,
+    key: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+) -> run_ops.RunFilter:
+    return run_ops.RunFilter(
+        states=states,
+        workflow=workflow,
+        key=key,
+        since=parse_moment(since),
+        until=parse_moment(until),
+        limit=limit,
+    )
 
 
 @click.group()
@@ -56,19 +80,39 @@ def runs() -> None:
 @_filter_options
 @OUTPUT_OPTION
 @click.pass_obj
-def list_command(obj: CliContext, states: tuple[str, ...], workflow: str | None,
-                 key: str | None, since: str | None, until: str | None, limit: int,
-                 output: str) -> None:
+def list_command(
+    obj: CliContext,
+    states: tuple[str, ...],
+    workflow: str | None,
+    key: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    output: str,
+) -> None:
     """List runs, newest first."""
     where = _run_filter(states, workflow, key, since, until, limit)
     found = obj.in_transaction(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
         return
-    print_table(f"{len(found)} run(s)", ["id", "workflow", "v", "key", "state", "created",
-                                         "finished", "error"],
-                [[r["id"], r["workflow"], r["version"], r["business_key"], r["state"],
-                  r["created_at"], r["finished_at"], r["error"]] for r in found])
+    print_table(
+        f"{len(found)} run(s)",
+        ["id", "workflow", "v", "key", "state", "created", "finished", "error"],
+        [
+            [
+                r["id"],
+                r["workflow"],
+                r["version"],
+                r["business_key"],
+                r["state"],
+                r["created_at"],
+                r["finished_at"],
+                r["error"],
+            ]
+            for r in found
+        ],
+    )
 
 
 @runs.command("show")
@@ -82,37 +126,103 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
         click.echo(to_json(detail))
         return
     run = detail["run"]
-    print_table(f"run {run['id']}", ["workflow", "v", "key", "state", "created", "finished",
-                                     "error"],
-                [[run["workflow"], run["version"], run["business_key"], run["state"],
-                  run["created_at"], run["finished_at"], run["error"]]])
-    print_table("steps", ["id", "kind", "name", "agent.action", "state", "attempt", "failures",
-                          "locked_by", "complete_by", "error"],
-                [[s["id"], s["kind"], s["name"], f"{s['agent']}.{s['action']}", s["state"],
-                  s["attempt"], f"{s['failure_count']}/{s['max_failures']}", s["locked_by"],
-                  s["complete_by"], s["error"]] for s in detail["steps"]])
-    print_table("timeline", ["#", "at", "what", "from", "to", "attempt", "by", "reason"],
-                [[e["id"], e["created_at"], e["step"] or "run", e["from_state"], e["to_state"],
-                  e["attempt"], e["actor"], e["reason"]] for e in detail["events"]])
+    print_table(
+        f"run {run['id']}",
+        ["workflow", "v", "key", "state", "created", "finished", "error"],
+        [
+            [
+                run["workflow"],
+                run["version"],
+                run["business_key"],
+                run["state"],
+                run["created_at"],
+                run["finished_at"],
+                run["error"],
+            ]
+        ],
+    )
+    print_table(
+        "steps",
+        [
+            "id",
+            "kind",
+            "name",
+            "agent.action",
+            "state",
+            "attempt",
+            "failures",
+            "locked_by",
+            "complete_by",
+            "error",
+        ],
+        [
+            [
+                s["id"],
+                s["kind"],
+                s["name"],
+                f"{s['agent']}.{s['action']}",
+                s["state"],
+                s["attempt"],
+                f"{s['failure_count']}/{s['max_failures']}",
+                s["locked_by"],
+                s["complete_by"],
+                s["error"],
+            ]
+            for s in detail["steps"]
+        ],
+    )
+    print_table(
+        "timeline",
+        ["#", "at", "what", "from", "to", "attempt", "by", "reason"],
+        [
+            [
+                e["id"],
+                e["created_at"],
+                e["step"] or "run",
+                e["from_state"],
+                e["to_state"],
+                e["attempt"],
+                e["actor"],
+                e["reason"],
+            ]
+            for e in detail["events"]
+        ],
+    )
 
 
 @runs.command("resubmit")
 @click.argument("run_id", type=int, required=False)
 @REASON_OPTION
 @click.option("--from-step", help="Re-run from this step (and everything after it).")
-@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False,
-                                                        path_type=Path),
-              help="A JSON file with the corrected run input.")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A JSON file with the corrected run input.",
+)
 @_filter_options
 @click.option("--dry-run", is_flag=True, help="Bulk: only list the runs that would be resubmitted.")
 @click.option("--yes", is_flag=True, help="Bulk: really resubmit them.")
 @BY_OPTION
 @OUTPUT_OPTION
 @click.pass_obj
-def resubmit_command(obj: CliContext, run_id: int | None, reason: str, from_step: str | None,
-                     input_file: Path | None, states: tuple[str, ...], workflow: str | None,
-                     key: str | None, since: str | None, until: str | None, limit: int,
-                     dry_run: bool, yes: bool, actor: str, output: str) -> None:
+def resubmit_command(
+    obj: CliContext,
+    run_id: int | None,
+    reason: str,
+    from_step: str | None,
+    input_file: Path | None,
+    states: tuple[str, ...],
+    workflow: str | None,
+    key: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    dry_run: bool,
+    yes: bool,
+    actor: str,
+    output: str,
+) -> None:
     """Resubmit RUN_ID (from its failed step by default), or, without RUN_ID, every run the
     filters select (default --state error): preview with --dry-run, act with --yes."""
     try:
@@ -122,61 +232,100 @@ def resubmit_command(obj: CliContext, run_id: int | None, reason: str, from_step
     result: dict[str, Any]
     if run_id is not None:
         if dry_run or yes or states or workflow or key or since or until:
-            raise click.UsageError("filters, --dry-run and --yes are for bulk resubmission "
-                                   "(without RUN_ID)")
+            raise click.UsageError(
+                "filters, --dry-run and --yes are for bulk resubmission (without RUN_ID)"
+            )
         new_input = _read_input(input_file) if input_file else None
-        done = obj.in_transaction(lambda conn: resubmit_ops.resubmit(
-            conn, registry, run_id, actor=actor, reason=reason, from_step=from_step,
-            new_input=new_input, namespace=obj.settings.namespace))
-        result = {"run_id": done.run_id, "reset": list(done.reset_steps),
-                  "ready": list(done.ready_steps)}
+        done = obj.in_transaction(
+            lambda conn: resubmit_ops.resubmit(
+                conn,
+                registry,
+                run_id,
+                actor=actor,
+                reason=reason,
+                from_step=from_step,
+                new_input=new_input,
+                namespace=obj.settings.namespace,
+            )
+        )
+        result = {
+            "run_id": done.run_id,
+            "reset": list(done.reset_steps),
+            "ready": list(done.ready_steps),
+        }
     else:
         if from_step or input_file:
             raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
         if not dry_run and not yes:
             raise click.UsageError("bulk resubmission needs --dry-run or --yes")
         where = _run_filter(states, workflow, key, since, until, limit)
-        ids = obj.in_transaction(lambda conn: resubmit_ops.resubmit_many(
-            conn, registry, where, actor=actor, reason=reason, dry_run=dry_run,
-            namespace=obj.settings.namespace))
+        ids = obj.in_transaction(
+            lambda conn: resubmit_ops.resubmit_many(
+                conn,
+                registry,
+                where,
+                actor=actor,
+                reason=reason,
+                dry_run=dry_run,
+                namespace=obj.settings.namespace,
+            )
+        )
         result = {"dry_run": dry_run, "count": len(ids), "run_ids": ids}
     if output == "json":
         click.echo(to_json(result))
     elif "dry_run" in result:
         verb = "would resubmit" if dry_run else "resubmitted"
-        click.echo(f"{verb} {result['count']} run(s): "
-                   f"{' '.join(str(i) for i in result['run_ids'])}")
+        click.echo(
+            f"{verb} {result['count']} run(s): {' '.join(str(i) for i in result['run_ids'])}"
+        )
     else:
-        click.echo(f"resubmitted run {result['run_id']}: reset {', '.join(result['reset'])}; "
-                   f"ready {', '.join(result['ready']) or '(none yet)'}")
+        click.echo(
+            f"resubmitted run {result['run_id']}: reset {', '.join(result['reset'])}; "
+            f"ready {', '.join(result['ready']) or '(none yet)'}"
+        )
 
 
 def _read_input(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise click.BadParameter(f"{path} is not UTF-8 JSON: {exc}",
-                                 param_hint="--input") from exc
+        raise click.BadParameter(f"{path} is not UTF-8 JSON: {exc}", param_hint="--input") from exc
 
 
 @runs.command("cancel")
 @click.argument("run_id", type=int)
 @REASON_OPTION
-@click.option("--compensate", is_flag=True,
-              help="Undo the processed steps (their compensating actions, in reverse order).")
+@click.option(
+    "--compensate",
+    is_flag=True,
+    help="Undo the processed steps (their compensating actions, in reverse order).",
+)
 @BY_OPTION
 @OUTPUT_OPTION
 @click.pass_obj
-def cancel_command(obj: CliContext, run_id: int, reason: str, compensate: bool, actor: str,
-                   output: str) -> None:
+def cancel_command(
+    obj: CliContext, run_id: int, reason: str, compensate: bool, actor: str, output: str
+) -> None:
     """Cancel a pending or running run; late replies of its steps are ignored."""
-    done = obj.in_transaction(lambda conn: cancel_ops.cancel(
-        conn, run_id, actor=actor, reason=reason, compensate=compensate,
-        namespace=obj.settings.namespace))
-    result = {"run_id": done.run_id, "state": done.state,
-              "cancelled_steps": list(done.cancelled_steps)}
+    done = obj.in_transaction(
+        lambda conn: cancel_ops.cancel(
+            conn,
+            run_id,
+            actor=actor,
+            reason=reason,
+            compensate=compensate,
+            namespace=obj.settings.namespace,
+        )
+    )
+    result = {
+        "run_id": done.run_id,
+        "state": done.state,
+        "cancelled_steps": list(done.cancelled_steps),
+    }
     if output == "json":
         click.echo(to_json(result))
     else:
-        click.echo(f"run {done.run_id} is {done.state}; cancelled steps: "
-                   f"{', '.join(done.cancelled_steps) or '(none)'}")
+        click.echo(
+            f"run {done.run_id} is {done.state}; cancelled steps: "
+            f"{', '.join(done.cancelled_steps) or '(none)'}"
+        )

@@ -28,16 +28,33 @@ def _parse_input(raw: str) -> Any:
 
 @click.command("submit")
 @click.argument("workflow")
-@click.option("--input", "input_", default="{}", show_default=True,
-              help="The run's input: JSON text, or @FILE to read it from a file.")
+@click.option(
+    "--input",
+    "input_",
+    default="{}",
+    show_default=True,
+    help="The run's input: JSON text, or @FILE to read it from a file.",
+)
 @click.option("--key", help="Business key; the same key twice yields one run [default: random].")
-@click.option("--priority", type=click.IntRange(-1000, 1000), default=0, show_default=True,
-              help="Higher runs first.")
-@click.option("--version", "version", type=click.IntRange(min=1),
-              help="Workflow version [default: the latest registered].")
+@click.option(
+    "--priority",
+    type=click.IntRange(-1000, 1000),
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(min=1),
+    help="Workflow version [default: the latest registered].",
+)
 @click.option("--reply-to", help="Queue that receives this run's status notifications.")
-@click.option("--via-broker", is_flag=True,
-              help="Publish to the <ns>.submit queue instead of writing to the database.")
+@click.option(
+    "--via-broker",
+    is_flag=True,
+    help="Publish to the <ns>.submit queue instead of writing to the database.",
+)
 @click.pass_obj
 def submit_command(
     obj: CliContext,
@@ -51,9 +68,14 @@ def submit_command(
 ) -> None:
     """Submit a run of WORKFLOW and print its id (or, with --via-broker, its key)."""
     try:
-        submission = Submission(workflow=workflow, input=_parse_input(input_),
-                                key=key or uuid.uuid4().hex, priority=priority,
-                                version=version, reply_to=reply_to)
+        submission = Submission(
+            workflow=workflow,
+            input=_parse_input(input_),
+            key=key or uuid.uuid4().hex,
+            priority=priority,
+            version=version,
+            reply_to=reply_to,
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
@@ -62,23 +84,32 @@ def submit_command(
             transport.connect()
             try:
                 declare_common(transport, obj.names)
-                transport.publish(Outgoing("", obj.names.submit, submission.encode(),
-                                           mandatory=True))
+                transport.publish(
+                    Outgoing("", obj.names.submit, submission.encode(), mandatory=True)
+                )
             finally:
                 transport.close()
-            click.echo(json.dumps({"published": True, "workflow": workflow,
-                                   "key": submission.key}))
+            click.echo(json.dumps({"published": True, "workflow": workflow, "key": submission.key}))
             return
         registry = obj.registry()
         engine = obj.engine("submit", pool_size=1)
         try:
             with transaction(engine) as conn:
-                result = submit(conn, registry, submission, namespace=obj.settings.namespace,
-                                actor="cli")
+                result = submit(
+                    conn, registry, submission, namespace=obj.settings.namespace, actor="cli"
+                )
         finally:
             engine.dispose()
     except SasflowError as exc:
         raise fail(exc) from exc
-    click.echo(json.dumps({"run_id": result.run_id, "workflow": workflow,
-                           "key": result.business_key, "created": result.created,
-                           "state": result.state}))
+    click.echo(
+        json.dumps(
+            {
+                "run_id": result.run_id,
+                "workflow": workflow,
+                "key": result.business_key,
+                "created": result.created,
+                "state": result.state,
+            }
+        )
+    )

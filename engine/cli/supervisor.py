@@ -18,43 +18,94 @@ EXIT_COULD_NOT_RUN = 1
 
 
 @click.command()
-@click.option("--once", is_flag=True,
-              help="Run one sweep, print a summary line and exit (for cron and timers).")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=5.0, show_default=True,
-              envvar="SASFLOW_SUPERVISOR_INTERVAL", show_envvar=True,
-              help="Seconds between sweeps of the daemon.")
-@click.option("--budget", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
-              envvar="SASFLOW_SUPERVISOR_BUDGET", show_envvar=True,
-              help="Seconds one sweep (and with --once, alert delivery) may take.")
-@click.option("--batch", type=click.IntRange(1, 100_000), default=500, show_default=True,
-              envvar="SASFLOW_SUPERVISOR_BATCH", show_envvar=True,
-              help="Expired steps counted per transaction.")
-@click.option("--stalled-after", type=click.FloatRange(1, 86400 * 7), default=300.0,
-              show_default=True, envvar="SASFLOW_SUPERVISOR_STALLED_AFTER", show_envvar=True,
-              help="Seconds a ready step may wait unclaimed before a 'stalled' alert.")
-@click.option("--lease-ttl", type=click.FloatRange(1, 3600), default=None,
-              envvar="SASFLOW_SUPERVISOR_LEASE_TTL", show_envvar=True,
-              help="Seconds the leader's lease lasts unrenewed [default: max(3 x interval, 15)].")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run one sweep, print a summary line and exit (for cron and timers).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_INTERVAL",
+    show_envvar=True,
+    help="Seconds between sweeps of the daemon.",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(0.1, 3600),
+    default=30.0,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_BUDGET",
+    show_envvar=True,
+    help="Seconds one sweep (and with --once, alert delivery) may take.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 100_000),
+    default=500,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_BATCH",
+    show_envvar=True,
+    help="Expired steps counted per transaction.",
+)
+@click.option(
+    "--stalled-after",
+    type=click.FloatRange(1, 86400 * 7),
+    default=300.0,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_STALLED_AFTER",
+    show_envvar=True,
+    help="Seconds a ready step may wait unclaimed before a 'stalled' alert.",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(1, 3600),
+    default=None,
+    envvar="SASFLOW_SUPERVISOR_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds the leader's lease lasts unrenewed [default: max(3 x interval, 15)].",
+)
 @click.pass_obj
-def supervisor(obj: CliContext, once: bool, interval: float, budget: float, batch: int,
-               stalled_after: float, lease_ttl: float | None) -> None:
+def supervisor(
+    obj: CliContext,
+    once: bool,
+    interval: float,
+    budget: float,
+    batch: int,
+    stalled_after: float,
+    lease_ttl: float | None,
+) -> None:
     """Recover expired steps, escalate failures and deliver alerts.
 
     Any number of supervisors may run (cron overlap, several hosts): one holds the lease and
     acts. With --once the exit status is 0 when the sweep ran or another supervisor holds the
     lease, 1 when it could not run (database unreachable), 2 on a usage error.
     """
-    options = SupervisorOptions(interval=interval, batch=batch, budget=budget,
-                                stalled_after=stalled_after, lease_ttl=lease_ttl)
+    options = SupervisorOptions(
+        interval=interval,
+        batch=batch,
+        budget=budget,
+        stalled_after=stalled_after,
+        lease_ttl=lease_ttl,
+    )
     engine = obj.engine("supervisor")
     role: Supervisor | None = None
     try:
         dispatcher = AlertDispatcher(
-            engine, build_sinks(obj.settings, lambda: obj.transport("alerts")),
-            namespace=obj.settings.namespace)
-        role = Supervisor(engine, obj.names, transport=obj.transport("supervisor"),
-                          dispatcher=dispatcher, options=options,
-                          stop=None if once else stop_event())
+            engine,
+            build_sinks(obj.settings, lambda: obj.transport("alerts")),
+            namespace=obj.settings.namespace,
+        )
+        role = Supervisor(
+            engine,
+            obj.names,
+            transport=obj.transport("supervisor"),
+            dispatcher=dispatcher,
+            options=options,
+            stop=None if once else stop_event(),
+        )
         if not once:
             role.run()
             return

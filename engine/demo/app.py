@@ -33,8 +33,9 @@ from sasflow.demo.services import Happenings, RemoteServices
 
 log = logging.getLogger(__name__)
 
-STEP_POLICY = StepPolicy(timeout=2.0, max_failures=3,
-                         backoff=Backoff(initial=0.3, multiplier=2.0, maximum=2.0))
+STEP_POLICY = StepPolicy(
+    timeout=2.0, max_failures=3, backoff=Backoff(initial=0.3, multiplier=2.0, maximum=2.0)
+)
 """Short deadlines: an expired step is found by the supervisor within a couple of seconds."""
 AGENT_RETRY = RetryPolicy(initial=0.02, maximum=0.2, max_attempts=3)
 WAREHOUSE_BREAKER = BreakerPolicy(fail_max=3, reset_timeout=1.0)
@@ -48,13 +49,15 @@ def inventory_agent(services: RemoteServices) -> Agent:
 
     @agent.handler("reserve", dependency="warehouse")
     def reserve(call: Call) -> dict[str, Any]:
-        return services.reserve(call.idempotency_key, call.input["sku"], call.input["qty"],
-                                call.remaining())
+        return services.reserve(
+            call.idempotency_key, call.input["sku"], call.input["qty"], call.remaining()
+        )
 
     @agent.handler("release")
     def release(call: Call) -> dict[str, Any]:
-        return services.release(call.idempotency_key, call.input["output"]["reservation"],
-                                call.remaining())
+        return services.release(
+            call.idempotency_key, call.input["output"]["reservation"], call.remaining()
+        )
 
     return agent
 
@@ -64,14 +67,20 @@ def payments_agent(services: RemoteServices) -> Agent:
 
     @agent.handler("charge")
     def charge(call: Call) -> dict[str, Any]:
-        return services.charge(call.idempotency_key, call.input["amount"], call.input["card"],
-                               call.input.get("trouble"), call.remaining())
+        return services.charge(
+            call.idempotency_key,
+            call.input["amount"],
+            call.input["card"],
+            call.input.get("trouble"),
+            call.remaining(),
+        )
 
     @agent.handler("refund")
     def refund(call: Call) -> dict[str, Any]:
         charged = call.input["output"]
-        return services.refund(call.idempotency_key, charged["charge"], charged["amount"],
-                               call.remaining())
+        return services.refund(
+            call.idempotency_key, charged["charge"], charged["amount"], call.remaining()
+        )
 
     return agent
 
@@ -83,8 +92,11 @@ def shipping_agent(services: RemoteServices, on_crash: CrashHook | None = None) 
     @agent.handler("ship")
     def ship(call: Call) -> dict[str, Any]:
         if call.input.get("trouble") == AGENT_CRASH and call.attempt == 1:
-            services.feed.add("crash", f"a shipping agent instance crashed holding step "
-                                       f"{call.step_id} (order of run {call.run_id})")
+            services.feed.add(
+                "crash",
+                f"a shipping agent instance crashed holding step "
+                f"{call.step_id} (order of run {call.run_id})",
+            )
             if on_crash is not None:
                 on_crash()
             # A crashed process replies nothing: hold the step past its deadline, whatever
@@ -102,34 +114,61 @@ def _reserve_input(ctx: StepContext) -> dict[str, Any]:
 
 def _charge_input(ctx: StepContext) -> dict[str, Any]:
     order = ctx.run_input
-    return {"amount": order["qty"] * order["unit_price"], "card": order["card"],
-            "reservation": ctx.outputs["reserve"]["reservation"], "trouble": order["trouble"]}
+    return {
+        "amount": order["qty"] * order["unit_price"],
+        "card": order["card"],
+        "reservation": ctx.outputs["reserve"]["reservation"],
+        "trouble": order["trouble"],
+    }
 
 
 def _ship_input(ctx: StepContext) -> dict[str, Any]:
-    return {"address": ctx.run_input["address"], "sku": ctx.run_input["sku"],
-            "qty": ctx.run_input["qty"], "trouble": ctx.run_input["trouble"]}
+    return {
+        "address": ctx.run_input["address"],
+        "sku": ctx.run_input["sku"],
+        "qty": ctx.run_input["qty"],
+        "trouble": ctx.run_input["trouble"],
+    }
 
 
 def _steps() -> list[Step]:
     return [
-        Step("reserve", "inventory", "reserve", input=_reserve_input, policy=STEP_POLICY,
-             compensate="release"),
-        Step("charge", "payments", "charge", input=_charge_input, policy=STEP_POLICY,
-             compensate="refund"),
+        Step(
+            "reserve",
+            "inventory",
+            "reserve",
+            input=_reserve_input,
+            policy=STEP_POLICY,
+            compensate="release",
+        ),
+        Step(
+            "charge",
+            "payments",
+            "charge",
+            input=_charge_input,
+            policy=STEP_POLICY,
+            compensate="refund",
+        ),
         Step("ship", "shipping", "ship", input=_ship_input, policy=STEP_POLICY),
     ]
 
 
 def workflows() -> list[Workflow]:
-    return [Workflow("order", _steps(), on_failure="compensate"),
-            Workflow("b2b-order", _steps(), on_failure="error")]
+    return [
+        Workflow("order", _steps(), on_failure="compensate"),
+        Workflow("b2b-order", _steps(), on_failure="error"),
+    ]
 
 
 def build_registry(services: RemoteServices, on_crash: CrashHook | None = None) -> Registry:
-    return Registry(workflows=workflows(),
-                    agents=[inventory_agent(services), payments_agent(services),
-                            shipping_agent(services, on_crash)])
+    return Registry(
+        workflows=workflows(),
+        agents=[
+            inventory_agent(services),
+            payments_agent(services),
+            shipping_agent(services, on_crash),
+        ],
+    )
 
 
 def create_registry() -> Registry:

@@ -19,10 +19,26 @@ from rich.text import Text
 from sasflow.demo.feed import News
 from sasflow.demo.summary import TERMINAL_RUN_STATES
 
-STATE_ORDER = ("pending", "running", "compensating", "completed", "compensated", "error",
-               "compensation_failed", "cancelled")
-STYLES = {"breaker": "yellow", "retry": "yellow", "expiry": "magenta", "crash": "red",
-          "outage": "red", "compensation": "cyan", "error": "red", "alert": "bold red"}
+STATE_ORDER = (
+    "pending",
+    "running",
+    "compensating",
+    "completed",
+    "compensated",
+    "error",
+    "compensation_failed",
+    "cancelled",
+)
+STYLES = {
+    "breaker": "yellow",
+    "retry": "yellow",
+    "expiry": "magenta",
+    "crash": "red",
+    "outage": "red",
+    "compensation": "cyan",
+    "error": "red",
+    "alert": "bold red",
+}
 RECENT = 12
 PLAIN_PROGRESS_SECONDS = 2.0
 
@@ -51,16 +67,15 @@ class LiveDisplay:
         self._recent: collections.deque[News] = collections.deque(maxlen=RECENT)
         self._states: dict[str, int] = {}
         self._started = time.monotonic()
-        self._live = Live(self._render(), console=console, refresh_per_second=8,
-                          transient=False)
+        self._live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
         self._live.start()
 
     def _render(self) -> Group:
         finished = _finished(self._states)
         header = Text.assemble(
             ("sasflow demo ", "bold"),
-            f"{finished}/{self._orders} orders finished, "
-            f"{time.monotonic() - self._started:.1f}s")
+            f"{finished}/{self._orders} orders finished, {time.monotonic() - self._started:.1f}s",
+        )
         states = Table(show_header=True, header_style="bold", box=None)
         states.add_column("runs by state")
         states.add_column("count", justify="right")
@@ -70,8 +85,9 @@ class LiveDisplay:
         news.add_column("what just happened")
         for item in self._recent:
             news.add_row(Text(item.text, style=STYLES.get(item.kind, "")))
-        return Group(header, ProgressBar(total=self._orders, completed=finished, width=50),
-                     states, news)
+        return Group(
+            header, ProgressBar(total=self._orders, completed=finished, width=50), states, news
+        )
 
     def update(self, states: dict[str, int], news: list[News]) -> None:
         self._states = states
@@ -95,15 +111,23 @@ class PlainDisplay:
     def update(self, states: dict[str, int], news: list[News]) -> None:
         elapsed = time.monotonic() - self._started
         for item in news:
-            self._console.print(f"[{elapsed:5.1f}s] {item.kind}: {item.text}", markup=False,
-                                highlight=False, soft_wrap=True)
+            self._console.print(
+                f"[{elapsed:5.1f}s] {item.kind}: {item.text}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         now = time.monotonic()
         if states != self._last and now - self._last_at >= PLAIN_PROGRESS_SECONDS:
             self._last, self._last_at = dict(states), now
             counts = ", ".join(f"{s} {n}" for s, n in _ordered(states))
-            self._console.print(f"[{elapsed:5.1f}s] progress: {_finished(states)}/"
-                                f"{self._orders} finished ({counts})", markup=False,
-                                highlight=False, soft_wrap=True)
+            self._console.print(
+                f"[{elapsed:5.1f}s] progress: {_finished(states)}/"
+                f"{self._orders} finished ({counts})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def close(self) -> None:
         return None

@@ -66,17 +66,25 @@ class DemoResult:
     """What the simulated services saw (transient errors retried inside the agents, ...)."""
 
 
-def place_orders(transports: TransportFactory, names: Names, scenario: Scenario,
-                 key_prefix: str) -> None:
+def place_orders(
+    transports: TransportFactory, names: Names, scenario: Scenario, key_prefix: str
+) -> None:
     """Publish every order of `scenario` to `<ns>.submit`, as a shop front would."""
     transport = transports("demo-shop")
     transport.connect()
     try:
         declare_common(transport, names)
         messages = [
-            Outgoing("", names.submit, Submission(
-                workflow=scenario.workflow(n), input=scenario.order(n),
-                key=f"{key_prefix}{n:05d}").encode(), mandatory=True)
+            Outgoing(
+                "",
+                names.submit,
+                Submission(
+                    workflow=scenario.workflow(n),
+                    input=scenario.order(n),
+                    key=f"{key_prefix}{n:05d}",
+                ).encode(),
+                mandatory=True,
+            )
             for n in range(1, scenario.orders + 1)
         ]
         refused = [e for e in transport.publish_many(messages) if e is not None]
@@ -89,8 +97,15 @@ def place_orders(transports: TransportFactory, names: Names, scenario: Scenario,
 class Demo:
     """The demo's roles, services and orders, on the given store and transports."""
 
-    def __init__(self, engine: Engine, transports: TransportFactory, names: Names, *,
-                 database_url: str, options: DemoOptions | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        transports: TransportFactory,
+        names: Names,
+        *,
+        database_url: str,
+        options: DemoOptions | None = None,
+    ) -> None:
         self._engine = engine
         self._transports = transports
         self._names = names
@@ -110,16 +125,31 @@ class Demo:
             scheduler=SchedulerOptions(rescan_interval=0.2, relay_interval=0.5),
             supervisor=SupervisorOptions(interval=0.5, lease_ttl=3.0),
         )
-        add_roles(runner, self._engine, self._transports, registry, self._names,
-                  database_url=self._database_url, options=options, sinks=[LogSink()],
-                  agents=[inventory_agent(services), payments_agent(services)])
+        add_roles(
+            runner,
+            self._engine,
+            self._transports,
+            registry,
+            self._names,
+            database_url=self._database_url,
+            options=options,
+            sinks=[LogSink()],
+            agents=[inventory_agent(services), payments_agent(services)],
+        )
         for number in range(1, self.options.shipping_instances + 1):
             # Each instance has its own Agent object so the one that crashes stops itself.
             stop = threading.Event()
             name = f"agent-shipping-{number}"
-            runner.add(name, AgentWorker(shipping_agent(services, on_crash=stop.set),
-                                         self._transports(name), self._names, concurrency=2,
-                                         stop=stop))
+            runner.add(
+                name,
+                AgentWorker(
+                    shipping_agent(services, on_crash=stop.set),
+                    self._transports(name),
+                    self._names,
+                    concurrency=2,
+                    stop=stop,
+                ),
+            )
         return runner
 
     def run(self, tick: Tick, stop: threading.Event | None = None) -> DemoResult:
@@ -143,8 +173,10 @@ class Demo:
                 if finished >= self.scenario.orders:
                     break
                 if time.monotonic() >= deadline:
-                    problems.append(f"timed out after {self.options.timeout:g}s with "
-                                    f"{self.scenario.orders - finished} orders unfinished")
+                    problems.append(
+                        f"timed out after {self.options.timeout:g}s with "
+                        f"{self.scenario.orders - finished} orders unfinished"
+                    )
                     break
                 if stop.wait(POLL_SECONDS):
                     problems.append("interrupted")
@@ -156,6 +188,10 @@ class Demo:
         tick(states, feed.poll())  # one connection at a time: SQLite locks on BEGIN
         if not problems:
             problems = missing_phenomena(summary, self.scenario.orders)
-        return DemoResult(summary=summary, problems=problems, seconds=seconds,
-                          key_prefix=self.key_prefix,
-                          agent_counts=self.happenings.snapshot())
+        return DemoResult(
+            summary=summary,
+            problems=problems,
+            seconds=seconds,
+            key_prefix=self.key_prefix,
+            agent_counts=self.happenings.snapshot(),
+        )

@@ -26,8 +26,13 @@ AGENT_CRASH = "agent-crash"
 """The shipping agent instance that takes the first attempt crashes holding it."""
 
 SKUS = ("mug", "tee", "poster", "socks", "cap", "tote")
-ADDRESSES = ("12 High St, Leeds", "3 Rue Neuve, Lyon", "8 Main St, Dublin",
-             "41 Calle Mayor, Madrid", "5 Kungsgatan, Uppsala")
+ADDRESSES = (
+    "12 High St, Leeds",
+    "3 Rue Neuve, Lyon",
+    "8 Main St, Dublin",
+    "41 Calle Mayor, Madrid",
+    "5 Kungsgatan, Uppsala",
+)
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,16 @@ class Scenario:
         declined, undeliverable, crash, flaky = rng.sample(range(1, orders + 1), 4)
         b2b = {n for n in range(1, orders + 1) if rng.random() < 0.2} | {declined}
         b2b -= {undeliverable}
-        return cls(orders=orders, seed=seed, declined=declined, undeliverable=undeliverable,
-                   crash=crash, flaky=flaky, b2b=frozenset(b2b),
-                   outage_at=max(2, orders // 3))
+        return cls(
+            orders=orders,
+            seed=seed,
+            declined=declined,
+            undeliverable=undeliverable,
+            crash=crash,
+            flaky=flaky,
+            b2b=frozenset(b2b),
+            outage_at=max(2, orders // 3),
+        )
 
     def workflow(self, number: int) -> str:
         return "b2b-order" if number in self.b2b else "order"

@@ -123,8 +123,9 @@ class RemoteServices:
 
     # -- payment gateway ----------------------------------------------------------------------
 
-    def charge(self, key: str, amount: int, card: str, trouble: str | None,
-               remaining: float) -> dict[str, Any]:
+    def charge(
+        self, key: str, amount: int, card: str, trouble: str | None, remaining: float
+    ) -> dict[str, Any]:
         number, rng = self._try("charge", key)
         self._slow(rng, remaining)
         if trouble == GATEWAY_TIMEOUTS and number <= 3:

@@ -13,8 +13,9 @@ from sqlalchemy import Connection, Engine, func, select
 
 from sasflow.store.schema import alerts, events, runs, steps
 
-TERMINAL_RUN_STATES = frozenset({"completed", "error", "compensated", "compensation_failed",
-                                 "cancelled"})
+TERMINAL_RUN_STATES = frozenset(
+    {"completed", "error", "compensated", "compensation_failed", "cancelled"}
+)
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,11 @@ def _demo_runs(prefix: str) -> Any:
 
 
 def run_states(conn: Connection, prefix: str) -> dict[str, int]:
-    rows = conn.execute(select(runs.c.state, func.count())
-                        .where(runs.c.business_key.startswith(prefix, autoescape=True))
-                        .group_by(runs.c.state))
+    rows = conn.execute(
+        select(runs.c.state, func.count())
+        .where(runs.c.business_key.startswith(prefix, autoescape=True))
+        .group_by(runs.c.state)
+    )
     return {str(state): int(count) for state, count in rows}
 
 
@@ -65,26 +68,53 @@ def summarize(engine: Engine, prefix: str) -> Summary:
     ids = _demo_runs(prefix).scalar_subquery()
     with engine.connect() as conn:
         by_state = run_states(conn, prefix)
-        retried = conn.execute(select(func.count()).select_from(steps).where(
-            steps.c.run_id.in_(ids), steps.c.attempt > 1)).scalar_one()
-        failures = conn.execute(select(func.coalesce(func.sum(steps.c.failure_count), 0))
-                                .where(steps.c.run_id.in_(ids))).scalar_one()
+        retried = conn.execute(
+            select(func.count())
+            .select_from(steps)
+            .where(steps.c.run_id.in_(ids), steps.c.attempt > 1)
+        ).scalar_one()
+        failures = conn.execute(
+            select(func.coalesce(func.sum(steps.c.failure_count), 0)).where(steps.c.run_id.in_(ids))
+        ).scalar_one()
 
         def step_events(reason: str) -> int:
-            return int(conn.execute(select(func.count()).select_from(events).where(
-                events.c.run_id.in_(ids), events.c.entity == "step",
-                events.c.reason == reason, events.c.to_state == "pending")).scalar_one())
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(events)
+                    .where(
+                        events.c.run_id.in_(ids),
+                        events.c.entity == "step",
+                        events.c.reason == reason,
+                        events.c.to_state == "pending",
+                    )
+                ).scalar_one()
+            )
 
-        compensations = conn.execute(select(func.count()).select_from(steps).where(
-            steps.c.run_id.in_(ids), steps.c.kind == "compensation",
-            steps.c.state == "processed")).scalar_one()
-        raised = conn.execute(select(func.count()).select_from(alerts).where(
-            alerts.c.run_id.in_(ids))).scalar_one()
+        compensations = conn.execute(
+            select(func.count())
+            .select_from(steps)
+            .where(
+                steps.c.run_id.in_(ids),
+                steps.c.kind == "compensation",
+                steps.c.state == "processed",
+            )
+        ).scalar_one()
+        raised = conn.execute(
+            select(func.count()).select_from(alerts).where(alerts.c.run_id.in_(ids))
+        ).scalar_one()
 
         def ids_in(state: str) -> list[int]:
-            return list(conn.execute(select(runs.c.id).where(
-                runs.c.business_key.startswith(prefix, autoescape=True),
-                runs.c.state == state).order_by(runs.c.id)).scalars())
+            return list(
+                conn.execute(
+                    select(runs.c.id)
+                    .where(
+                        runs.c.business_key.startswith(prefix, autoescape=True),
+                        runs.c.state == state,
+                    )
+                    .order_by(runs.c.id)
+                ).scalars()
+            )
 
         return Summary(
             orders=sum(by_state.values()),
@@ -111,12 +141,13 @@ def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:
     for state, count in expected_states.items():
         if summary.state(state) != count:
             problems.append(f"expected {count} {state} runs, found {summary.state(state)}")
-    for what, value in (("a step retried", summary.steps_retried),
-                        ("a step deferred by an open circuit breaker", summary.deferred),
-                        ("an expired step recovered by the supervisor",
-                         summary.expired_recovered),
-                        ("a compensation", summary.compensations_processed),
-                        ("an alert", summary.alerts_raised)):
+    for what, value in (
+        ("a step retried", summary.steps_retried),
+        ("a step deferred by an open circuit breaker", summary.deferred),
+        ("an expired step recovered by the supervisor", summary.expired_recovered),
+        ("a compensation", summary.compensations_processed),
+        ("an alert", summary.alerts_raised),
+    ):
         if value < 1:
             problems.append(f"no {what}")
     return problems

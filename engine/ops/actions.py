@@ -29,6 +29,10 @@ def close_alerts(conn: Connection, run_id: int, *, actor: str, reason: str) -> i
     return conn.execute(
         update(alerts)
         .where(alerts.c.run_id == run_id, alerts.c.acknowledged.is_(False))
-        .values(acknowledged=True, acknowledged_by=actor, acknowledge_reason=reason,
-                acknowledged_at=now())
+        .values(
+            acknowledged=True,
+            acknowledged_by=actor,
+            acknowledge_reason=reason,
+            acknowledged_at=now(),
+        )
     ).rowcount

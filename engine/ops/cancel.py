@@ -41,8 +41,9 @@ def cancel(
 ) -> Cancelled:
     run = lock_run(conn, run_id)
     if run.state not in CANCELLABLE:
-        raise InvalidActionError(f"run {run_id} is {run.state}: only pending or running runs "
-                                 "can be cancelled")
+        raise InvalidActionError(
+            f"run {run_id} is {run.state}: only pending or running runs can be cancelled"
+        )
     stop_states = ("waiting", "pending") if compensate else ("waiting", "pending", "processing")
     candidates = conn.execute(
         select(steps.c.id, steps.c.name, steps.c.state, steps.c.attempt)
@@ -50,23 +51,45 @@ def cancel(
         .with_for_update()
     ).all()
     # To compensate, an earlier attempt with an unknown outcome must be known first: retried.
-    stopped = [s for s in candidates
-               if not (compensate and s.state == "pending" and s.attempt > 0)]
+    stopped = [s for s in candidates if not (compensate and s.state == "pending" and s.attempt > 0)]
     if stopped:
-        conn.execute(update(steps).where(steps.c.id.in_([s.id for s in stopped])).values(
-            state="cancelled", locked_by=None, complete_by=None, updated_at=now()))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id.in_([s.id for s in stopped]))
+            .values(state="cancelled", locked_by=None, complete_by=None, updated_at=now())
+        )
     to_state = "compensating" if compensate else "cancelled"
-    values: dict[str, object] = {"state": to_state, "updated_at": now(),
-                                 "error": {"type": "Cancelled", "message": reason, "by": actor}}
+    values: dict[str, object] = {
+        "state": to_state,
+        "updated_at": now(),
+        "error": {"type": "Cancelled", "message": reason, "by": actor},
+    }
     if not compensate:
         values["finished_at"] = now()
     conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
-    batch = [events.Event(run_id=run_id, entity="run", from_state=run.state, to_state=to_state,
-                          actor=actor, reason=f"cancelled: {reason}")]
-    batch += [events.Event(run_id=run_id, entity="step", step_id=s.id, step=s.name,
-                           from_state=s.state, to_state="cancelled", actor=actor,
-                           reason=f"cancelled: {reason}")
-              for s in stopped]
+    batch = [
+        events.Event(
+            run_id=run_id,
+            entity="run",
+            from_state=run.state,
+            to_state=to_state,
+            actor=actor,
+            reason=f"cancelled: {reason}",
+        )
+    ]
+    batch += [
+        events.Event(
+            run_id=run_id,
+            entity="step",
+            step_id=s.id,
+            step=s.name,
+            from_state=s.state,
+            to_state="cancelled",
+            actor=actor,
+            reason=f"cancelled: {reason}",
+        )
+        for s in stopped
+    ]
     final = to_state
     if compensate:
         advanced = advance_runs(conn, None, [run_id], actor=actor)

@@ -60,8 +60,10 @@ def resubmit(
     run = lock_run(conn, run_id)
     if run.state == "compensation_failed":
         if from_step is not None or new_input is not None:
-            raise InvalidActionError(f"run {run_id} failed while compensating: resubmitting it "
-                                     "retries the compensation (no --from-step or --input)")
+            raise InvalidActionError(
+                f"run {run_id} failed while compensating: resubmitting it "
+                "retries the compensation (no --from-step or --input)"
+            )
         return _retry_compensation(conn, run, actor=actor, reason=reason, namespace=namespace)
     if run.state not in RESUBMITTABLE and not (run.state == "completed" and from_step):
         raise InvalidActionError(
@@ -69,8 +71,12 @@ def resubmit(
             "resubmitted (a completed one only with --from-step)"
         )
     workflow = registry.workflow(run.workflow, run.version)
-    rows = {r.name: r for r in conn.execute(
-        select(steps).where(steps.c.run_id == run_id, steps.c.kind == "forward"))}
+    rows = {
+        r.name: r
+        for r in conn.execute(
+            select(steps).where(steps.c.run_id == run_id, steps.c.kind == "forward")
+        )
+    }
     run_input = run.input
     if new_input is not None:
         try:
@@ -83,8 +89,9 @@ def resubmit(
         raise InvalidActionError(f"run {run_id} has no step to run again")
 
     outputs = {n: r.output for n, r in rows.items() if r.state == "processed" and n not in reset}
-    ctx = StepContext(run_input=run_input, outputs=outputs, run_id=run_id,
-                      business_key=run.business_key)
+    ctx = StepContext(
+        run_input=run_input, outputs=outputs, run_id=run_id, business_key=run.business_key
+    )
     ready: list[str] = []
     batch: list[events.Event] = []
     for name in workflow.order:
@@ -94,27 +101,66 @@ def resubmit(
         deps_done = all(d in outputs for d in row.depends_on)
         step_input = build_step_input(workflow, name, ctx) if deps_done else None
         to_state = "pending" if deps_done else "waiting"
-        conn.execute(update(steps).where(steps.c.id == row.id).values(
-            state=to_state, input=step_input, output=None, error=None, failure_count=0,
-            locked_by=None, complete_by=None, deferred_since=None, not_before=now(),
-            idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
-            updated_at=now()))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id == row.id)
+            .values(
+                state=to_state,
+                input=step_input,
+                output=None,
+                error=None,
+                failure_count=0,
+                locked_by=None,
+                complete_by=None,
+                deferred_since=None,
+                not_before=now(),
+                idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
+                updated_at=now(),
+            )
+        )
         if deps_done:
             ready.append(name)
-        batch.append(events.Event(run_id=run_id, entity="step", step_id=row.id, step=name,
-                                  from_state=row.state, to_state=to_state, actor=actor,
-                                  reason=f"resubmitted: {reason}"))
+        batch.append(
+            events.Event(
+                run_id=run_id,
+                entity="step",
+                step_id=row.id,
+                step=name,
+                from_state=row.state,
+                to_state=to_state,
+                actor=actor,
+                reason=f"resubmitted: {reason}",
+            )
+        )
     # A new forward attempt: a previous compensation chain is history (kept in events).
     conn.execute(delete(steps).where(steps.c.run_id == run_id, steps.c.kind == "compensation"))
-    conn.execute(update(runs).where(runs.c.id == run_id).values(
-        state="running", input=run_input, output=None, error=None, finished_at=None,
-        updated_at=now()))
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(
+            state="running",
+            input=run_input,
+            output=None,
+            error=None,
+            finished_at=None,
+            updated_at=now(),
+        )
+    )
     detail: dict[str, Any] = {"reset": sorted(reset), "from_step": from_step}
     if new_input is not None:
         detail["previous_input"] = run.input
-    batch.insert(0, events.Event(run_id=run_id, entity="run", from_state=run.state,
-                                 to_state="running", actor=actor,
-                                 reason=f"resubmitted: {reason}", detail=detail))
+    batch.insert(
+        0,
+        events.Event(
+            run_id=run_id,
+            entity="run",
+            from_state=run.state,
+            to_state="running",
+            actor=actor,
+            reason=f"resubmitted: {reason}",
+            detail=detail,
+        ),
+    )
     events.record(conn, batch)
     close_alerts(conn, run_id, actor=actor, reason=f"run resubmitted: {reason}")
     notify_ready(conn, namespace)
@@ -129,11 +175,16 @@ def _outcome_unknown(row: Any) -> bool:
     return not (row.state == "error" and row.failure_count < row.max_failures)
 
 
-def _retry_compensation(conn: Connection, run: Any, *, actor: str, reason: str,
-                        namespace: str) -> Resubmitted:
-    chain = list(conn.execute(select(steps).where(steps.c.run_id == run.id,
-                                                  steps.c.kind == "compensation")
-                              .order_by(steps.c.id)))
+def _retry_compensation(
+    conn: Connection, run: Any, *, actor: str, reason: str, namespace: str
+) -> Resubmitted:
+    chain = list(
+        conn.execute(
+            select(steps)
+            .where(steps.c.run_id == run.id, steps.c.kind == "compensation")
+            .order_by(steps.c.id)
+        )
+    )
     done = {r.name for r in chain if r.state == "processed"}
     batch: list[events.Event] = []
     reset: list[str] = []
@@ -143,37 +194,67 @@ def _retry_compensation(conn: Connection, run: Any, *, actor: str, reason: str,
             continue
         deps_done = all(d in done for d in row.depends_on)
         to_state = "pending" if deps_done else "waiting"
-        conn.execute(update(steps).where(steps.c.id == row.id).values(
-            state=to_state, error=None, failure_count=0, locked_by=None, complete_by=None,
-            deferred_since=None, not_before=now(),
-            idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
-            updated_at=now()))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id == row.id)
+            .values(
+                state=to_state,
+                error=None,
+                failure_count=0,
+                locked_by=None,
+                complete_by=None,
+                deferred_since=None,
+                not_before=now(),
+                idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
+                updated_at=now(),
+            )
+        )
         reset.append(row.name)
         if deps_done:
             ready.append(row.name)
-        batch.append(events.Event(run_id=run.id, entity="step", step_id=row.id, step=row.name,
-                                  from_state=row.state, to_state=to_state, actor=actor,
-                                  reason=f"compensation resubmitted: {reason}",
-                                  detail={"kind": "compensation"}))
+        batch.append(
+            events.Event(
+                run_id=run.id,
+                entity="step",
+                step_id=row.id,
+                step=row.name,
+                from_state=row.state,
+                to_state=to_state,
+                actor=actor,
+                reason=f"compensation resubmitted: {reason}",
+                detail={"kind": "compensation"},
+            )
+        )
     if not reset:
         raise InvalidActionError(f"run {run.id} has no failed compensation step")
-    conn.execute(update(runs).where(runs.c.id == run.id).values(
-        state="compensating", finished_at=None, updated_at=now()))
-    batch.insert(0, events.Event(run_id=run.id, entity="run", from_state=run.state,
-                                 to_state="compensating", actor=actor,
-                                 reason=f"resubmitted: {reason}",
-                                 detail={"reset": reset, "compensation": True}))
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run.id)
+        .values(state="compensating", finished_at=None, updated_at=now())
+    )
+    batch.insert(
+        0,
+        events.Event(
+            run_id=run.id,
+            entity="run",
+            from_state=run.state,
+            to_state="compensating",
+            actor=actor,
+            reason=f"resubmitted: {reason}",
+            detail={"reset": reset, "compensation": True},
+        ),
+    )
     events.record(conn, batch)
     close_alerts(conn, run.id, actor=actor, reason=f"run resubmitted: {reason}")
     notify_ready(conn, namespace)
     return Resubmitted(run.id, tuple(reset), tuple(ready))
 
 
-def _steps_to_reset(state: str, rows: dict[str, Any], successors: dict[str, tuple[str, ...]],
-                    from_step: str | None) -> set[str]:
+def _steps_to_reset(
+    state: str, rows: dict[str, Any], successors: dict[str, tuple[str, ...]], from_step: str | None
+) -> set[str]:
     if from_step is not None and from_step not in rows:
-        raise InvalidActionError(f"the run has no step {from_step!r} "
-                                 f"(it has: {', '.join(rows)})")
+        raise InvalidActionError(f"the run has no step {from_step!r} (it has: {', '.join(rows)})")
     if state in RESTART_FROM_SCRATCH:
         return set(rows)  # their effects were undone: everything runs again
     if from_step is not None:
@@ -191,8 +272,12 @@ def _steps_to_reset(state: str, rows: dict[str, Any], successors: dict[str, tupl
 
 def select_runs(conn: Connection, where: RunFilter) -> list[int]:
     """The ids a bulk action would touch, oldest first (what --dry-run prints)."""
-    query = (select(runs.c.id).where(*where.conditions())
-             .order_by(runs.c.created_at, runs.c.id).limit(where.limit))
+    query = (
+        select(runs.c.id)
+        .where(*where.conditions())
+        .order_by(runs.c.created_at, runs.c.id)
+        .limit(where.limit)
+    )
     return list(conn.execute(query).scalars())
 
 
@@ -209,8 +294,14 @@ def resubmit_many(
     """Resubmit every run `where` selects (default: from their failed steps); with `dry_run`
     only say which."""
     if not where.states:
-        where = RunFilter(states=("error",), workflow=where.workflow, key=where.key,
-                          since=where.since, until=where.until, limit=where.limit)
+        where = RunFilter(
+            states=("error",),
+            workflow=where.workflow,
+            key=where.key,
+            since=where.since,
+            until=where.until,
+            limit=where.limit,
+        )
     ids = select_runs(conn, where)
     if not dry_run:
         for run_id in ids:

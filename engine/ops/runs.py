@@ -49,15 +49,28 @@ def _moment(value: datetime | float) -> Any:
     return plus_seconds(now(), -float(value))
 
 
-RUN_COLUMNS = (runs.c.id, runs.c.workflow, runs.c.version, runs.c.business_key, runs.c.state,
-               runs.c.priority, runs.c.created_at, runs.c.updated_at, runs.c.finished_at,
-               runs.c.error)
+RUN_COLUMNS = (
+    runs.c.id,
+    runs.c.workflow,
+    runs.c.version,
+    runs.c.business_key,
+    runs.c.state,
+    runs.c.priority,
+    runs.c.created_at,
+    runs.c.updated_at,
+    runs.c.finished_at,
+    runs.c.error,
+)
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
     """Runs matching `where`, newest first (ix_runs_state_created_at serves state filters)."""
-    query = (select(*RUN_COLUMNS).where(*where.conditions())
-             .order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(where.limit))
+    query = (
+        select(*RUN_COLUMNS)
+        .where(*where.conditions())
+        .order_by(runs.c.created_at.desc(), runs.c.id.desc())
+        .limit(where.limit)
+    )
     return [dict(r._mapping) for r in conn.execute(query)]
 
 
@@ -67,18 +80,43 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     if run is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     step_rows = conn.execute(
-        select(steps.c.id, steps.c.name, steps.c.kind, steps.c.agent, steps.c.action,
-               steps.c.state, steps.c.attempt, steps.c.failure_count, steps.c.max_failures,
-               steps.c.locked_by, steps.c.complete_by, steps.c.not_before, steps.c.error,
-               steps.c.input, steps.c.output, steps.c.idempotency_key)
-        .where(steps.c.run_id == run_id).order_by(steps.c.kind.desc(), steps.c.id)
+        select(
+            steps.c.id,
+            steps.c.name,
+            steps.c.kind,
+            steps.c.agent,
+            steps.c.action,
+            steps.c.state,
+            steps.c.attempt,
+            steps.c.failure_count,
+            steps.c.max_failures,
+            steps.c.locked_by,
+            steps.c.complete_by,
+            steps.c.not_before,
+            steps.c.error,
+            steps.c.input,
+            steps.c.output,
+            steps.c.idempotency_key,
+        )
+        .where(steps.c.run_id == run_id)
+        .order_by(steps.c.kind.desc(), steps.c.id)
     )
     timeline = conn.execute(
-        select(events.c.id, events.c.created_at, events.c.entity, events.c.step_id,
-               events.c.step,
-               events.c.from_state, events.c.to_state, events.c.attempt, events.c.actor,
-               events.c.reason, events.c.detail)
-        .where(events.c.run_id == run_id).order_by(events.c.id)
+        select(
+            events.c.id,
+            events.c.created_at,
+            events.c.entity,
+            events.c.step_id,
+            events.c.step,
+            events.c.from_state,
+            events.c.to_state,
+            events.c.attempt,
+            events.c.actor,
+            events.c.reason,
+            events.c.detail,
+        )
+        .where(events.c.run_id == run_id)
+        .order_by(events.c.id)
     )
     return {
         "run": dict(run._mapping),

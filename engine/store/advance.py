@@ -135,17 +135,36 @@ class _Advancer:
         self.actor = actor
         self.result = Advance()
 
-    def _event(self, run: Any, row: Any, from_state: str, to_state: str,
-               reason: str | None = None) -> None:
-        self.result.events.append(Event(run_id=run.id, entity="step", step_id=row.id,
-                                        step=row.name, from_state=from_state,
-                                        to_state=to_state, actor=self.actor, reason=reason))
+    def _event(
+        self, run: Any, row: Any, from_state: str, to_state: str, reason: str | None = None
+    ) -> None:
+        self.result.events.append(
+            Event(
+                run_id=run.id,
+                entity="step",
+                step_id=row.id,
+                step=row.name,
+                from_state=from_state,
+                to_state=to_state,
+                actor=self.actor,
+                reason=reason,
+            )
+        )
 
-    def _run_event(self, run: Any, from_state: str, to_state: str, detail: Any,
-                   reason: str | None = None) -> None:
-        self.result.events.append(Event(run_id=run.id, entity="run", from_state=from_state,
-                                        to_state=to_state, actor=self.actor, detail=detail,
-                                        reason=reason))
+    def _run_event(
+        self, run: Any, from_state: str, to_state: str, detail: Any, reason: str | None = None
+    ) -> None:
+        self.result.events.append(
+            Event(
+                run_id=run.id,
+                entity="run",
+                from_state=from_state,
+                to_state=to_state,
+                actor=self.actor,
+                detail=detail,
+                reason=reason,
+            )
+        )
 
     # -- the forward flow -------------------------------------------------------------------
 
@@ -184,19 +203,30 @@ class _Advancer:
         failed = [r for r in rows if state[r.name] == "error"]
         if failed:
             first = failed[0]
-            self._failed(run, rows, state, first, {"step": first.name,
-                                                   "error": errors[first.name]})
+            self._failed(run, rows, state, first, {"step": first.name, "error": errors[first.name]})
         elif self.registry is not None and workflow is None:
-            self._failed(run, rows, state, None, {
-                "type": "UnknownWorkflowError",
-                "message": f"workflow {run.workflow!r} version {run.version} is not loaded by "
-                           f"{self.actor}; deploy it to every scheduler, then resubmit the run",
-            })
+            self._failed(
+                run,
+                rows,
+                state,
+                None,
+                {
+                    "type": "UnknownWorkflowError",
+                    "message": f"workflow {run.workflow!r} version {run.version} is not loaded by "
+                    f"{self.actor}; deploy it to every scheduler, then resubmit the run",
+                },
+            )
         elif all(s in DONE_STEP_STATES for s in state.values()):
             self._complete(run, rows, state, workflow, ctx)
 
-    def _complete(self, run: Any, rows: Sequence[Any], state: dict[str, str],
-                  workflow: Workflow | None, ctx: StepContext) -> None:
+    def _complete(
+        self,
+        run: Any,
+        rows: Sequence[Any],
+        state: dict[str, str],
+        workflow: Workflow | None,
+        ctx: StepContext,
+    ) -> None:
         if workflow is None:
             self._finish(run, "completed", dict(ctx.outputs), None)
             return
@@ -205,13 +235,13 @@ class _Advancer:
             dumps(output)
         except Exception as exc:  # noqa: BLE001 - user code: the run's failure policy applies
             message = f"run output builder raised {type(exc).__name__}: {exc}"
-            self._failed(run, rows, state, None, {"type": "InvalidOutputError",
-                                                  "message": message})
+            self._failed(run, rows, state, None, {"type": "InvalidOutputError", "message": message})
             return
         self._finish(run, "completed", output, None)
 
-    def _failed(self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any,
-                error: Any) -> None:
+    def _failed(
+        self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any, error: Any
+    ) -> None:
         """Apply the run's failure policy: compensation, or error and an alert."""
         compensating = run.on_failure == "compensate"
         for row in rows:
@@ -225,8 +255,9 @@ class _Advancer:
             self._event(run, row, state[row.name], "skipped", "run failed")
             state[row.name] = "skipped"
         if run.on_failure == "compensate":
-            self.conn.execute(_set_run_state, {"b_id": run.id, "b_state": "compensating",
-                                               "b_error": error})
+            self.conn.execute(
+                _set_run_state, {"b_id": run.id, "b_state": "compensating", "b_error": error}
+            )
             self._run_event(run, run.state, "compensating", {"error": error}, "step failed")
             self.result.compensations += 1
             run.state, run.error = "compensating", error
@@ -236,18 +267,29 @@ class _Advancer:
             return
         self._finish(run, "error", None, error)
         where = f"step {step.name!r}" if step is not None else "the run level"
-        message = (f"run {run.id} of {run.workflow} (key {run.business_key}) failed at {where}: "
-                   f"{_describe(error)}")
+        message = (
+            f"run {run.id} of {run.workflow} (key {run.business_key}) failed at {where}: "
+            f"{_describe(error)}"
+        )
         subject = str(step.id) if step is not None else f"run-{run.id}"
-        alert_id = raise_alert(self.conn, Alert(STEP_FAILED, subject, message, run_id=run.id,
-                                                step_id=step.id if step is not None else None,
-                                                detail=error))
+        alert_id = raise_alert(
+            self.conn,
+            Alert(
+                STEP_FAILED,
+                subject,
+                message,
+                run_id=run.id,
+                step_id=step.id if step is not None else None,
+                detail=error,
+            ),
+        )
         if alert_id is not None:
             self.result.alerts.append(alert_id)
 
     def _finish(self, run: Any, to_state: str, output: Any, error: Any) -> None:
-        self.conn.execute(_finish_run, {"b_id": run.id, "b_state": to_state,
-                                        "b_output": output, "b_error": error})
+        self.conn.execute(
+            _finish_run, {"b_id": run.id, "b_state": to_state, "b_output": output, "b_error": error}
+        )
         detail = {"output": output} if to_state == "completed" else {"error": error}
         self._run_event(run, run.state, to_state, detail)
 
@@ -264,11 +306,19 @@ class _Advancer:
                 self._finish(run, "compensated", None, run.error)
                 return
             for row in created:
-                self.result.events.append(Event(
-                    run_id=run.id, entity="step", step_id=row["id"], step=row["name"],
-                    from_state=None, to_state=row["state"], actor=self.actor,
-                    reason="compensation", detail={"kind": "compensation",
-                                                   "action": row["action"]}))
+                self.result.events.append(
+                    Event(
+                        run_id=run.id,
+                        entity="step",
+                        step_id=row["id"],
+                        step=row["name"],
+                        from_state=None,
+                        to_state=row["state"],
+                        actor=self.actor,
+                        reason="compensation",
+                        detail={"kind": "compensation", "action": row["action"]},
+                    )
+                )
             self.result.ready += 1
             return
         state = {r.name: r.state for r in chain}
@@ -276,17 +326,29 @@ class _Advancer:
         if failed:
             step = failed[0]
             for row in chain:
-                if row.state in ("waiting", "pending") and \
-                        self.conn.execute(_skip, {"b_id": row.id}).rowcount == 1:
+                if (
+                    row.state in ("waiting", "pending")
+                    and self.conn.execute(_skip, {"b_id": row.id}).rowcount == 1
+                ):
                     self._event(run, row, row.state, "skipped", "compensation failed")
             error = {"step": step.name, "compensation": True, "error": step.error}
             self._finish(run, "compensation_failed", None, error)
-            message = (f"run {run.id} of {run.workflow} (key {run.business_key}): compensating "
-                       f"step {step.name!r} failed ({_describe(step.error)}); the run needs an "
-                       "operator")
-            alert_id = raise_alert(self.conn, Alert(COMPENSATION_FAILED, str(step.id), message,
-                                                    run_id=run.id, step_id=step.id,
-                                                    detail=error))
+            message = (
+                f"run {run.id} of {run.workflow} (key {run.business_key}): compensating "
+                f"step {step.name!r} failed ({_describe(step.error)}); the run needs an "
+                "operator"
+            )
+            alert_id = raise_alert(
+                self.conn,
+                Alert(
+                    COMPENSATION_FAILED,
+                    str(step.id),
+                    message,
+                    run_id=run.id,
+                    step_id=step.id,
+                    detail=error,
+                ),
+            )
             if alert_id is not None:
                 self.result.alerts.append(alert_id)
             return

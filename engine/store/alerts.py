@@ -44,7 +44,8 @@ def raise_alert(conn: Connection, alert: Alert) -> int | None:
             step_id=alert.step_id,
             detail=alert.detail,
         )
-        .on_conflict_do_nothing(index_elements=[alerts.c.dedup_key],
-                                index_where=text("NOT acknowledged"))
+        .on_conflict_do_nothing(
+            index_elements=[alerts.c.dedup_key], index_where=text("NOT acknowledged")
+        )
         .returning(alerts.c.id)
     ).scalar_one_or_none()

@@ -81,25 +81,39 @@ def apply_replies(
             to_state = "pending"
             if row is None:
                 # Past its give-up age (or stale): an open breaker now counts as a failure.
-                gave_up = {"type": "GaveUp",
-                           "message": "dependency unavailable past the step's give-up age"}
+                gave_up = {
+                    "type": "GaveUp",
+                    "message": "dependency unavailable past the step's give-up age",
+                }
                 failure = conn.execute(stmts["failure"], {**fence, "b_error": gave_up}).first()
                 if failure is not None:
                     row, to_state = failure, failure.state
         if row is None:
-            log.info("dropped stale or duplicate reply for step %s attempt %s (%s)",
-                     reply.step_id, reply.attempt, reply.status)
+            log.info(
+                "dropped stale or duplicate reply for step %s attempt %s (%s)",
+                reply.step_id,
+                reply.attempt,
+                reply.status,
+            )
             report.dropped.append(reply)
             continue
         report.applied += 1
         report.backing_off += to_state == "pending"
         touched.add(row.run_id)
-        batch.append(events.Event(
-            run_id=row.run_id, entity="step", step_id=reply.step_id, step=row.name,
-            from_state="processing", to_state=to_state, attempt=reply.attempt,
-            actor=actor, reason=reply.status if reply.status != "ok" else None,
-            detail={"error": error, "agent": reply.agent} if error else None,
-        ))
+        batch.append(
+            events.Event(
+                run_id=row.run_id,
+                entity="step",
+                step_id=reply.step_id,
+                step=row.name,
+                from_state="processing",
+                to_state=to_state,
+                attempt=reply.attempt,
+                actor=actor,
+                reason=reply.status if reply.status != "ok" else None,
+                detail={"error": error, "agent": reply.agent} if error else None,
+            )
+        )
     advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
     batch.extend(advanced.events)
     events.record(conn, batch)

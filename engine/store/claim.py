@@ -75,18 +75,29 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
         )
         for r in rows
     ]
-    started = conn.execute(
-        _start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})}
-    ).scalars().all()
+    started = (
+        conn.execute(_start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
+        .scalars()
+        .all()
+    )
     batch_events = [
-        events.Event(run_id=run_id, entity="run", from_state="pending", to_state="running",
-                     actor=locked_by)
+        events.Event(
+            run_id=run_id, entity="run", from_state="pending", to_state="running", actor=locked_by
+        )
         for run_id in started
     ]
     batch_events += [
-        events.Event(run_id=c.run_id, entity="step", step_id=c.id, step=c.name,
-                     from_state="pending", to_state="processing", attempt=c.attempt,
-                     actor=locked_by, detail={"agent": c.agent, "action": c.action})
+        events.Event(
+            run_id=c.run_id,
+            entity="step",
+            step_id=c.id,
+            step=c.name,
+            from_state="pending",
+            to_state="processing",
+            attempt=c.attempt,
+            actor=locked_by,
+            detail={"agent": c.agent, "action": c.action},
+        )
         for c in claimed
     ]
     events.record(conn, batch_events)
@@ -115,9 +126,17 @@ def release_steps(
     events.record(
         conn,
         [
-            events.Event(run_id=r.run_id, entity="step", step_id=r.id, step=r.name,
-                         from_state="processing", to_state="pending", attempt=r.attempt,
-                         actor=locked_by, reason=reason)
+            events.Event(
+                run_id=r.run_id,
+                entity="step",
+                step_id=r.id,
+                step=r.name,
+                from_state="processing",
+                to_state="pending",
+                attempt=r.attempt,
+                actor=locked_by,
+                reason=reason,
+            )
             for r in rows
         ],
     )

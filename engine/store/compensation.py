@@ -40,33 +40,37 @@ def reverse_topological(rows: Sequence[Any]) -> list[Any]:
 
 def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dict[str, Any]]:
     """Insert the compensation steps of `run`'s processed steps; returns the rows inserted."""
-    to_undo = [r for r in reverse_topological(forward)
-               if r.state == "processed" and r.compensate_action]
+    to_undo = [
+        r for r in reverse_topological(forward) if r.state == "processed" and r.compensate_action
+    ]
     rows: list[dict[str, Any]] = []
     previous: str | None = None
     for step in to_undo:
-        rows.append({
-            "run_id": run.id,
-            "name": step.name,
-            "kind": "compensation",
-            "agent": step.agent,
-            "action": step.compensate_action,
-            "depends_on": [previous] if previous else [],
-            "state": "waiting" if previous else "pending",
-            "priority": step.priority,
-            "idempotency_key": uuid.uuid4().hex,
-            "input": {"input": step.input, "output": step.output},
-            "timeout_s": step.timeout_s,
-            "max_failures": step.max_failures,
-            "backoff_initial_s": step.backoff_initial_s,
-            "backoff_multiplier": step.backoff_multiplier,
-            "backoff_max_s": step.backoff_max_s,
-            "give_up_s": step.give_up_s,
-        })
+        rows.append(
+            {
+                "run_id": run.id,
+                "name": step.name,
+                "kind": "compensation",
+                "agent": step.agent,
+                "action": step.compensate_action,
+                "depends_on": [previous] if previous else [],
+                "state": "waiting" if previous else "pending",
+                "priority": step.priority,
+                "idempotency_key": uuid.uuid4().hex,
+                "input": {"input": step.input, "output": step.output},
+                "timeout_s": step.timeout_s,
+                "max_failures": step.max_failures,
+                "backoff_initial_s": step.backoff_initial_s,
+                "backoff_multiplier": step.backoff_multiplier,
+                "backoff_max_s": step.backoff_max_s,
+                "give_up_s": step.give_up_s,
+            }
+        )
         previous = step.name
     if rows:
-        ids = conn.execute(insert(steps).returning(steps.c.id, steps.c.name,
-                                                   sort_by_parameter_order=True), rows).all()
+        ids = conn.execute(
+            insert(steps).returning(steps.c.id, steps.c.name, sort_by_parameter_order=True), rows
+        ).all()
         for row, inserted in zip(rows, ids, strict=True):
             row["id"] = inserted.id
     return rows

@@ -76,8 +76,10 @@ class joined_value(ColumnElement[Any]):  # noqa: N801 - reads as SQL
 
     inherit_cache = True
     # The cache key: both parts (SQLAlchemy declares this as a list).
-    _traverse_internals = [("column", InternalTraversal.dp_clauseelement),  # noqa: RUF012
-                           ("on", InternalTraversal.dp_clauseelement)]
+    _traverse_internals = [  # noqa: RUF012
+        ("column", InternalTraversal.dp_clauseelement),
+        ("on", InternalTraversal.dp_clauseelement),
+    ]
 
     def __init__(self, column: ColumnClause[Any], on: ColumnElement[bool]) -> None:
         self.column = column
@@ -135,8 +137,10 @@ class one_of(ColumnElement[bool]):  # noqa: N801 - reads as SQL
     inherit_cache = True
     type = Boolean()
     _is_implicitly_boolean = True
-    _traverse_internals = [("column", InternalTraversal.dp_clauseelement),  # noqa: RUF012
-                           ("name", InternalTraversal.dp_string)]
+    _traverse_internals = [  # noqa: RUF012
+        ("column", InternalTraversal.dp_clauseelement),
+        ("name", InternalTraversal.dp_string),
+    ]
 
     def __init__(self, column: ColumnElement[int], name: str) -> None:
         self.column = column

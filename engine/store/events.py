@@ -58,8 +58,19 @@ a reply batch's) take ~6 ms where a pipelined executemany takes 14-22 ms (the fo
 index checks are the same; COPY saves the per-row statement and SQLAlchemy's per-row
 processing). Smaller batches use INSERT, whose fixed cost is lower."""
 
-_COLUMNS = ("run_id", "entity", "to_state", "from_state", "actor", "step_id", "step", "attempt",
-            "reason", "detail", "published")
+_COLUMNS = (
+    "run_id",
+    "entity",
+    "to_state",
+    "from_state",
+    "actor",
+    "step_id",
+    "step",
+    "attempt",
+    "reason",
+    "detail",
+    "published",
+)
 
 
 def record(conn: Connection, batch: Sequence[Event]) -> None:

@@ -59,8 +59,9 @@ def head() -> str | None:
 def differences(engine: Engine) -> list[object]:
     """What autogenerate would change to make the database match the models (empty: none)."""
     with translated(), engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={
-            "compare_type": True, "include_object": include_object(conn.dialect.name)})
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_object": include_object(conn.dialect.name)}
+        )
         return list(compare_metadata(context, metadata))
 
 
@@ -72,10 +73,19 @@ def include_object(dialect_name: str) -> IncludeObject:
     (ix_steps_ready's `priority DESC`), so there such an index is compared by name only (an
     extra one is still a difference; a missing one Alembic skips with a warning)."""
 
-    def include(obj: object, name: str | None, type_: str,  # noqa: ARG001 - Alembic's hook
-                reflected: bool, compare_to: object | None) -> bool:
+    def include(
+        obj: object,
+        name: str | None,  # noqa: ARG001 - Alembic's hook
+        type_: str,
+        reflected: bool,
+        compare_to: object | None,
+    ) -> bool:
         changed = type_ == "index" and not reflected and compare_to is not None
-        return not (changed and dialect_name == "sqlite" and isinstance(obj, Index)
-                    and any(not isinstance(e, Column) for e in obj.expressions))
+        return not (
+            changed
+            and dialect_name == "sqlite"
+            and isinstance(obj, Index)
+            and any(not isinstance(e, Column) for e in obj.expressions)
+        )
 
     return include

@@ -33,8 +33,16 @@ _processing_with_attempt = and_(
 )
 
 
-_run_columns = (runs.c.id, runs.c.workflow, runs.c.version, runs.c.business_key, runs.c.input,
-                runs.c.state, runs.c.on_failure, runs.c.error)
+_run_columns = (
+    runs.c.id,
+    runs.c.workflow,
+    runs.c.version,
+    runs.c.business_key,
+    runs.c.input,
+    runs.c.state,
+    runs.c.on_failure,
+    runs.c.error,
+)
 """What advancing a run reads of it."""
 
 
@@ -44,8 +52,9 @@ def _claimable_in_run() -> ColumnElement[bool]:
     if it succeeded, before the run can be compensated)."""
     return or_(
         runs.c.state.in_(("pending", "running")),
-        and_(runs.c.state == "compensating",
-             or_(steps.c.kind == "compensation", steps.c.attempt > 0)),
+        and_(
+            runs.c.state == "compensating", or_(steps.c.kind == "compensation", steps.c.attempt > 0)
+        ),
     )
 
 
@@ -102,7 +111,8 @@ def next_due() -> Select[Any]:
     """When the earliest step now backing off becomes ready, and the database's time now
     (ix_steps_ready: pending steps only)."""
     return select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
-        steps.c.state == "pending", steps.c.not_before > now())
+        steps.c.state == "pending", steps.c.not_before > now()
+    )
 
 
 def start_runs() -> Update:
@@ -224,8 +234,14 @@ def _failure_values() -> dict[str, Any]:
     }
 
 
-_failure_result = (*_step_result, steps.c.id, steps.c.state, steps.c.failure_count,
-                   steps.c.not_before, steps.c.attempt)
+_failure_result = (
+    *_step_result,
+    steps.c.id,
+    steps.c.state,
+    steps.c.failure_count,
+    steps.c.not_before,
+    steps.c.attempt,
+)
 
 
 def count_failure() -> Update:
@@ -269,8 +285,11 @@ def sweep_expired() -> Update:
     per expired step (each scan through the whole CTE, quadratic in the steps swept)."""
     expired = (
         select(steps.c.id)
-        .where(steps.c.state == "processing", steps.c.complete_by < now(),
-               one_of(steps.c.run_id, "b_run_ids"))
+        .where(
+            steps.c.state == "processing",
+            steps.c.complete_by < now(),
+            one_of(steps.c.run_id, "b_run_ids"),
+        )
         .with_for_update(skip_locked=True)
         .cte("expired")
     )
@@ -285,10 +304,13 @@ def sweep_expired() -> Update:
 def stalled_steps() -> Select[Any]:
     """Ready steps nobody claimed for :stalled_after seconds, per agent (ix_steps_ready)."""
     return (
-        select(steps.c.agent, func.count().label("steps"), func.min(steps.c.not_before)
-               .label("since"))
-        .where(steps.c.state == "pending",
-               steps.c.not_before < plus_seconds(now(), -bindparam("b_stalled_after")))
+        select(
+            steps.c.agent, func.count().label("steps"), func.min(steps.c.not_before).label("since")
+        )
+        .where(
+            steps.c.state == "pending",
+            steps.c.not_before < plus_seconds(now(), -bindparam("b_stalled_after")),
+        )
         .group_by(steps.c.agent)
     )
 
@@ -338,8 +360,4 @@ def unpublished_events() -> Select[Any]:
 
 def mark_published() -> Update:
     """Mark relayed events (primary key)."""
-    return (
-        update(events)
-        .where(one_of(events.c.id, "b_event_ids"))
-        .values(published=True)
-    )
+    return update(events).where(one_of(events.c.id, "b_event_ids")).values(published=True)

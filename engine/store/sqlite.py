@@ -50,7 +50,8 @@ def make_sqlite_engine(url: URL, *, pool_size: int) -> Engine:
     if database in ("", ":memory:") or url.query.get("mode") == "memory":
         raise ConfigurationError(
             f"{shown!r} is an in-memory SQLite database, which each connection would see as a "
-            "database of its own: name a file, e.g. sqlite:///sasflow.db")
+            "database of its own: name a file, e.g. sqlite:///sasflow.db"
+        )
     folder = Path(database).parent
     if not folder.is_dir():
         raise ConfigurationError(f"{shown!r}: folder {str(folder)!r} does not exist")

@@ -88,7 +88,9 @@ def submit(
         if existing.input != submission.input:
             log.warning(
                 "duplicate submission of %s key %r with a different input: run %s kept as is",
-                workflow.name, key, existing.id,
+                workflow.name,
+                key,
+                existing.id,
             )
         return SubmitResult(existing.id, key, created=False, state=existing.state)
 

@@ -18,14 +18,18 @@ class _SqliteUtcDateTime(TypeDecorator[dt.datetime]):
     cache_ok = True
 
     def process_bind_param(
-        self, value: dt.datetime | None, dialect: Dialect,  # noqa: ARG002 - the hook's signature
+        self,
+        value: dt.datetime | None,
+        dialect: Dialect,  # noqa: ARG002 - the hook's signature
     ) -> dt.datetime | None:
         if value is not None and value.tzinfo is not None:
             return value.astimezone(dt.UTC).replace(tzinfo=None)
         return value
 
     def process_result_value(
-        self, value: dt.datetime | None, dialect: Dialect,  # noqa: ARG002 - the hook's signature
+        self,
+        value: dt.datetime | None,
+        dialect: Dialect,  # noqa: ARG002 - the hook's signature
     ) -> dt.datetime | None:
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=dt.UTC)

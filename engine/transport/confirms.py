@@ -39,8 +39,13 @@ class ConfirmTracker:
     def returned(self, exchange: str, routing_key: str, body: bytes, reason: str) -> None:
         """A `basic.return`: the matching message will be refused when its ack arrives."""
         for slot in self._pending.values():  # dicts keep insertion (= tag) order
-            if (slot.mandatory and slot.returned is None and slot.exchange == exchange
-                    and slot.routing_key == routing_key and slot.body == body):
+            if (
+                slot.mandatory
+                and slot.returned is None
+                and slot.exchange == exchange
+                and slot.routing_key == routing_key
+                and slot.body == body
+            ):
                 slot.returned = reason
                 return
 

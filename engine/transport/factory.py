@@ -27,8 +27,7 @@ def is_in_process(url: str) -> bool:
     return _scheme(url) == MEMORY_SCHEME
 
 
-def make_transport(url: str, *, process_name: str,
-                   broker: MemoryBroker | None = None) -> Transport:
+def make_transport(url: str, *, process_name: str, broker: MemoryBroker | None = None) -> Transport:
     """A new, unconnected transport for `url`; `memory://` needs the process's MemoryBroker."""
     scheme = _scheme(url)
     if scheme in AMQP_SCHEMES:
@@ -37,7 +36,9 @@ def make_transport(url: str, *, process_name: str,
         if broker is None:
             raise ConfigurationError(
                 f"broker URL {url!r} names the in-process bus, but no MemoryBroker was given: "
-                "the roles sharing it must run in one process and be handed the same broker")
+                "the roles sharing it must run in one process and be handed the same broker"
+            )
         return MemoryTransport(broker, process_name=process_name)
     raise ConfigurationError(
-        f"unsupported broker URL {redact_url(url)!r}: the scheme must be {ACCEPTED}")
+        f"unsupported broker URL {redact_url(url)!r}: the scheme must be {ACCEPTED}"
+    )

@@ -134,7 +134,8 @@ class MemoryBroker:
     def _check(self, channel: Channel) -> None:
         if not channel.open:
             raise BrokerUnavailableError(
-                f"not connected to the in-process bus: {channel.closed_because}")
+                f"not connected to the in-process bus: {channel.closed_because}"
+            )
 
     def _channel_error(self, channel: Channel, reason: str) -> ChannelClosedError:
         """Close the channel, as RabbitMQ does on a channel error; the caller raises the result."""
@@ -147,22 +148,27 @@ class MemoryBroker:
         if kind not in EXCHANGE_KINDS:
             raise ConfigurationError(
                 f"exchange kind {kind!r} is not supported by the in-process bus "
-                f"(supported: {', '.join(EXCHANGE_KINDS)})")
+                f"(supported: {', '.join(EXCHANGE_KINDS)})"
+            )
         with self._lock:
             self._check(channel)
             if not name or name.startswith("amq."):
                 raise self._channel_error(
-                    channel, f"ACCESS_REFUSED - exchange name {name!r} is reserved")
+                    channel, f"ACCESS_REFUSED - exchange name {name!r} is reserved"
+                )
             existing = self._exchanges.get(name)
             if existing is None:
                 self._exchanges[name] = Exchange(name, kind)
             elif existing.kind != kind:
                 raise self._channel_error(
-                    channel, f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
-                             f"{name!r}: received {kind!r} but current is {existing.kind!r}")
+                    channel,
+                    f"PRECONDITION_FAILED - inequivalent arg 'type' for exchange "
+                    f"{name!r}: received {kind!r} but current is {existing.kind!r}",
+                )
 
-    def _declare_queue(self, channel: Channel, name: str, dead_letter_exchange: str | None,
-                       max_length: int | None) -> None:
+    def _declare_queue(
+        self, channel: Channel, name: str, dead_letter_exchange: str | None, max_length: int | None
+    ) -> None:
         if not name:
             raise ConfigurationError("the in-process bus has no server-named queues")
         with self._lock:
@@ -177,15 +183,18 @@ class MemoryBroker:
             ):
                 if current != received:
                     raise self._channel_error(
-                        channel, f"PRECONDITION_FAILED - inequivalent arg {arg!r} for queue "
-                                 f"{name!r}: received {received!r} but current is {current!r}")
+                        channel,
+                        f"PRECONDITION_FAILED - inequivalent arg {arg!r} for queue "
+                        f"{name!r}: received {received!r} but current is {current!r}",
+                    )
 
     def _bind(self, channel: Channel, queue: str, exchange: str, routing_key: str) -> None:
         with self._lock:
             self._check(channel)
             if not exchange:
                 raise self._channel_error(
-                    channel, "ACCESS_REFUSED - operation not permitted on the default exchange")
+                    channel, "ACCESS_REFUSED - operation not permitted on the default exchange"
+                )
             target = self._require_queue(channel, queue)
             self._require_exchange(channel, exchange).bindings[(target.name, routing_key)] = None
 
@@ -215,8 +224,9 @@ class MemoryBroker:
             now = time.monotonic()
             self._expire_due(now)
             if message.exchange:
-                targets = self._route(self._require_exchange(channel, message.exchange),
-                                      message.routing_key)
+                targets = self._route(
+                    self._require_exchange(channel, message.exchange), message.routing_key
+                )
             else:
                 queue = self._queues.get(message.routing_key)
                 targets = [] if queue is None else [queue]
@@ -224,20 +234,32 @@ class MemoryBroker:
                 if message.mandatory:
                     raise PublishError(
                         f"broker refused the message: NO_ROUTE (exchange {message.exchange!r}, "
-                        f"routing key {message.routing_key!r})")
+                        f"routing key {message.routing_key!r})"
+                    )
                 return  # RabbitMQ drops an unroutable message that is not mandatory
             for queue in targets:
-                self._enqueue(queue, Message(
-                    message.exchange, message.routing_key, bytes(message.body),
-                    copy.deepcopy(headers), expiration, message.correlation_id,
-                    message.reply_to), now)
+                self._enqueue(
+                    queue,
+                    Message(
+                        message.exchange,
+                        message.routing_key,
+                        bytes(message.body),
+                        copy.deepcopy(headers),
+                        expiration,
+                        message.correlation_id,
+                        message.reply_to,
+                    ),
+                    now,
+                )
 
     def _route(self, exchange: Exchange, routing_key: str) -> list[Queue]:
         names: dict[str, None] = {}  # a queue bound several ways gets one copy
         for queue, key in exchange.bindings:
-            if (exchange.kind == "fanout"
-                    or (exchange.kind == "direct" and key == routing_key)
-                    or (exchange.kind == "topic" and topic_matches(key, routing_key))):
+            if (
+                exchange.kind == "fanout"
+                or (exchange.kind == "direct" and key == routing_key)
+                or (exchange.kind == "topic" and topic_matches(key, routing_key))
+            ):
                 names[queue] = None
         return [self._queues[name] for name in names if name in self._queues]
 
@@ -257,8 +279,9 @@ class MemoryBroker:
 
     def _schedule_expiry(self, queue: Queue, message: Message) -> None:
         if message.expires_at is not None:
-            heapq.heappush(self._expiries,
-                           (message.expires_at, next(self._sequence), queue, message))
+            heapq.heappush(
+                self._expiries, (message.expires_at, next(self._sequence), queue, message)
+            )
 
     def _next_expiry(self) -> float | None:
         """When the next message still queued expires (entries of consumed ones are dropped, so
@@ -274,8 +297,11 @@ class MemoryBroker:
 
     def _expire_head(self, queue: Queue, now: float) -> None:
         """Like RabbitMQ, a message expires once it reaches the head of its queue."""
-        while queue.ready and (expires_at := queue.ready[0].expires_at) is not None \
-                and expires_at <= now:
+        while (
+            queue.ready
+            and (expires_at := queue.ready[0].expires_at) is not None
+            and expires_at <= now
+        ):
             self._dead_letter(queue, queue.ready.popleft(), "expired", now)
 
     def _dead_letter(self, queue: Queue, message: Message, reason: str, now: float) -> None:
@@ -284,24 +310,36 @@ class MemoryBroker:
         exchange = self._exchanges.get(queue.dead_letter_exchange or "")
         if exchange is None:
             if queue.dead_letter_exchange is not None:
-                log.warning("dead letter from %s dropped: no exchange %r", queue.name,
-                            queue.dead_letter_exchange)
+                log.warning(
+                    "dead letter from %s dropped: no exchange %r",
+                    queue.name,
+                    queue.dead_letter_exchange,
+                )
             return
         headers = record_death(message, queue.name, reason)
-        dead = replace(message, exchange=exchange.name, headers=headers, expiration_ms=None,
-                       expires_at=None, redelivered=False, queued=False)
+        dead = replace(
+            message,
+            exchange=exchange.name,
+            headers=headers,
+            expiration_ms=None,
+            expires_at=None,
+            redelivered=False,
+            queued=False,
+        )
         seen = {d.get("queue") for d in headers["x-death"]}
         for target in self._route(exchange, message.routing_key):
             if target.name in seen:  # RabbitMQ drops dead-letter cycles
-                log.warning("dead letter from %s not routed back to %s (cycle)", queue.name,
-                            target.name)
+                log.warning(
+                    "dead letter from %s not routed back to %s (cycle)", queue.name, target.name
+                )
                 continue
             self._enqueue(target, replace(dead, headers=copy.deepcopy(headers)), now)
 
     # -- consuming --------------------------------------------------------------------------
 
-    def _consume(self, channel: Channel, queue: str, handler: Callable[[Delivery], None],
-                 prefetch: int) -> None:
+    def _consume(
+        self, channel: Channel, queue: str, handler: Callable[[Delivery], None], prefetch: int
+    ) -> None:
         with self._lock:
             self._check(channel)
             target = self._require_queue(channel, queue)
@@ -349,17 +387,24 @@ class MemoryBroker:
                 return consumer
         return None
 
-    def _hand_out(self, channel: Channel, queue: Queue, message: Message,
-                  consumer: Consumer | None) -> Delivery:
+    def _hand_out(
+        self, channel: Channel, queue: Queue, message: Message, consumer: Consumer | None
+    ) -> Delivery:
         message.queued = False
         tag = next(channel.tags)
         channel.unacked[tag] = Unacked(message, queue, consumer)
         if consumer is not None:
             consumer.unacked += 1
         return Delivery(
-            tag=tag, body=message.body, queue=queue.name, generation=channel.generation,
-            redelivered=message.redelivered, headers=copy.deepcopy(message.headers),
-            correlation_id=message.correlation_id, reply_to=message.reply_to, content_type=JSON,
+            tag=tag,
+            body=message.body,
+            queue=queue.name,
+            generation=channel.generation,
+            redelivered=message.redelivered,
+            headers=copy.deepcopy(message.headers),
+            correlation_id=message.correlation_id,
+            reply_to=message.reply_to,
+            content_type=JSON,
         )
 
     def _get(self, channel: Channel, queue: str) -> Delivery | None:
@@ -381,8 +426,9 @@ class MemoryBroker:
             if multiple and tag == 0:
                 tags = list(channel.unacked)
             elif tag not in channel.unacked:
-                raise self._channel_error(channel,
-                                          f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+                raise self._channel_error(
+                    channel, f"PRECONDITION_FAILED - unknown delivery tag {tag}"
+                )
             else:
                 tags = [t for t in channel.unacked if t <= tag] if multiple else [tag]
             freed: dict[str, Queue] = {}
@@ -463,8 +509,9 @@ class MemoryTransport:
     def declare_exchange(self, name: str, kind: str) -> None:
         self._broker._declare_exchange(self._chan(), name, kind)
 
-    def declare_queue(self, name: str, *, dead_letter_exchange: str | None,
-                      max_length: int | None = None) -> None:
+    def declare_queue(
+        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+    ) -> None:
         self._broker._declare_queue(self._chan(), name, dead_letter_exchange, max_length)
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
@@ -501,8 +548,14 @@ class MemoryTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        self.publish(dead_letter_copy(delivery, reason, dead_letter_exchange=dead_letter_exchange,
-                                      process_name=self._process_name))
+        self.publish(
+            dead_letter_copy(
+                delivery,
+                reason,
+                dead_letter_exchange=dead_letter_exchange,
+                process_name=self._process_name,
+            )
+        )
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

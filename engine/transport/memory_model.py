@@ -111,14 +111,18 @@ def record_death(message: Message, queue: str, reason: str) -> dict[str, Any]:
     (queue, reason) counted up and moved first, and the `x-first-death-*` headers."""
     headers = message.headers
     deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
-    entry = next((d for d in deaths if d.get("queue") == queue and d.get("reason") == reason),
-                 None)
+    entry = next((d for d in deaths if d.get("queue") == queue and d.get("reason") == reason), None)
     if entry is not None:
         deaths.remove(entry)
         entry["count"] = int(entry.get("count", 0)) + 1
     else:
-        entry = {"count": 1, "reason": reason, "queue": queue, "exchange": message.exchange,
-                 "routing-keys": [message.routing_key]}
+        entry = {
+            "count": 1,
+            "reason": reason,
+            "queue": queue,
+            "exchange": message.exchange,
+            "routing-keys": [message.routing_key],
+        }
         if message.expiration_ms is not None:
             entry["original-expiration"] = str(message.expiration_ms)
     entry["time"] = datetime.now(UTC).replace(microsecond=0)
@@ -131,12 +135,16 @@ def record_death(message: Message, queue: str, reason: str) -> dict[str, Any]:
 
 def check_sendable(message: Outgoing) -> None:
     """PublishError for what RabbitMQ (or pika) would refuse to send."""
-    for name, value in (("exchange", message.exchange), ("routing key", message.routing_key),
-                        ("correlation_id", message.correlation_id),
-                        ("reply_to", message.reply_to)):
+    for name, value in (
+        ("exchange", message.exchange),
+        ("routing key", message.routing_key),
+        ("correlation_id", message.correlation_id),
+        ("reply_to", message.reply_to),
+    ):
         if value is not None and len(value.encode()) > MAX_SHORT_STRING:
-            raise PublishError(f"message not sendable: {name} longer than "
-                               f"{MAX_SHORT_STRING} bytes")
+            raise PublishError(f"message not sendable: {name} longer than {MAX_SHORT_STRING} bytes")
     if len(message.body) > MAX_MESSAGE_BYTES:
-        raise PublishError(f"broker refused the message: body larger than {MAX_MESSAGE_BYTES} "
-                           f"bytes (max_message_size)")
+        raise PublishError(
+            f"broker refused the message: body larger than {MAX_MESSAGE_BYTES} "
+            f"bytes (max_message_size)"
+        )

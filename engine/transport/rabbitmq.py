@@ -59,7 +59,8 @@ def _properties(message: Outgoing) -> BasicProperties:
         delivery_mode=PERSISTENT,
         headers=dict(message.headers) if message.headers else None,
         expiration=str(max(message.expiration_ms, 1))
-        if message.expiration_ms is not None else None,
+        if message.expiration_ms is not None
+        else None,
         correlation_id=message.correlation_id,
         reply_to=message.reply_to,
     )
@@ -121,13 +122,21 @@ class RabbitMQTransport:
 
         def on_confirm(frame: Method[Basic.Ack | Basic.Nack]) -> None:
             method = frame.method
-            tracker.confirmed(int(method.delivery_tag), multiple=bool(method.multiple),
-                              nack=isinstance(method, Basic.Nack))
+            tracker.confirmed(
+                int(method.delivery_tag),
+                multiple=bool(method.multiple),
+                nack=isinstance(method, Basic.Nack),
+            )
 
-        def on_return(_ch: Channel, method: Basic.Return, _props: BasicProperties,
-                      body: bytes) -> None:
-            tracker.returned(str(method.exchange), str(method.routing_key), body,
-                             f"{method.reply_code} {method.reply_text}")
+        def on_return(
+            _ch: Channel, method: Basic.Return, _props: BasicProperties, body: bytes
+        ) -> None:
+            tracker.returned(
+                str(method.exchange),
+                str(method.routing_key),
+                body,
+                f"{method.reply_code} {method.reply_text}",
+            )
 
         selected: list[bool] = []
         impl.confirm_delivery(on_confirm, callback=lambda _frame: selected.append(True))
@@ -145,8 +154,9 @@ class RabbitMQTransport:
         with _translated():
             self._chan().exchange_declare(name, exchange_type=ExchangeType(kind), durable=True)
 
-    def declare_queue(self, name: str, *, dead_letter_exchange: str | None,
-                      max_length: int | None = None) -> None:
+    def declare_queue(
+        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+    ) -> None:
         arguments: dict[str, Any] = {}
         if dead_letter_exchange is not None:
             arguments["x-dead-letter-exchange"] = dead_letter_exchange
@@ -160,8 +170,9 @@ class RabbitMQTransport:
         with _translated():
             self._chan().queue_bind(queue, exchange, routing_key=routing_key)
 
-    def _delivery(self, queue: str, method: Basic.Deliver | Basic.GetOk,
-                  props: BasicProperties, body: bytes) -> Delivery:
+    def _delivery(
+        self, queue: str, method: Basic.Deliver | Basic.GetOk, props: BasicProperties, body: bytes
+    ) -> Delivery:
         return Delivery(
             tag=int(method.delivery_tag or 0),
             body=body,
@@ -226,7 +237,8 @@ class RabbitMQTransport:
                 # The broker closed the channel on refusing this one: the rest was not sent
                 # (the caller gives it back) and the next batch is published one by one too.
                 unsent = BrokerUnavailableError(
-                    "not sent: the broker closed the channel after refusing an earlier message")
+                    "not sent: the broker closed the channel after refusing an earlier message"
+                )
                 return results + [unsent] * (len(messages) - index - 1)
         self._serial = False
         return results
@@ -250,20 +262,27 @@ class RabbitMQTransport:
                 results[index] = PublishError(f"broker refused the message: {refused}")
         return results
 
-    def _write(self, messages: Sequence[Outgoing], results: list[Exception | None],
-               tags: dict[int, int]) -> None:
+    def _write(
+        self, messages: Sequence[Outgoing], results: list[Exception | None], tags: dict[int, int]
+    ) -> None:
         """Hand every message to the channel without waiting; `tags` maps index to tag."""
         impl = _impl(self._chan())
         for index, message in enumerate(messages):
             try:
-                impl.basic_publish(message.exchange, message.routing_key, message.body,
-                                   _properties(message), mandatory=message.mandatory)
+                impl.basic_publish(
+                    message.exchange,
+                    message.routing_key,
+                    message.body,
+                    _properties(message),
+                    mandatory=message.mandatory,
+                )
             except (pika.exceptions.ShortStringTooLong, pika.exceptions.BodyTooLongError) as exc:
                 # Raised while marshalling, before a byte is sent: no tag is used.
                 results[index] = PublishError(f"message not sendable: {exc!r}")
                 continue
-            tags[index] = self._tracker.sent(message.exchange, message.routing_key,
-                                             message.body, mandatory=message.mandatory)
+            tags[index] = self._tracker.sent(
+                message.exchange, message.routing_key, message.body, mandatory=message.mandatory
+            )
 
     def _await_confirms(self, results: list[Exception | None], tags: dict[int, int]) -> None:
         """Process broker I/O until every tag is settled (deliveries wait for `process`)."""
@@ -283,7 +302,8 @@ class RabbitMQTransport:
             del tags[unsettled[0]]
         if not tracker.is_settled(list(tags.values())):
             raise BrokerUnavailableError(
-                f"channel to {self._url} closed while waiting for publisher confirms")
+                f"channel to {self._url} closed while waiting for publisher confirms"
+            )
 
     def ack(self, delivery: Delivery, *, multiple: bool = False) -> bool:
         if delivery.generation != self._generation:
@@ -293,8 +313,14 @@ class RabbitMQTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        self.publish(dead_letter_copy(delivery, reason, dead_letter_exchange=dead_letter_exchange,
-                                      process_name=self._process_name))
+        self.publish(
+            dead_letter_copy(
+                delivery,
+                reason,
+                dead_letter_exchange=dead_letter_exchange,
+                process_name=self._process_name,
+            )
+        )
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

@@ -17,17 +17,23 @@ REASON_LIMIT = 4000
 """Characters of a dead-letter reason kept in its header."""
 
 
-def dead_letter_copy(delivery: Delivery, reason: str, *, dead_letter_exchange: str,
-                     process_name: str) -> Outgoing:
+def dead_letter_copy(
+    delivery: Delivery, reason: str, *, dead_letter_exchange: str, process_name: str
+) -> Outgoing:
     """The copy of `delivery` a transport publishes to the dead-letter exchange: its body and
     properties, its own headers less earlier sasflow ones, and why, where from and by whom."""
     headers = {k: v for k, v in delivery.headers.items() if not k.startswith("x-sasflow-")}
     headers[REASON_HEADER] = reason[:REASON_LIMIT]
     headers[SOURCE_HEADER] = delivery.queue
     headers[PROCESS_HEADER] = process_name
-    return Outgoing(exchange=dead_letter_exchange, routing_key=delivery.queue, body=delivery.body,
-                    headers=headers, correlation_id=delivery.correlation_id,
-                    reply_to=delivery.reply_to)
+    return Outgoing(
+        exchange=dead_letter_exchange,
+        routing_key=delivery.queue,
+        body=delivery.body,
+        headers=headers,
+        correlation_id=delivery.correlation_id,
+        reply_to=delivery.reply_to,
+    )
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,13 @@ class Names:
         return f"{self.namespace}.agent.{name}"
 
     def all_queues(self, agents: Iterable[str]) -> list[str]:
-        return [self.submit, self.replies, self.dead_letter_queue, self.dead_requests,
-                *(self.agent(a) for a in agents)]
+        return [
+            self.submit,
+            self.replies,
+            self.dead_letter_queue,
+            self.dead_requests,
+            *(self.agent(a) for a in agents),
+        ]
 
 
 def declare_common(transport: Transport, names: Names) -> None:
@@ -80,10 +91,12 @@ def declare_common(transport: Transport, names: Names) -> None:
     transport.declare_exchange(names.dead_letter_exchange, "topic")
     transport.declare_queue(names.dead_letter_queue, dead_letter_exchange=None)
     transport.bind_queue(names.dead_letter_queue, names.dead_letter_exchange, "#")
-    transport.declare_queue(names.dead_requests, dead_letter_exchange=None,
-                            max_length=DEAD_REQUESTS_MAX)
-    transport.bind_queue(names.dead_requests, names.dead_letter_exchange,
-                         f"{names.namespace}.agent.#")
+    transport.declare_queue(
+        names.dead_requests, dead_letter_exchange=None, max_length=DEAD_REQUESTS_MAX
+    )
+    transport.bind_queue(
+        names.dead_requests, names.dead_letter_exchange, f"{names.namespace}.agent.#"
+    )
     transport.declare_exchange(names.status, "topic")
     transport.declare_exchange(names.alerts, "topic")
     transport.declare_queue(names.submit, dead_letter_exchange=names.dead_letter_exchange)

@@ -37,8 +37,7 @@ def _work(call: Call, seconds: float) -> dict[str, Any]:
     """Simulated work that stops early when the agent shuts down or the deadline passes."""
     started = time.time()
     call.cancelled.wait(min(seconds, call.remaining()))
-    return {"started": started, "finished": time.time(),
-            "worker": threading.current_thread().name}
+    return {"started": started, "finished": time.time(), "worker": threading.current_thread().name}
 
 
 @analyzer.handler("probe")
@@ -46,8 +45,12 @@ def probe(call: Call) -> dict[str, Any]:
     source = call.input["source"]
     if not source.endswith((".mov", ".mp4", ".mkv")):
         raise PermanentError(f"not a video file: {source}")
-    return {"source": source, "duration_s": call.input.get("duration_s", 60), "fps": 25,
-            **_work(call, 0.05)}
+    return {
+        "source": source,
+        "duration_s": call.input.get("duration_s", 60),
+        "fps": 25,
+        **_work(call, 0.05),
+    }
 
 
 @transcoder.handler("transcode")
@@ -61,8 +64,7 @@ def transcode(call: Call) -> dict[str, Any]:
 @publisher.handler("package")
 def package(call: Call) -> dict[str, Any]:
     files = [r["file"] for r in call.input["renditions"]]
-    return {"manifest": f"{call.input['job']}/master.m3u8", "files": files,
-            **_work(call, 0.05)}
+    return {"manifest": f"{call.input['job']}/master.m3u8", "files": files, **_work(call, 0.05)}
 
 
 @publisher.handler("publish")
@@ -73,25 +75,48 @@ def publish(call: Call) -> dict[str, Any]:
 def _transcode_input(rendition: str) -> Callable[[StepContext], dict[str, Any]]:
     def build(ctx: StepContext) -> dict[str, Any]:
         return {"source": ctx.outputs["probe"]["source"], "rendition": rendition}
+
     return build
 
 
 def _package_input(ctx: StepContext) -> dict[str, Any]:
-    return {"job": ctx.business_key,
-            "renditions": [ctx.outputs[f"transcode-{r}"] for r in RENDITIONS]}
+    return {
+        "job": ctx.business_key,
+        "renditions": [ctx.outputs[f"transcode-{r}"] for r in RENDITIONS],
+    }
 
 
 def _publish_input(ctx: StepContext) -> dict[str, Any]:
     return {"manifest": ctx.outputs["package"]["manifest"]}
 
 
-media = Workflow("media", [
-    Step("probe", "analyzer", "probe", policy=POLICY),
-    *(Step(f"transcode-{r}", "transcoder", "transcode", after=("probe",),
-           input=_transcode_input(r), policy=POLICY) for r in RENDITIONS),
-    Step("package", "publisher", "package", after=tuple(f"transcode-{r}" for r in RENDITIONS),
-         input=_package_input, policy=POLICY),
-    Step("publish", "publisher", "publish", input=_publish_input, policy=POLICY),
-], version=1, output=lambda ctx: ctx.outputs["publish"])
+media = Workflow(
+    "media",
+    [
+        Step("probe", "analyzer", "probe", policy=POLICY),
+        *(
+            Step(
+                f"transcode-{r}",
+                "transcoder",
+                "transcode",
+                after=("probe",),
+                input=_transcode_input(r),
+                policy=POLICY,
+            )
+            for r in RENDITIONS
+        ),
+        Step(
+            "package",
+            "publisher",
+            "package",
+            after=tuple(f"transcode-{r}" for r in RENDITIONS),
+            input=_package_input,
+            policy=POLICY,
+        ),
+        Step("publish", "publisher", "publish", input=_publish_input, policy=POLICY),
+    ],
+    version=1,
+    output=lambda ctx: ctx.outputs["publish"],
+)
 
 registry = Registry(workflows=[media], agents=[analyzer, transcoder, publisher])

@@ -22,10 +22,20 @@ from sasflow.transport.topology import Names
 
 
 @click.command()
-@click.option("--orders", type=click.IntRange(MIN_ORDERS, 100_000), default=DEFAULT_ORDERS,
-              show_default=True, help="Orders to place.")
-@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True,
-              help="Seed of the scenario (which order meets which trouble).")
+@click.option(
+    "--orders",
+    type=click.IntRange(MIN_ORDERS, 100_000),
+    default=DEFAULT_ORDERS,
+    show_default=True,
+    help="Orders to place.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=DEFAULT_SEED,
+    show_default=True,
+    help="Seed of the scenario (which order meets which trouble).",
+)
 def main(orders: int, seed: int) -> None:
     """Publish the scenario's orders to the submission queue."""
     settings = Settings()
@@ -36,8 +46,7 @@ def main(orders: int, seed: int) -> None:
 
     prefix = f"shop-{uuid.uuid4().hex[:8]}-"
     try:
-        place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed),
-                     prefix)
+        place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed), prefix)
     except SasflowError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({"published": orders, "key_prefix": prefix}))

@@ -37,17 +37,19 @@ def send_welcome(call: Call) -> dict[str, Any]:
 
 
 def _welcome_input(ctx: StepContext) -> dict[str, Any]:
-    return {"email": ctx.outputs["account"]["email"],
-            "account": ctx.outputs["account"]["account"]}
+    return {"email": ctx.outputs["account"]["email"], "account": ctx.outputs["account"]["account"]}
 
 
 # Short deadlines so the tutorial moves fast: a silent agent is noticed after 3 s, retried
 # after 1 s then 2 s, and the third silent attempt fails the run.
 QUICK = StepPolicy(timeout=3, max_failures=3, backoff=Backoff(initial=1, maximum=5))
 
-signup = Workflow("signup", [
-    Step("account", "accounts", "create", policy=QUICK),
-    Step("welcome", "mailer", "send", input=_welcome_input, policy=QUICK),
-])
+signup = Workflow(
+    "signup",
+    [
+        Step("account", "accounts", "create", policy=QUICK),
+        Step("welcome", "mailer", "send", input=_welcome_input, policy=QUICK),
+    ],
+)
 
 registry = Registry(workflows=[signup], agents=[accounts, mailer])

@@ -22,10 +22,15 @@ def make_payments_agent(bank_url: str) -> Agent:
     def charge(call: Call) -> dict[str, Any]:
         body = {"amount": call.input["amount"], "currency": "EUR"}
         request = urllib.request.Request(  # noqa: S310 - the URL is the operator's setting
-            bank_url, data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json",
-                     # The same key on every attempt of this step: the bank charges once.
-                     "Idempotency-Key": call.idempotency_key})
+            bank_url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                # The same key on every attempt of this step: the bank charges once.
+                "Idempotency-Key": call.idempotency_key,
+            },
+        )
         try:
             # Never wait past the step's deadline: nobody would read the answer.
             with urllib.request.urlopen(request, timeout=call.remaining()) as response:  # noqa: S310

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 class Processes:
     """The `sasflow` processes of one test; all are killed at the end, whatever happens."""
 
-    def __init__(self, logs: Path, *, database_url: str, namespace: str,
-                 app: str = "tests.apps.basic") -> None:
+    def __init__(
+        self, logs: Path, *, database_url: str, namespace: str, app: str = "tests.apps.basic"
+    ) -> None:
         self.logs = logs
         self.env = {
             **os.environ,
@@ -35,15 +36,26 @@ class Processes:
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen([sys.executable, "-m", "sasflow", *args], env=self.env,
-                                       stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "sasflow", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
         self.started[name] = process
         return process
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sasflow", *args], env=self.env,
-                              capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                              check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "sasflow", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+            check=False,
+        )
 
     def signal(self, name: str, signum: int) -> None:
         self.started[name].send_signal(signum)
@@ -56,8 +68,11 @@ class Processes:
         assert not dead, f"processes exited early: {dead}; logs in {self.logs}"
 
     def assert_alive_except(self, *names: str) -> None:
-        dead = {n: p.returncode for n, p in self.started.items()
-                if n not in names and p.poll() is not None}
+        dead = {
+            n: p.returncode
+            for n, p in self.started.items()
+            if n not in names and p.poll() is not None
+        }
         assert not dead, f"processes exited early: {dead}; logs in {self.logs}"
 
     def log(self, name: str) -> str:

@@ -24,8 +24,14 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 def _submit(engine: Engine, names: Names, count: int, delay: float, prefix: str) -> None:
     with engine.begin() as conn:
         for i in range(count):
-            submit_run(conn, basic.registry, "sleepy", {"delay": delay}, key=f"{prefix}{i}",
-                       namespace=names.namespace)
+            submit_run(
+                conn,
+                basic.registry,
+                "sleepy",
+                {"delay": delay},
+                key=f"{prefix}{i}",
+                namespace=names.namespace,
+            )
 
 
 def test_scheduler_killed_mid_batch_loses_nothing(
@@ -44,8 +50,11 @@ def test_scheduler_killed_mid_batch_loses_nothing(
 
     def victim_holds_steps() -> bool:
         with engine.connect() as conn:
-            held = conn.execute(select(steps.c.id).where(
-                steps.c.state == "processing", steps.c.locked_by.contains(marker))).all()
+            held = conn.execute(
+                select(steps.c.id).where(
+                    steps.c.state == "processing", steps.c.locked_by.contains(marker)
+                )
+            ).all()
         # More than one batch: its first batch was published before it claimed the next.
         return len(held) > 10
 
@@ -58,35 +67,57 @@ def test_scheduler_killed_mid_batch_loses_nothing(
         if len(states) != 80:
             return False
         with engine.connect() as conn:
-            busy = conn.execute(select(steps.c.locked_by).where(
-                steps.c.state.in_(("pending", "processing")))).scalars().all()
+            busy = (
+                conn.execute(
+                    select(steps.c.locked_by).where(steps.c.state.in_(("pending", "processing")))
+                )
+                .scalars()
+                .all()
+            )
         # Settled: the only steps left in flight are the dead scheduler's undispatched ones.
         return all(marker in (holder or "") for holder in busy)
 
     harness.wait_for(settled, timeout=120, interval=0.2, what="the survivor settles")
     with engine.connect() as conn:
         run_rows = conn.execute(select(runs.c.id, runs.c.state)).all()
-        step_list = conn.execute(select(steps.c.id, steps.c.run_id, steps.c.state,
-                                        steps.c.locked_by, steps.c.attempt)).all()
-        dispatch = dict(conn.execute(select(events.c.step_id, events.c.actor).where(
-            events.c.to_state == "processing")).all())
-        applied = dict(conn.execute(select(events.c.step_id, events.c.actor).where(
-            events.c.to_state == "processed")).all())
+        step_list = conn.execute(
+            select(steps.c.id, steps.c.run_id, steps.c.state, steps.c.locked_by, steps.c.attempt)
+        ).all()
+        dispatch = dict(
+            conn.execute(
+                select(events.c.step_id, events.c.actor).where(events.c.to_state == "processing")
+            ).all()
+        )
+        applied = dict(
+            conn.execute(
+                select(events.c.step_id, events.c.actor).where(events.c.to_state == "processed")
+            ).all()
+        )
     assert {state for _, state in run_rows} <= {"running", "completed"}
     stranded = [s for s in step_list if s.state == "processing"]
     assert all(marker in s.locked_by for s in stranded)
     assert {s.run_id for s in stranded} == {r.id for r in run_rows if r.state == "running"}
     assert {s.attempt for s in step_list if s.state != "waiting"} == {1}
-    handed_over = [sid for sid, actor in dispatch.items()
-                   if marker in actor and sid in applied and marker not in applied[sid]]
+    handed_over = [
+        sid
+        for sid, actor in dispatch.items()
+        if marker in actor and sid in applied and marker not in applied[sid]
+    ]
     assert handed_over, "no reply of the killed scheduler's dispatches was applied by the other"
-    print(f"\n[acceptance] killed scheduler: {len(handed_over)} of its dispatched steps were "
-          f"completed through the survivor; {len(stranded)} left processing for the supervisor")
+    print(
+        f"\n[acceptance] killed scheduler: {len(handed_over)} of its dispatched steps were "
+        f"completed through the survivor; {len(stranded)} left processing for the supervisor"
+    )
     procs.start("scheduler-1b", "scheduler")
     _submit(engine, names, 5, delay=0, prefix="after")
-    harness.wait_for(lambda: sum(1 for s in harness.run_states(engine).values()
-                                 if s == "completed") >= len(run_rows) - len(stranded) + 5,
-                     timeout=60, what="new runs complete after the restart")
+    harness.wait_for(
+        lambda: (
+            sum(1 for s in harness.run_states(engine).values() if s == "completed")
+            >= len(run_rows) - len(stranded) + 5
+        ),
+        timeout=60,
+        what="new runs complete after the restart",
+    )
     with engine.connect() as conn:
         still = conn.execute(select(steps.c.id).where(steps.c.state == "processing")).all()
     assert len(still) == len(stranded), "a new incarnation took over another's claimed steps"
@@ -101,8 +132,11 @@ def _start_system_with_work_in_flight(engine: Engine, names: Names, procs: Proce
     procs.start("agent", "agent", "echo", "--concurrency", "8")
     time.sleep(2)
     _submit(engine, names, 60, delay=0.1, prefix="before")
-    harness.wait_for(lambda: "completed" in harness.run_states(engine).values(), timeout=30,
-                     what="work in flight")
+    harness.wait_for(
+        lambda: "completed" in harness.run_states(engine).values(),
+        timeout=30,
+        what="work in flight",
+    )
 
 
 @pytest.fixture
@@ -123,11 +157,16 @@ def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
     _submit(engine, names, 20, delay=0.1, prefix="during")
     subprocess.run([rabbitmq_app, "start_app"], capture_output=True, timeout=120, check=True)
     subprocess.run([rabbitmq_app, "await_startup"], capture_output=True, timeout=120, check=True)
-    submitted = procs.run("submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker",
-                          "--via-broker")
+    submitted = procs.run(
+        "submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker", "--via-broker"
+    )
     assert submitted.returncode == 0, submitted.stderr
-    harness.wait_for(harness.all_runs_in(engine, {"completed"}, 81), timeout=120, interval=0.2,
-                     what="every run completes after the broker came back")
+    harness.wait_for(
+        harness.all_runs_in(engine, {"completed"}, 81),
+        timeout=120,
+        interval=0.2,
+        what="every run completes after the broker came back",
+    )
     procs.assert_alive()
     with engine.connect() as conn:
         stuck = conn.execute(select(steps.c.id).where(steps.c.state != "processed")).all()
@@ -139,8 +178,9 @@ def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
 def postgres_cluster() -> Iterator[list[str]]:
     ctl = shutil.which("pg_ctlcluster")
     assert ctl is not None, "this test restarts the local PostgreSQL and needs pg_ctlcluster"
-    clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True,
-                              check=True, timeout=30).stdout.split()
+    clusters = subprocess.run(
+        ["pg_lsclusters", "-h"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split()
     command = [ctl, "--skip-systemctl-redirect", clusters[0], clusters[1]]
     yield command
     subprocess.run([*command, "start"], capture_output=True, timeout=120, check=False)
@@ -150,13 +190,19 @@ def test_postgresql_restart_during_a_run_processes_reconnect_and_runs_complete(
     engine: Engine, names: Names, procs: Processes, postgres_cluster: list[str]
 ) -> None:
     _start_system_with_work_in_flight(engine, names, procs)
-    subprocess.run([*postgres_cluster, "restart", "-m", "fast"], capture_output=True,
-                   timeout=120, check=True)
-    submitted = procs.run("submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker",
-                          "--via-broker")
+    subprocess.run(
+        [*postgres_cluster, "restart", "-m", "fast"], capture_output=True, timeout=120, check=True
+    )
+    submitted = procs.run(
+        "submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker", "--via-broker"
+    )
     assert submitted.returncode == 0, submitted.stderr
-    harness.wait_for(harness.all_runs_in(engine, {"completed"}, 61), timeout=120, interval=0.2,
-                     what="every run completes after the database came back")
+    harness.wait_for(
+        harness.all_runs_in(engine, {"completed"}, 61),
+        timeout=120,
+        interval=0.2,
+        what="every run completes after the database came back",
+    )
     procs.assert_alive()
     with engine.connect() as conn:
         attempts = conn.execute(select(steps.c.attempt).distinct()).scalars().all()

@@ -38,18 +38,25 @@ def test_agent_killed_mid_step_is_recovered_by_the_supervisor_and_another_agent(
     first = procs.start("agent-1", "agent", "remote")
     time.sleep(2)
     with engine.begin() as conn:
-        run = submit_run(conn, ops.registry, "killable", {"delay": 2}, key="k",
-                         namespace=names.namespace)
+        run = submit_run(
+            conn, ops.registry, "killable", {"delay": 2}, key="k", namespace=names.namespace
+        )
     harness.wait_for(lambda: len(_calls(remote_log)) == 1, what="the first agent starts")
     procs.signal("agent-1", signal.SIGKILL)
     assert procs.wait("agent-1") == -signal.SIGKILL
     # The broker requeues the killed agent's request; it expires unconsumed (its TTL is the
     # budget) while the supervisor finds the step past its deadline and makes it pending.
-    harness.wait_for(lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
-                     timeout=30, what="the supervisor reclaims the expired step")
+    harness.wait_for(
+        lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
+        timeout=30,
+        what="the supervisor reclaims the expired step",
+    )
     procs.start("agent-2", "agent", "remote")
-    harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "completed"},
-                     timeout=60, what="the run completes on the second agent")
+    harness.wait_for(
+        lambda: harness.run_states(engine) == {run.run_id: "completed"},
+        timeout=60,
+        what="the run completes on the second agent",
+    )
     calls = _calls(remote_log)
     assert len(calls) == 2
     assert calls[0]["key"] == calls[1]["key"], "the retry used another idempotency key"

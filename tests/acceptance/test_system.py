@@ -25,14 +25,21 @@ RUNS = 1000
 def _publish_submissions(names: Names, count: int, workflow: str = "pipeline") -> None:
     with services.broker_channel() as channel:
         channel.confirm_delivery()
-        channel.queue_declare(names.submit, durable=True,
-                              arguments={"x-dead-letter-exchange": names.dead_letter_exchange})
+        channel.queue_declare(
+            names.submit,
+            durable=True,
+            arguments={"x-dead-letter-exchange": names.dead_letter_exchange},
+        )
         for i in range(count):
-            body = json.dumps({"workflow": workflow, "key": f"order-{i}",
-                               "input": {"text": f"item {i}"}})
-            channel.basic_publish("", names.submit, body.encode(),
-                                  pika.BasicProperties(delivery_mode=2,
-                                                       content_type="application/json"))
+            body = json.dumps(
+                {"workflow": workflow, "key": f"order-{i}", "input": {"text": f"item {i}"}}
+            )
+            channel.basic_publish(
+                "",
+                names.submit,
+                body.encode(),
+                pika.BasicProperties(delivery_mode=2, content_type="application/json"),
+            )
 
 
 def test_two_schedulers_race_over_1000_runs_submitted_through_rabbitmq(
@@ -51,25 +58,43 @@ def test_two_schedulers_race_over_1000_runs_submitted_through_rabbitmq(
     procs.assert_alive()
     started = time.monotonic()
     _publish_submissions(names, RUNS)
-    cli = procs.run("submit", "pipeline", "--input", '{"text": "from the cli"}',
-                    "--key", "cli-1", "--via-broker")
+    cli = procs.run(
+        "submit",
+        "pipeline",
+        "--input",
+        '{"text": "from the cli"}',
+        "--key",
+        "cli-1",
+        "--via-broker",
+    )
     assert cli.returncode == 0, cli.stderr
-    harness.wait_for(harness.all_runs_in(engine, {"completed"}, RUNS + 1), timeout=240,
-                     interval=0.2, what=f"{RUNS + 1} runs completed")
+    harness.wait_for(
+        harness.all_runs_in(engine, {"completed"}, RUNS + 1),
+        timeout=240,
+        interval=0.2,
+        what=f"{RUNS + 1} runs completed",
+    )
     elapsed = time.monotonic() - started
     procs.assert_alive()
-    print(f"\n[acceptance] {RUNS + 1} two-step runs completed in {elapsed:.1f}s "
-          f"= {(RUNS + 1) / elapsed:.0f} runs/s (2 schedulers, 2 agents x 8 threads)")
+    print(
+        f"\n[acceptance] {RUNS + 1} two-step runs completed in {elapsed:.1f}s "
+        f"= {(RUNS + 1) / elapsed:.0f} runs/s (2 schedulers, 2 agents x 8 threads)"
+    )
 
     with engine.connect() as conn:
-        attempts = conn.execute(select(steps.c.attempt, func.count())
-                                .group_by(steps.c.attempt)).all()
+        attempts = conn.execute(
+            select(steps.c.attempt, func.count()).group_by(steps.c.attempt)
+        ).all()
         dispatches = conn.execute(
-            select(events.c.step_id, func.count()).where(events.c.to_state == "processing")
-            .group_by(events.c.step_id)).all()
+            select(events.c.step_id, func.count())
+            .where(events.c.to_state == "processing")
+            .group_by(events.c.step_id)
+        ).all()
         claimers = conn.execute(
-            select(events.c.actor, func.count()).where(events.c.to_state == "processing")
-            .group_by(events.c.actor)).all()
+            select(events.c.actor, func.count())
+            .where(events.c.to_state == "processing")
+            .group_by(events.c.actor)
+        ).all()
         completed_ids = set(conn.execute(select(runs.c.id)).scalars())
     assert attempts == [(1, 2 * (RUNS + 1))]
     assert len(dispatches) == 2 * (RUNS + 1)
@@ -87,8 +112,11 @@ def test_two_schedulers_race_over_1000_runs_submitted_through_rabbitmq(
 def test_sigterm_stops_every_process_cleanly_with_exit_code_0(
     engine: Engine, names: Names, procs: Processes
 ) -> None:
-    for name, args in {"submitter": ["submitter"], "scheduler": ["scheduler"],
-                       "agent": ["agent", "echo"]}.items():
+    for name, args in {
+        "submitter": ["submitter"],
+        "scheduler": ["scheduler"],
+        "agent": ["agent", "echo"],
+    }.items():
         procs.start(name, *args)
     time.sleep(2)
     procs.assert_alive()

@@ -36,19 +36,37 @@ def _joined(ctx: StepContext) -> Any:
 
 FAST = StepPolicy(timeout=10)
 
-pipeline = Workflow("pipeline", [
-    Step("a", "echo", "upper", policy=FAST),
-    Step("b", "echo", "length", input=_from_a, policy=FAST),
-])
+pipeline = Workflow(
+    "pipeline",
+    [
+        Step("a", "echo", "upper", policy=FAST),
+        Step("b", "echo", "length", input=_from_a, policy=FAST),
+    ],
+)
 
-diamond = Workflow("diamond", [
-    Step("start", "echo", "upper", policy=FAST),
-    Step("left", "echo", "upper", after=("start",), input=lambda c: c.outputs["start"],
-         policy=FAST),
-    Step("right", "echo", "length", after=("start",), input=lambda c: c.outputs["start"],
-         policy=FAST),
-    Step("end", "echo", "join", after=("left", "right"), input=_joined, policy=FAST),
-])
+diamond = Workflow(
+    "diamond",
+    [
+        Step("start", "echo", "upper", policy=FAST),
+        Step(
+            "left",
+            "echo",
+            "upper",
+            after=("start",),
+            input=lambda c: c.outputs["start"],
+            policy=FAST,
+        ),
+        Step(
+            "right",
+            "echo",
+            "length",
+            after=("start",),
+            input=lambda c: c.outputs["start"],
+            policy=FAST,
+        ),
+        Step("end", "echo", "join", after=("left", "right"), input=_joined, policy=FAST),
+    ],
+)
 
 
 @echo.handler("nap")
@@ -58,10 +76,18 @@ def nap(call: Call) -> dict[str, Any]:
     return {"delay": call.input.get("delay", 0), "key": call.idempotency_key}
 
 
-sleepy = Workflow("sleepy", [
-    Step("nap1", "echo", "nap", policy=StepPolicy(timeout=30)),
-    Step("nap2", "echo", "nap", input=lambda c: {"delay": c.run_input.get("delay", 0)},
-         policy=StepPolicy(timeout=30)),
-])
+sleepy = Workflow(
+    "sleepy",
+    [
+        Step("nap1", "echo", "nap", policy=StepPolicy(timeout=30)),
+        Step(
+            "nap2",
+            "echo",
+            "nap",
+            input=lambda c: {"delay": c.run_input.get("delay", 0)},
+            policy=StepPolicy(timeout=30),
+        ),
+    ],
+)
 
 registry = Registry([pipeline, diamond, sleepy], [echo])

@@ -20,8 +20,15 @@ remote = Agent("remote")
 def _record(call: Call) -> None:
     path = os.environ.get("SASFLOW_TEST_REMOTE_LOG")
     if path:
-        line = json.dumps({"key": call.idempotency_key, "attempt": call.attempt,
-                           "step": call.step, "action": call.action, "pid": os.getpid()})
+        line = json.dumps(
+            {
+                "key": call.idempotency_key,
+                "attempt": call.attempt,
+                "step": call.step,
+                "action": call.action,
+                "pid": os.getpid(),
+            }
+        )
         with open(path, "a", encoding="utf-8") as log:  # noqa: PTH123 - one line per call
             log.write(line + "\n")
 
@@ -44,20 +51,39 @@ def undo(call: Call) -> dict[str, Any]:
 def _after(previous: str) -> Any:
     def build(ctx: StepContext) -> Any:
         return {**ctx.run_input, "value": ctx.outputs[previous]["seen"]}
+
     return build
 
 
 QUICK = StepPolicy(timeout=10, max_failures=3, backoff=Backoff(initial=0.2, maximum=1))
 
-ops = Workflow("ops", [
-    Step("a", "remote", "call", policy=QUICK, input=lambda ctx: {
-        "value": ctx.run_input.get("value"), "delay": ctx.run_input.get("delay", 0)}),
-    Step("b", "remote", "call", policy=QUICK, input=_after("a")),
-])
+ops = Workflow(
+    "ops",
+    [
+        Step(
+            "a",
+            "remote",
+            "call",
+            policy=QUICK,
+            input=lambda ctx: {
+                "value": ctx.run_input.get("value"),
+                "delay": ctx.run_input.get("delay", 0),
+            },
+        ),
+        Step("b", "remote", "call", policy=QUICK, input=_after("a")),
+    ],
+)
 
-killable = Workflow("killable", [
-    Step("only", "remote", "call",
-         policy=StepPolicy(timeout=3, max_failures=3, backoff=Backoff(initial=0.2, maximum=1))),
-])
+killable = Workflow(
+    "killable",
+    [
+        Step(
+            "only",
+            "remote",
+            "call",
+            policy=StepPolicy(timeout=3, max_failures=3, backoff=Backoff(initial=0.2, maximum=1)),
+        ),
+    ],
+)
 
 registry = Registry([ops, killable], [remote])

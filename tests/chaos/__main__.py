@@ -25,22 +25,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     parser.add_argument("--runs", type=int, default=300, help="runs to submit (default 300)")
     parser.add_argument("--seed", type=int, default=1, help="fault schedule seed (default 1)")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds of faults (default: max(100, runs / 4))")
-    parser.add_argument("--heal-timeout", type=float, default=None,
-                        help="seconds allowed to settle after the faults "
-                             "(default: max(120, runs / 20))")
-    parser.add_argument("--logs", type=Path, default=None,
-                        help="keep the processes' logs in this directory")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of faults (default: max(100, runs / 4))",
+    )
+    parser.add_argument(
+        "--heal-timeout",
+        type=float,
+        default=None,
+        help="seconds allowed to settle after the faults (default: max(120, runs / 20))",
+    )
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="keep the processes' logs in this directory"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     config = ChaosConfig(
-        runs=args.runs, seed=args.seed,
+        runs=args.runs,
+        seed=args.seed,
         duration=args.duration if args.duration is not None else max(100.0, args.runs / 4),
-        heal_timeout=args.heal_timeout if args.heal_timeout is not None
+        heal_timeout=args.heal_timeout
+        if args.heal_timeout is not None
         else max(120.0, args.runs / 20),
-        logs=args.logs)
+        logs=args.logs,
+    )
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         report = run(config)

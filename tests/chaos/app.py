@@ -31,19 +31,36 @@ def call_remote(call: Call) -> dict[str, Any]:
     if not url:
         raise TransientError("SASFLOW_CHAOS_REMOTE_URL is not set")
     time.sleep(float((call.input or {}).get("work", 0)))
-    body = json.dumps({"key": call.idempotency_key, "step_id": call.step_id,
-                       "run_id": call.run_id, "step": call.step, "attempt": call.attempt,
-                       "pid": os.getpid()}).encode()
-    request = urllib.request.Request(url, data=body, method="POST",  # noqa: S310 - loopback
-                                     headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "key": call.idempotency_key,
+            "step_id": call.step_id,
+            "run_id": call.run_id,
+            "step": call.step,
+            "attempt": call.attempt,
+            "pid": os.getpid(),
+        }
+    ).encode()
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
-        with urllib.request.urlopen(request, timeout=max(0.1, min(3.0, call.remaining()))  # noqa: S310
-                                    ) as response:
+        with urllib.request.urlopen(  # noqa: S310
+            request,
+            timeout=max(0.1, min(3.0, call.remaining())),
+        ) as response:
             effect = json.loads(response.read())
     except (OSError, ValueError) as exc:
         raise TransientError(f"remote service unreachable: {exc}") from exc
-    return {"effect": effect["effect"], "attempt": call.attempt, "key": call.idempotency_key,
-            "step": call.step}
+    return {
+        "effect": effect["effect"],
+        "attempt": call.attempt,
+        "key": call.idempotency_key,
+        "step": call.step,
+    }
 
 
 @alpha.handler("reserve")
@@ -64,14 +81,23 @@ def ship(call: Call) -> dict[str, Any]:
 def _after(previous: str) -> Any:
     def build(ctx: StepContext) -> Any:
         return {"work": ctx.run_input.get("work", 0), "previous": ctx.outputs[previous]["effect"]}
+
     return build
 
 
-order = Workflow("chaos_order", [
-    Step("reserve", "alpha", "reserve", policy=POLICY,
-         input=lambda ctx: {"work": ctx.run_input.get("work", 0)}),
-    Step("charge", "beta", "charge", policy=POLICY, input=_after("reserve")),
-    Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
-])
+order = Workflow(
+    "chaos_order",
+    [
+        Step(
+            "reserve",
+            "alpha",
+            "reserve",
+            policy=POLICY,
+            input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
+        ),
+        Step("charge", "beta", "charge", policy=POLICY, input=_after("reserve")),
+        Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
+    ],
+)
 
 registry = Registry([order], [alpha, beta])

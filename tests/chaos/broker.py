@@ -29,19 +29,34 @@ class Publisher:
         self.channel: Any = None
 
     def _ensure(self) -> Any:
-        if self.connection is None or self.connection.is_closed or self.channel is None \
-                or self.channel.is_closed:
+        if (
+            self.connection is None
+            or self.connection.is_closed
+            or self.channel is None
+            or self.channel.is_closed
+        ):
             self.close()
             self.connection = pika.BlockingConnection(self.parameters)
             self.channel = self.connection.channel()
             self.channel.confirm_delivery()
         return self.channel
 
-    def publish(self, queue: str, body: bytes, *, headers: dict[str, Any] | None = None,
-                deadline: float, correlation_id: str | None = None) -> bool:
+    def publish(
+        self,
+        queue: str,
+        body: bytes,
+        *,
+        headers: dict[str, Any] | None = None,
+        deadline: float,
+        correlation_id: str | None = None,
+    ) -> bool:
         """Publish until the broker confirms it or `deadline` (monotonic) passes."""
-        properties = pika.BasicProperties(content_type="application/json", delivery_mode=2,
-                                          headers=headers, correlation_id=correlation_id)
+        properties = pika.BasicProperties(
+            content_type="application/json",
+            delivery_mode=2,
+            headers=headers,
+            correlation_id=correlation_id,
+        )
         while time.monotonic() < deadline:
             try:
                 self._ensure().basic_publish("", queue, body, properties, mandatory=True)
@@ -81,6 +96,10 @@ def drain(url: str, queue: str, *, timeout: float = 30.0) -> list[DeadLetter]:
             method, properties, body = channel.basic_get(queue, auto_ack=True)
             if method is None:
                 break
-            found.append(DeadLetter(dict((properties.headers if properties else None) or {}),
-                                    body.encode() if isinstance(body, str) else body or b""))
+            found.append(
+                DeadLetter(
+                    dict((properties.headers if properties else None) or {}),
+                    body.encode() if isinstance(body, str) else body or b"",
+                )
+            )
     return found

@@ -61,13 +61,24 @@ class Report:
 def _runs_and_steps(engine: Engine) -> tuple[list[Any], list[Any], dict[int, list[Any]]]:
     with engine.connect() as conn:
         run_rows = conn.execute(select(runs.c.id, runs.c.business_key, runs.c.state)).all()
-        step_rows = conn.execute(select(
-            steps.c.id, steps.c.run_id, steps.c.name, steps.c.state, steps.c.attempt,
-            steps.c.failure_count, steps.c.idempotency_key, steps.c.output)).all()
+        step_rows = conn.execute(
+            select(
+                steps.c.id,
+                steps.c.run_id,
+                steps.c.name,
+                steps.c.state,
+                steps.c.attempt,
+                steps.c.failure_count,
+                steps.c.idempotency_key,
+                steps.c.output,
+            )
+        ).all()
         processed: dict[int, list[Any]] = defaultdict(list)
-        for row in conn.execute(select(events.c.step_id, events.c.attempt, events.c.created_at)
-                                .where(events.c.entity == "step",
-                                       events.c.to_state == "processed")):
+        for row in conn.execute(
+            select(events.c.step_id, events.c.attempt, events.c.created_at).where(
+                events.c.entity == "step", events.c.to_state == "processed"
+            )
+        ):
             processed[row.step_id].append(row)
     return list(run_rows), list(step_rows), processed
 
@@ -92,16 +103,23 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
     report.lines.append(
         f"runs: {len(keys)} submitted (+{seen.submissions.duplicates} duplicate submissions, "
         f"{len(seen.submissions.unconfirmed)} never confirmed), {len(run_rows)} found, "
-        f"states {dict(states)}; healed in {seen.heal_seconds:.1f}s")
+        f"states {dict(states)}; healed in {seen.heal_seconds:.1f}s"
+    )
 
     # 1. No submitted run lost (and none invented), every one completed.
     lost = sorted(keys - by_key.keys())
     extra = sorted(by_key.keys() - keys - set(seen.submissions.unconfirmed))
-    report.check("no submitted run lost", not lost and not extra,
-                 f"{len(lost)} lost {lost[:5]}, {len(extra)} unexpected {extra[:5]}")
+    report.check(
+        "no submitted run lost",
+        not lost and not extra,
+        f"{len(lost)} lost {lost[:5]}, {len(extra)} unexpected {extra[:5]}",
+    )
     unfinished = [r.business_key for r in run_rows if r.state != "completed"]
-    report.check("every run completed after healing", seen.healed and not unfinished,
-                 f"{len(unfinished)} not completed {unfinished[:5]}")
+    report.check(
+        "every run completed after healing",
+        seen.healed and not unfinished,
+        f"{len(unfinished)} not completed {unfinished[:5]}",
+    )
 
     # 2. Effects at the remote service: once per step, whatever the re-executions.
     keys_per_step: dict[int, set[str]] = defaultdict(set)
@@ -113,29 +131,40 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
     deduplicated = sum(1 for c in seen.calls if c.deduplicated)
     report.lines.append(
         f"remote service: {len(seen.calls)} calls, {len(seen.effects)} effects applied, "
-        f"{raw} raw re-executions (all {deduplicated} answered from the idempotency record)")
+        f"{raw} raw re-executions (all {deduplicated} answered from the idempotency record)"
+    )
     double = [s for s, k in keys_per_step.items() if len(k) > 1]
     shared = [k for k, s in steps_per_key.items() if len(s) > 1]
-    report.check("no effect applied twice for one step", not double and not shared,
-                 f"{len(double)} steps called with several keys {double[:5]}, "
-                 f"{len(shared)} keys shared by several steps")
+    report.check(
+        "no effect applied twice for one step",
+        not double and not shared,
+        f"{len(double)} steps called with several keys {double[:5]}, "
+        f"{len(shared)} keys shared by several steps",
+    )
     mismatched = []
     for row in step_rows:
         if row.state != "processed":
             continue
         effect = seen.effects.get(row.idempotency_key)
         output = row.output or {}
-        if effect is None or output.get("effect") != effect["effect"] \
-                or output.get("key") != row.idempotency_key:
+        if (
+            effect is None
+            or output.get("effect") != effect["effect"]
+            or output.get("key") != row.idempotency_key
+        ):
             mismatched.append(row.id)
-    report.check("every processed step holds its key's one effect", not mismatched,
-                 f"{len(mismatched)} mismatched {mismatched[:5]}")
+    report.check(
+        "every processed step holds its key's one effect",
+        not mismatched,
+        f"{len(mismatched)} mismatched {mismatched[:5]}",
+    )
 
     # 3. Nothing left processing past its deadline plus the sweep interval.
-    report.check("nothing left processing past deadline + sweep interval",
-                 seen.past_deadline_max == 0 and seen.past_deadline_final == 0,
-                 f"max {seen.past_deadline_max} while healing, {seen.past_deadline_final} "
-                 "at the end")
+    report.check(
+        "nothing left processing past deadline + sweep interval",
+        seen.past_deadline_max == 0 and seen.past_deadline_final == 0,
+        f"max {seen.past_deadline_max} while healing, {seen.past_deadline_final} at the end",
+    )
 
     # 4. No completion accepted from a superseded attempt.
     attempts_called = {(c.step_id, c.attempt) for c in seen.calls}
@@ -149,26 +178,31 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
         accepted = processed.get(row.id, [])
         if len(accepted) != 1:
             twice.append(row.id)
-        if output.get("attempt") != row.attempt or any(e.attempt != row.attempt
-                                                       for e in accepted):
+        if output.get("attempt") != row.attempt or any(e.attempt != row.attempt for e in accepted):
             superseded.append(row.id)
         if (row.id, output.get("attempt")) not in attempts_called:
             uncalled.append(row.id)
     retried = sum(1 for r in step_rows if r.attempt > 1)
-    report.check("no completion accepted from a superseded attempt",
-                 not superseded and not stale_accepted and not twice and not uncalled,
-                 f"{retried} steps ran >1 attempt; {len(superseded)} completed by an older "
-                 f"attempt, {len(stale_accepted)} of {seen.stale_sent} injected stale replies "
-                 f"accepted, {len(twice)} completed twice, {len(uncalled)} completed by an "
-                 "attempt the service never saw")
+    report.check(
+        "no completion accepted from a superseded attempt",
+        not superseded and not stale_accepted and not twice and not uncalled,
+        f"{retried} steps ran >1 attempt; {len(superseded)} completed by an older "
+        f"attempt, {len(stale_accepted)} of {seen.stale_sent} injected stale replies "
+        f"accepted, {len(twice)} completed twice, {len(uncalled)} completed by an "
+        "attempt the service never saw",
+    )
 
     # 5. No process crash-looping.
     loops = [s.name for s in seen.slots if s.crash_looping()]
     restarts = ", ".join(
         f"{s.name}={s.starts - 1}"
-        + (f"({sum(1 for e in s.exits if not e.expected)} unexpected)"
-           if any(not e.expected for e in s.exits) else "")
-        for s in seen.slots)
+        + (
+            f"({sum(1 for e in s.exits if not e.expected)} unexpected)"
+            if any(not e.expected for e in s.exits)
+            else ""
+        )
+        for s in seen.slots
+    )
     report.check("no process crash-looping", not loops, f"restarts: {restarts}; looping: {loops}")
 
     # 6. Every poison message dead-lettered with a reason.
@@ -181,16 +215,22 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
             reasons[marker.decode() if isinstance(marker, bytes) else marker] = text
     missing = [p for p in seen.poison if not reasons.get(p.id)]
     by_queue = Counter(p.queue.rsplit(".", 1)[-1] for p in seen.poison)
-    report.check("every poison message dead-lettered with a reason", not missing,
-                 f"{len(seen.poison)} injected {dict(by_queue)}, "
-                 f"{len(seen.poison) - len(missing)} dead-lettered with a reason; missing: "
-                 f"{[(p.queue, p.kind) for p in missing[:5]]}")
+    report.check(
+        "every poison message dead-lettered with a reason",
+        not missing,
+        f"{len(seen.poison)} injected {dict(by_queue)}, "
+        f"{len(seen.poison) - len(missing)} dead-lettered with a reason; missing: "
+        f"{[(p.queue, p.kind) for p in missing[:5]]}",
+    )
 
     # 7. The fault schedule ran.
     kinds = Counter(i.fault.kind for i in seen.injected if i.done)
-    report.check("faults carried out", not seen.fault_errors,
-                 f"{sum(kinds.values())} faults {dict(sorted(kinds.items()))}; "
-                 f"errors: {seen.fault_errors[:3]}")
+    report.check(
+        "faults carried out",
+        not seen.fault_errors,
+        f"{sum(kinds.values())} faults {dict(sorted(kinds.items()))}; "
+        f"errors: {seen.fault_errors[:3]}",
+    )
     report.figures["faults"] = dict(kinds)
     report.figures["missing_fault_types"] = sorted(set(ALL_FAULTS) - kinds.keys())
 
@@ -204,20 +244,26 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
             if record.in_flight:
                 settled[record.fault.kind].append(record.settled)
             lasted[record.fault.kind].append(record.ended - record.started)
-    report.lines.append("recovery per fault type, seconds from the fault's start (median/max; "
-                        "'never' = not within the probe timeout; settled: faults that found "
-                        "steps in flight):")
-    report.lines.append(f"    {'fault':<16} {'n':>3} {'lasted':>13} {'next step done':>17} "
-                        f"  {'in-flight settled (faults with some)'}")
+    report.lines.append(
+        "recovery per fault type, seconds from the fault's start (median/max; "
+        "'never' = not within the probe timeout; settled: faults that found "
+        "steps in flight):"
+    )
+    report.lines.append(
+        f"    {'fault':<16} {'n':>3} {'lasted':>13} {'next step done':>17} "
+        f"  {'in-flight settled (faults with some)'}"
+    )
     for kind in sorted(recovery):
         report.lines.append(
             f"    {kind:<16} {len(recovery[kind]):>3} {_stats(lasted[kind]):>13} "
-            f"{_stats(recovery[kind]):>17} {len(settled[kind]):>3}: {_stats(settled[kind]):<14}")
+            f"{_stats(recovery[kind]):>17} {len(settled[kind]):>3}: {_stats(settled[kind]):<14}"
+        )
     report.figures["recovery_max"] = {
-        k: max((v for v in values if v is not None), default=None)
-        for k, values in recovery.items()}
+        k: max((v for v in values if v is not None), default=None) for k, values in recovery.items()
+    }
     report.figures["never_recovered"] = sorted(
-        k for k, values in recovery.items() if None in values)
+        k for k, values in recovery.items() if None in values
+    )
     report.figures["runs"] = len(keys)
     report.figures["calls"] = len(seen.calls)
     return report

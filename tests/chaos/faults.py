@@ -13,13 +13,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-PROCESS_FAULTS = ("kill_agent", "stop_agent", "kill_scheduler", "stop_scheduler",
-                  "kill_supervisor", "stop_supervisor", "kill_submitter")
+PROCESS_FAULTS = (
+    "kill_agent",
+    "stop_agent",
+    "kill_scheduler",
+    "stop_scheduler",
+    "kill_supervisor",
+    "stop_supervisor",
+    "kill_submitter",
+)
 SERVICE_FAULTS = ("rabbit_stop_app", "rabbit_kill", "pg_restart")
 MESSAGE_FAULTS = ("poison", "duplicates", "stale_replies")
 ALL_FAULTS = PROCESS_FAULTS + SERVICE_FAULTS + MESSAGE_FAULTS
-WEIGHTS = {**dict.fromkeys(PROCESS_FAULTS, 4), **dict.fromkeys(SERVICE_FAULTS, 1),
-           **dict.fromkeys(MESSAGE_FAULTS, 2)}
+WEIGHTS = {
+    **dict.fromkeys(PROCESS_FAULTS, 4),
+    **dict.fromkeys(SERVICE_FAULTS, 1),
+    **dict.fromkeys(MESSAGE_FAULTS, 2),
+}
 
 
 @dataclass(frozen=True)
@@ -119,10 +129,12 @@ class Injector:
             except Exception as exc:  # noqa: BLE001 - reported like a failed fault
                 self.errors.append(f"measuring {fault.kind}: {type(exc).__name__}: {exc}")
             self.injected.append(record)
-            self.log(f"fault {fault.kind:<16} {fault.target:<12} "
-                     f"{record.ended - started:5.1f}s recovered {_seconds(record.recovery)} "
-                     f"settled {_seconds(record.settled)} ({record.in_flight} in flight)  "
-                     f"{note}")
+            self.log(
+                f"fault {fault.kind:<16} {fault.target:<12} "
+                f"{record.ended - started:5.1f}s recovered {_seconds(record.recovery)} "
+                f"settled {_seconds(record.settled)} ({record.in_flight} in flight)  "
+                f"{note}"
+            )
 
     def progress(self) -> float:
         """Share of the schedule done: a fault counts once started, and the planned gap after
@@ -131,8 +143,11 @@ class Injector:
             return 1.0
         if self.started_count == 0:
             return 0.0
-        gap = self.faults[0].at if len(self.faults) == 1 else \
-            (self.faults[-1].at - self.faults[0].at) / (len(self.faults) - 1)
+        gap = (
+            self.faults[0].at
+            if len(self.faults) == 1
+            else (self.faults[-1].at - self.faults[0].at) / (len(self.faults) - 1)
+        )
         into = min(1.0, (time.monotonic() - self.last_start) / max(gap, 0.1))
         return min(1.0, (self.started_count - 1 + into) / len(self.faults))
 

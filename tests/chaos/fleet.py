@@ -43,8 +43,10 @@ class Slot:
 
     def crash_looping(self) -> bool:
         unexpected = [e.at for e in self.exits if not e.expected]
-        return any(sum(1 for u in unexpected if t <= u < t + CRASH_LOOP_WINDOW)
-                   >= CRASH_LOOP_EXITS for t in unexpected)
+        return any(
+            sum(1 for u in unexpected if t <= u < t + CRASH_LOOP_WINDOW) >= CRASH_LOOP_EXITS
+            for t in unexpected
+        )
 
 
 class Fleet:
@@ -70,9 +72,14 @@ class Fleet:
 
     def _spawn(self, slot: Slot) -> None:
         with (self.logs / f"{slot.name}.log").open("ab") as log:
-            slot.process = subprocess.Popen(slot.argv, env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, cwd=self.cwd,
-                                            stdin=subprocess.DEVNULL)
+            slot.process = subprocess.Popen(
+                slot.argv,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+            )
         slot.starts += 1
         slot.restart_at = None
         slot.kill_expected = False
@@ -128,8 +135,10 @@ class Fleet:
 
     def all_running(self) -> bool:
         with self.lock:
-            return all(s.process is not None and s.process.poll() is None and not s.paused
-                       for s in self.slots.values())
+            return all(
+                s.process is not None and s.process.poll() is None and not s.paused
+                for s in self.slots.values()
+            )
 
     def stop(self) -> None:
         """SIGCONT what is paused, SIGTERM everything, SIGKILL what is left after 20 s."""
@@ -137,8 +146,11 @@ class Fleet:
         if self.watcher.is_alive():
             self.watcher.join(5)
         with self.lock:
-            running = [s.process for s in self.slots.values()
-                       if s.process is not None and s.process.poll() is None]
+            running = [
+                s.process
+                for s in self.slots.values()
+                if s.process is not None and s.process.poll() is None
+            ]
             for slot in self.slots.values():
                 if slot.paused and slot.process is not None and slot.process.poll() is None:
                     slot.process.send_signal(signal.SIGCONT)

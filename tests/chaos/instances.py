@@ -31,15 +31,25 @@ def free_port() -> int:
         return port
 
 
-def _run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-         check: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run a control command; servers it starts must log to files (they would hold our pipes
     open otherwise)."""
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     if check and done.returncode != 0:
-        raise ServiceError(f"{' '.join(argv)} exited {done.returncode}: "
-                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+        raise ServiceError(
+            f"{' '.join(argv)} exited {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()[-2000:]}"
+        )
     return done
 
 
@@ -60,8 +70,11 @@ class PostgresInstance:
     """
 
     def __init__(self, root: Path) -> None:
-        versions = sorted((p.name for p in PG_ROOT.iterdir() if (p / "bin/initdb").exists()),
-                          key=float) if PG_ROOT.is_dir() else []
+        versions = (
+            sorted((p.name for p in PG_ROOT.iterdir() if (p / "bin/initdb").exists()), key=float)
+            if PG_ROOT.is_dir()
+            else []
+        )
         if not versions:
             raise ServiceError(f"no PostgreSQL binaries under {PG_ROOT}")
         if shutil.which("runuser") is None:
@@ -80,34 +93,107 @@ class PostgresInstance:
         for folder in (self.data, self.sockets):
             folder.mkdir(parents=True)
             shutil.chown(folder, "postgres", "postgres")
-        self._as_postgres(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust",
-                          "-U", "postgres", "-E", "UTF8", "--no-instructions")
-        options = (f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=on -c synchronous_commit=on -c max_connections=200")
+        self._as_postgres(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
+        options = (
+            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
+            "-c fsync=on -c synchronous_commit=on -c max_connections=200"
+        )
         self.started = True
-        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
-                          "-l", str(self.data / "server.log"), "-o", options, "start")
-        self._as_postgres(str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
-                          "-U", "postgres", "sasflow")
+        self._as_postgres(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.data / "server.log"),
+            "-o",
+            options,
+            "start",
+        )
+        self._as_postgres(
+            str(self.bin / "createdb"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "sasflow",
+        )
 
     def restart_immediate(self) -> None:
-        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
-                          "-l", str(self.data / "server.log"), "-m", "immediate", "restart")
+        self._as_postgres(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.data / "server.log"),
+            "-m",
+            "immediate",
+            "restart",
+        )
 
     def ensure_running(self) -> None:
-        done = subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / "pg_ctl"),
-                               "-D", str(self.data), "status"], capture_output=True,
-                              timeout=30, check=False)
+        done = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "status",
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
         if done.returncode != 0:
-            self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
-                              "-l", str(self.data / "server.log"), "start")
+            self._as_postgres(
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(self.data / "server.log"),
+                "start",
+            )
 
     def stop(self) -> None:
         if self.started:
             self.started = False
             with contextlib.suppress(ServiceError, subprocess.TimeoutExpired):
-                self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.data), "-w",
-                                  "-t", "30", "-m", "immediate", "stop", timeout=60)
+                self._as_postgres(
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-w",
+                    "-t",
+                    "30",
+                    "-m",
+                    "immediate",
+                    "stop",
+                    timeout=60,
+                )
 
 
 class RabbitInstance:
@@ -161,16 +247,21 @@ class RabbitInstance:
         (self.root / "rabbitmq.conf").write_text(
             f"listeners.tcp.local = 127.0.0.1:{self.port}\n"
             "log.console = false\n"
-            "log.file.level = warning\n")
+            "log.file.level = warning\n"
+        )
 
-    def ctl(self, *args: str, timeout: float = 120, check: bool = True
-            ) -> subprocess.CompletedProcess[str]:
+    def ctl(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return _run([*self.ctl_base, *args], env=self.env, timeout=timeout, check=check)
 
     def _boot(self) -> None:
         _run([str(RABBIT_BIN / "rabbitmq-server"), "-detached"], env=self.env, timeout=60)
-        _wait(lambda: self.ctl("ping", "--timeout", "5", check=False).returncode == 0,
-              timeout=90, what=f"RabbitMQ node {self.node} to answer")
+        _wait(
+            lambda: self.ctl("ping", "--timeout", "5", check=False).returncode == 0,
+            timeout=90,
+            what=f"RabbitMQ node {self.node} to answer",
+        )
         self.ctl("await_startup", "--timeout", "90", timeout=100)
         self.os_pid = int(self.ctl("eval", "os:getpid().").stdout.strip().strip('"'))
         self._check_ours(self.os_pid)

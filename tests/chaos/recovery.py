@@ -18,8 +18,12 @@ def in_flight(engine: Engine) -> set[tuple[int, int]]:
     """The (step id, attempt) pairs processing now; empty if the store is unreachable."""
     try:
         with engine.connect() as conn:
-            return {(r.id, r.attempt) for r in conn.execute(
-                select(steps.c.id, steps.c.attempt).where(steps.c.state == "processing"))}
+            return {
+                (r.id, r.attempt)
+                for r in conn.execute(
+                    select(steps.c.id, steps.c.attempt).where(steps.c.state == "processing")
+                )
+            }
     except SQLAlchemyError:
         return set()
 
@@ -28,8 +32,9 @@ class SettleWatch(threading.Thread):
     """Watches, from the fault's start, until every step that was in flight then is finished
     or re-queued (no longer processing under the same attempt)."""
 
-    def __init__(self, engine: Engine, steps_in_flight: set[tuple[int, int]],
-                 timeout: float) -> None:
+    def __init__(
+        self, engine: Engine, steps_in_flight: set[tuple[int, int]], timeout: float
+    ) -> None:
         super().__init__(name="chaos-settle", daemon=True)
         self.engine = engine
         self.steps_in_flight = steps_in_flight
@@ -41,9 +46,14 @@ class SettleWatch(threading.Thread):
         while time.monotonic() < self.deadline:
             try:
                 with self.engine.connect() as conn:
-                    still = {(r.id, r.attempt) for r in conn.execute(
-                        select(steps.c.id, steps.c.attempt).where(
-                            steps.c.id.in_(ids), steps.c.state == "processing"))}
+                    still = {
+                        (r.id, r.attempt)
+                        for r in conn.execute(
+                            select(steps.c.id, steps.c.attempt).where(
+                                steps.c.id.in_(ids), steps.c.state == "processing"
+                            )
+                        )
+                    }
             except SQLAlchemyError:
                 still = self.steps_in_flight
             if not still & self.steps_in_flight:
@@ -66,8 +76,12 @@ def first_step_done(engine: Engine, key: str, timeout: float) -> float | None:
                 first = conn.execute(
                     select(func.extract("epoch", events.c.created_at))
                     .join(runs, runs.c.id == events.c.run_id)
-                    .where(runs.c.business_key == key, events.c.entity == "step",
-                           events.c.to_state == "processed")).scalar()
+                    .where(
+                        runs.c.business_key == key,
+                        events.c.entity == "step",
+                        events.c.to_state == "processed",
+                    )
+                ).scalar()
         except SQLAlchemyError:
             first = None
         if first is not None:

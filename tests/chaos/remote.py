@@ -39,13 +39,24 @@ class Ledger:
         key = str(request["key"])
         with self.lock:
             effect = self.effects.get(key)
-            self.calls.append(RemoteCall(
-                key=key, step_id=int(request["step_id"]), run_id=int(request["run_id"]),
-                step=str(request["step"]), attempt=int(request["attempt"]),
-                pid=int(request["pid"]), at=time.time(), deduplicated=effect is not None))
+            self.calls.append(
+                RemoteCall(
+                    key=key,
+                    step_id=int(request["step_id"]),
+                    run_id=int(request["run_id"]),
+                    step=str(request["step"]),
+                    attempt=int(request["attempt"]),
+                    pid=int(request["pid"]),
+                    at=time.time(),
+                    deduplicated=effect is not None,
+                )
+            )
             if effect is None:
-                effect = {"effect": len(self.effects) + 1, "step_id": int(request["step_id"]),
-                          "first_attempt": int(request["attempt"])}
+                effect = {
+                    "effect": len(self.effects) + 1,
+                    "step_id": int(request["step_id"]),
+                    "first_attempt": int(request["attempt"]),
+                }
                 self.effects[key] = effect
             return dict(effect)
 
@@ -84,8 +95,9 @@ class RemoteService:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self.ledger))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="chaos-remote",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="chaos-remote", daemon=True
+        )
 
     def start(self) -> None:
         self.thread.start()

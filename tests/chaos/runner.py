@@ -84,14 +84,16 @@ class ChaosRun:
     # -- setup ---------------------------------------------------------------------------
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ,
-                "SASFLOW_DATABASE_URL": self.postgres.url,
-                "SASFLOW_BROKER_URL": self.rabbit.url,
-                "SASFLOW_NAMESPACE": self.names.namespace,
-                "SASFLOW_APP": "tests.chaos.app",
-                "SASFLOW_CHAOS_REMOTE_URL": self.remote.url,
-                "PYTHONPATH": str(REPO),
-                "PYTHONUNBUFFERED": "1"}
+        return {
+            **os.environ,
+            "SASFLOW_DATABASE_URL": self.postgres.url,
+            "SASFLOW_BROKER_URL": self.rabbit.url,
+            "SASFLOW_NAMESPACE": self.names.namespace,
+            "SASFLOW_APP": "tests.chaos.app",
+            "SASFLOW_CHAOS_REMOTE_URL": self.remote.url,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def start(self) -> None:
         started = time.monotonic()
@@ -99,35 +101,53 @@ class ChaosRun:
             self.postgres.start()
             self.rabbit.start()
         except (ServiceError, OSError, subprocess.TimeoutExpired) as exc:
-            raise ServiceError(f"the chaos suite could not start its own service instances: "
-                               f"{exc}") from exc
+            raise ServiceError(
+                f"the chaos suite could not start its own service instances: {exc}"
+            ) from exc
         self.remote.start()
         env = self._env()
-        subprocess.run([sys.executable, "-m", "sasflow", "db", "upgrade"], env=env, cwd=REPO,
-                       check=True, capture_output=True, timeout=120)
-        self.engine = make_engine(self.postgres.url, application_name="sasflow-chaos",
-                                  pool_size=2)
+        subprocess.run(
+            [sys.executable, "-m", "sasflow", "db", "upgrade"],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self.engine = make_engine(self.postgres.url, application_name="sasflow-chaos", pool_size=2)
         fleet = Fleet(self.logs, env, REPO)
         fleet.add("submitter", "submitter")
         for n in (1, 2):
             fleet.add(f"scheduler-{n}", "scheduler", "--rescan-interval", "0.5")
-            fleet.add(f"supervisor-{n}", "supervisor", "--interval", str(SUPERVISOR_INTERVAL),
-                      "--lease-ttl", "3")
+            fleet.add(
+                f"supervisor-{n}",
+                "supervisor",
+                "--interval",
+                str(SUPERVISOR_INTERVAL),
+                "--lease-ttl",
+                "3",
+            )
         for agent in AGENTS:
             for n in range(1, self.config.agents_per_name + 1):
                 fleet.add(f"{agent}-{n}", "agent", agent, "--concurrency", "4")
         self.fleet = fleet
         fleet.start()
-        self.say(f"[chaos] services and {len(fleet.slots)} processes up in "
-                 f"{time.monotonic() - started:.1f}s (postgres :{self.postgres.port}, "
-                 f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace})")
+        self.say(
+            f"[chaos] services and {len(fleet.slots)} processes up in "
+            f"{time.monotonic() - started:.1f}s (postgres :{self.postgres.port}, "
+            f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace})"
+        )
 
     # -- faults --------------------------------------------------------------------------
 
     def _slots_by_role(self) -> dict[str, list[str]]:
         assert self.fleet is not None
-        roles: dict[str, list[str]] = {"agent": [], "scheduler": [], "supervisor": [],
-                                       "submitter": []}
+        roles: dict[str, list[str]] = {
+            "agent": [],
+            "scheduler": [],
+            "supervisor": [],
+            "submitter": [],
+        }
         for name in self.fleet.slots:
             role = name.split("-")[0]
             roles["agent" if role in AGENTS else role].append(name)
@@ -140,8 +160,9 @@ class ChaosRun:
         watch.start()
         return watch
 
-    def _recovery(self, record: Injected, watch: object, driver: Driver,
-                  publisher: Publisher) -> None:
+    def _recovery(
+        self, record: Injected, watch: object, driver: Driver, publisher: Publisher
+    ) -> None:
         """Submit a probe run once the fault is over and wait (bounded) for its first step;
         collect when the steps in flight at the fault's start had settled."""
         assert self.engine is not None
@@ -156,8 +177,7 @@ class ChaosRun:
             if record.in_flight:
                 record.settled = None if settled is None else settled - record.started
 
-    def _actions(self, driver: Driver, publisher: Publisher
-                 ) -> dict[str, Callable[[Fault], str]]:
+    def _actions(self, driver: Driver, publisher: Publisher) -> dict[str, Callable[[Fault], str]]:
         assert self.fleet is not None
         assert self.engine is not None
         fleet, engine = self.fleet, self.engine
@@ -205,8 +225,11 @@ class ChaosRun:
             return "pg_ctl restart -m immediate"
 
         actions: dict[str, Callable[[Fault], str]] = {
-            "rabbit_stop_app": rabbit_stop_app, "rabbit_kill": rabbit_kill,
-            "pg_restart": pg_restart, "poison": poison, "duplicates": duplicates,
+            "rabbit_stop_app": rabbit_stop_app,
+            "rabbit_kill": rabbit_kill,
+            "pg_restart": pg_restart,
+            "poison": poison,
+            "duplicates": duplicates,
             "stale_replies": stale,
         }
         for kind in faultplan.PROCESS_FAULTS:
@@ -221,14 +244,22 @@ class ChaosRun:
         limit = SUPERVISOR_INTERVAL + PAST_DEADLINE_SLACK
         with self.engine.connect() as conn:
             found = conn.execute(select(func.count()).select_from(runs)).scalar_one()
-            open_runs = conn.execute(select(func.count()).select_from(runs).where(
-                runs.c.state != "completed")).scalar_one()
-            busy = conn.execute(select(func.count()).select_from(steps).where(
-                steps.c.state.in_(("pending", "processing")))).scalar_one()
-            late = conn.execute(select(func.count()).select_from(steps).where(
-                steps.c.state == "processing",
-                steps.c.complete_by < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, limit),
-            )).scalar_one()
+            open_runs = conn.execute(
+                select(func.count()).select_from(runs).where(runs.c.state != "completed")
+            ).scalar_one()
+            busy = conn.execute(
+                select(func.count())
+                .select_from(steps)
+                .where(steps.c.state.in_(("pending", "processing")))
+            ).scalar_one()
+            late = conn.execute(
+                select(func.count())
+                .select_from(steps)
+                .where(
+                    steps.c.state == "processing",
+                    steps.c.complete_by < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, limit),
+                )
+            ).scalar_one()
         return found, open_runs, busy, late
 
     def _heal(self, keys: list[str]) -> tuple[bool, float, int, int]:
@@ -255,9 +286,11 @@ class ChaosRun:
                 healed = True
                 break
             time.sleep(1)
-        self.say(f"[chaos] heal: {'quiet' if healed else 'NOT quiet'} after "
-                 f"{time.monotonic() - started:.1f}s (runs found/open, steps busy/late: "
-                 f"{progress})")
+        self.say(
+            f"[chaos] heal: {'quiet' if healed else 'NOT quiet'} after "
+            f"{time.monotonic() - started:.1f}s (runs found/open, steps busy/late: "
+            f"{progress})"
+        )
         return healed, time.monotonic() - started, worst, progress[3]
 
     def execute(self) -> Report:
@@ -268,18 +301,27 @@ class ChaosRun:
         config = self.config
         schedule = faultplan.plan(config.seed, config.duration, self._slots_by_role())
         injector = Injector(schedule, {}, self.say)
-        driver = Driver(self.rabbit.url, self.names, runs=config.runs,
-                        window=config.duration * 0.85, seed=config.seed,
-                        duplicate_rate=config.duplicate_rate, prefix=f"s{config.seed}",
-                        progress=injector.progress)
+        driver = Driver(
+            self.rabbit.url,
+            self.names,
+            runs=config.runs,
+            window=config.duration * 0.85,
+            seed=config.seed,
+            duplicate_rate=config.duplicate_rate,
+            prefix=f"s{config.seed}",
+            progress=injector.progress,
+        )
         publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
         injector.actions = self._actions(driver, publisher)
         injector.before = self._watch_settling
-        injector.after = lambda record, snapshot: self._recovery(record, snapshot, driver,
-                                                                 publisher)
-        self.say(f"[chaos] seed {config.seed}: {config.runs} runs over "
-                 f"{config.duration * 0.85:.0f}s, {len(schedule)} faults over "
-                 f"{config.duration:.0f}s")
+        injector.after = lambda record, snapshot: self._recovery(
+            record, snapshot, driver, publisher
+        )
+        self.say(
+            f"[chaos] seed {config.seed}: {config.runs} runs over "
+            f"{config.duration * 0.85:.0f}s, {len(schedule)} faults over "
+            f"{config.duration:.0f}s"
+        )
         driver.start()
         injector.start()
         finished = injector.finish(timeout=config.duration + 120)
@@ -294,12 +336,21 @@ class ChaosRun:
         self.fleet.stop()
         dead = drain(self.rabbit.url, self.names.dead_letter_queue)
         calls, effects = self.remote.ledger.snapshot()
-        seen = Observed(submissions=driver.result, calls=calls, effects=effects,
-                        slots=list(self.fleet.slots.values()), poison=self.poison, dead=dead,
-                        stale_sent=self.stale_sent, past_deadline_max=worst,
-                        past_deadline_final=final, injected=injector.injected,
-                        healed=healed, heal_seconds=heal_seconds,
-                        fault_errors=injector.errors)
+        seen = Observed(
+            submissions=driver.result,
+            calls=calls,
+            effects=effects,
+            slots=list(self.fleet.slots.values()),
+            poison=self.poison,
+            dead=dead,
+            stale_sent=self.stale_sent,
+            past_deadline_max=worst,
+            past_deadline_final=final,
+            injected=injector.injected,
+            healed=healed,
+            heal_seconds=heal_seconds,
+            fault_errors=injector.errors,
+        )
         return check(self.engine, seen)
 
     def close(self) -> None:

@@ -18,8 +18,9 @@ def test_every_invariant_holds_under_the_seeded_fault_schedule(tmp_path: Path) -
     and stopped, RabbitMQ and PostgreSQL restarted and poison injected: no run lost, no
     double effect, no stale completion, nothing stuck, no crash loop, all poison
     dead-lettered with a reason."""
-    report = run(ChaosConfig(runs=300, seed=1, duration=100, heal_timeout=120,
-                             logs=tmp_path / "logs"))
+    report = run(
+        ChaosConfig(runs=300, seed=1, duration=100, heal_timeout=120, logs=tmp_path / "logs")
+    )
     assert report.figures["missing_fault_types"] == [], "a fault type was never injected"
     assert sum(report.figures["faults"].values()) >= len(ALL_FAULTS)
     assert report.violations == [], report.text()

@@ -35,37 +35,78 @@ def _complete_history(engine: Engine) -> Observed:
     with engine.begin() as conn:
         for key in KEYS:
             submit_run(conn, app.registry, app.order.name, {"work": 0}, key=key)
-        for row in conn.execute(select(steps.c.id, steps.c.run_id, steps.c.name,
-                                       steps.c.idempotency_key)).all():
-            effect = ledger.apply({"key": row.idempotency_key, "step_id": row.id,
-                                   "run_id": row.run_id, "step": row.name, "attempt": 1,
-                                   "pid": 1})
-            conn.execute(update(steps).where(steps.c.id == row.id).values(
-                state="processed", attempt=1,
-                output={"effect": effect["effect"], "attempt": 1,
-                        "key": row.idempotency_key, "step": row.name}))
-            conn.execute(events.insert().values(
-                run_id=row.run_id, step_id=row.id, entity="step", step=row.name,
-                from_state="processing", to_state="processed", attempt=1, actor="test"))
+        for row in conn.execute(
+            select(steps.c.id, steps.c.run_id, steps.c.name, steps.c.idempotency_key)
+        ).all():
+            effect = ledger.apply(
+                {
+                    "key": row.idempotency_key,
+                    "step_id": row.id,
+                    "run_id": row.run_id,
+                    "step": row.name,
+                    "attempt": 1,
+                    "pid": 1,
+                }
+            )
+            conn.execute(
+                update(steps)
+                .where(steps.c.id == row.id)
+                .values(
+                    state="processed",
+                    attempt=1,
+                    output={
+                        "effect": effect["effect"],
+                        "attempt": 1,
+                        "key": row.idempotency_key,
+                        "step": row.name,
+                    },
+                )
+            )
+            conn.execute(
+                events.insert().values(
+                    run_id=row.run_id,
+                    step_id=row.id,
+                    entity="step",
+                    step=row.name,
+                    from_state="processing",
+                    to_state="processed",
+                    attempt=1,
+                    actor="test",
+                )
+            )
         conn.execute(update(runs).values(state="completed"))
     calls, effects = ledger.snapshot()
     poison = Poison("p-0", "ns.submit", "malformed")
     now = time.time()
     return Observed(
-        submissions=Submissions(keys=list(KEYS)), calls=calls, effects=effects,
+        submissions=Submissions(keys=list(KEYS)),
+        calls=calls,
+        effects=effects,
         slots=[Slot("agent-1", ["x"], starts=2, exits=[Exit(now, -9, expected=True)])],
         poison=[poison],
         dead=[DeadLetter({POISON_HEADER: "p-0", REASON_HEADER: "Submission: bad"}, b"{")],
-        stale_sent=1, past_deadline_max=0, past_deadline_final=0,
-        injected=[Injected(Fault(1.0, "kill_agent", "agent-1", 1.0), now - 2, now - 1, True,
-                           recovery=1.5, settled=1.2)],
-        healed=True, heal_seconds=1.0, fault_errors=[])
+        stale_sent=1,
+        past_deadline_max=0,
+        past_deadline_final=0,
+        injected=[
+            Injected(
+                Fault(1.0, "kill_agent", "agent-1", 1.0),
+                now - 2,
+                now - 1,
+                True,
+                recovery=1.5,
+                settled=1.2,
+            )
+        ],
+        healed=True,
+        heal_seconds=1.0,
+        fault_errors=[],
+    )
 
 
 def _first_step(engine: Engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(steps.c.id).order_by(steps.c.id)).scalars().first()
-                   or 0)
+        return int(conn.execute(select(steps.c.id).order_by(steps.c.id)).scalars().first() or 0)
 
 
 def test_a_consistent_history_passes(engine: Engine) -> None:
@@ -81,14 +122,18 @@ def _lost_run(engine: Engine, seen: Observed) -> Observed:
 def _double_effect(engine: Engine, seen: Observed) -> Observed:
     step_id = _first_step(engine)
     extra = RemoteCall("another-key", step_id, 1, "reserve", 2, 1, time.time(), False)
-    return replace(seen, calls=[*seen.calls, extra],
-                   effects={**seen.effects, "another-key": {"effect": 99}})
+    return replace(
+        seen, calls=[*seen.calls, extra], effects={**seen.effects, "another-key": {"effect": 99}}
+    )
 
 
 def _stale_accepted(engine: Engine, seen: Observed) -> Observed:
     with engine.begin() as conn:
-        conn.execute(update(steps).where(steps.c.id == _first_step(engine)).values(
-            output={"mark": STALE_MARK, "attempt": 1}))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id == _first_step(engine))
+            .values(output={"mark": STALE_MARK, "attempt": 1})
+        )
     return seen
 
 
@@ -106,8 +151,9 @@ def _unfinished(engine: Engine, seen: Observed) -> Observed:
 
 def _crash_loop(engine: Engine, seen: Observed) -> Observed:
     now = time.time()
-    looping = Slot("scheduler-1", ["x"], starts=5,
-                   exits=[Exit(now + i, 1, expected=False) for i in range(4)])
+    looping = Slot(
+        "scheduler-1", ["x"], starts=5, exits=[Exit(now + i, 1, expected=False) for i in range(4)]
+    )
     return replace(seen, slots=[*seen.slots, looping])
 
 
@@ -123,19 +169,27 @@ def _left_processing(engine: Engine, seen: Observed) -> Observed:
     return replace(seen, past_deadline_max=2)
 
 
-@pytest.mark.parametrize(("break_it", "invariants"), [
-    (_lost_run, ["no submitted run lost"]),
-    (_unfinished, ["every run completed after healing"]),
-    (_double_effect, ["no effect applied twice for one step"]),
-    # The stale reply's output is not the service's effect either.
-    (_stale_accepted, ["every processed step holds its key's one effect",
-                       "no completion accepted from a superseded attempt"]),
-    (_older_attempt, ["no completion accepted from a superseded attempt"]),
-    (_crash_loop, ["no process crash-looping"]),
-    (_poison_lost, ["every poison message dead-lettered with a reason"]),
-    (_poison_without_reason, ["every poison message dead-lettered with a reason"]),
-    (_left_processing, ["nothing left processing past deadline + sweep interval"]),
-])
+@pytest.mark.parametrize(
+    ("break_it", "invariants"),
+    [
+        (_lost_run, ["no submitted run lost"]),
+        (_unfinished, ["every run completed after healing"]),
+        (_double_effect, ["no effect applied twice for one step"]),
+        # The stale reply's output is not the service's effect either.
+        (
+            _stale_accepted,
+            [
+                "every processed step holds its key's one effect",
+                "no completion accepted from a superseded attempt",
+            ],
+        ),
+        (_older_attempt, ["no completion accepted from a superseded attempt"]),
+        (_crash_loop, ["no process crash-looping"]),
+        (_poison_lost, ["every poison message dead-lettered with a reason"]),
+        (_poison_without_reason, ["every poison message dead-lettered with a reason"]),
+        (_left_processing, ["nothing left processing past deadline + sweep interval"]),
+    ],
+)
 def test_each_violation_is_reported(
     engine: Engine, break_it: Callable[[Engine, Observed], Observed], invariants: list[str]
 ) -> None:

@@ -13,8 +13,12 @@ from tests.chaos.fleet import CRASH_LOOP_EXITS, CRASH_LOOP_WINDOW, Exit, Slot
 from tests.chaos.remote import Ledger
 from tests.chaos.workload import NO_STEP, poison_messages
 
-SLOTS = {"agent": ["alpha-1", "beta-1"], "scheduler": ["scheduler-1", "scheduler-2"],
-         "supervisor": ["supervisor-1"], "submitter": ["submitter"]}
+SLOTS = {
+    "agent": ["alpha-1", "beta-1"],
+    "scheduler": ["scheduler-1", "scheduler-2"],
+    "supervisor": ["supervisor-1"],
+    "submitter": ["submitter"],
+}
 
 
 def test_the_schedule_is_a_function_of_the_seed_and_covers_every_fault_type() -> None:
@@ -51,7 +55,10 @@ def test_the_remote_service_applies_a_key_once_and_records_every_call() -> None:
     assert first == second
     assert other["effect"] != first["effect"]
     assert [(c.key, c.attempt, c.deduplicated) for c in calls] == [
-        ("k", 1, False), ("k", 2, True), ("j", 1, False)]
+        ("k", 1, False),
+        ("k", 2, True),
+        ("j", 1, False),
+    ]
     assert set(effects) == {"k", "j"}
 
 

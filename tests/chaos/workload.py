@@ -27,8 +27,9 @@ a dead-lettered request as a failure of the step and attempt it names)."""
 
 
 def submission(key: str, work: float, *, variant: int = 0) -> bytes:
-    return json.dumps({"workflow": order.name, "key": key,
-                       "input": {"work": work, "variant": variant}}).encode()
+    return json.dumps(
+        {"workflow": order.name, "key": key, "input": {"work": work, "variant": variant}}
+    ).encode()
 
 
 @dataclass
@@ -45,9 +46,18 @@ class Driver(threading.Thread):
     """Submit `runs` runs evenly over `window` seconds, re-publishing some keys (sometimes
     with another input, which the submitter must ignore)."""
 
-    def __init__(self, url: str, names: Names, *, runs: int, window: float, seed: int,
-                 duplicate_rate: float, prefix: str,
-                 progress: Callable[[], float] = lambda: 1.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        names: Names,
+        *,
+        runs: int,
+        window: float,
+        seed: int,
+        duplicate_rate: float,
+        prefix: str,
+        progress: Callable[[], float] = lambda: 1.0,
+    ) -> None:
         super().__init__(name="chaos-driver", daemon=True)
         self.publisher = Publisher(url)
         self.names = names
@@ -81,10 +91,12 @@ class Driver(threading.Thread):
         finally:
             self.publisher.close()
 
-    def _send(self, key: str, body: bytes, *, duplicate: bool = False,
-              publisher: Publisher | None = None) -> bool:
-        ok = (publisher or self.publisher).publish(self.names.submit, body,
-                                                   deadline=time.monotonic() + 120)
+    def _send(
+        self, key: str, body: bytes, *, duplicate: bool = False, publisher: Publisher | None = None
+    ) -> bool:
+        ok = (publisher or self.publisher).publish(
+            self.names.submit, body, deadline=time.monotonic() + 120
+        )
         with self.result.lock:
             if not ok:
                 self.result.unconfirmed.append(key)
@@ -98,15 +110,17 @@ class Driver(threading.Thread):
         """Submit one more run (from the calling thread) to time the recovery with."""
         return self._send(key, submission(key, 0.0), publisher=publisher)
 
-    def duplicate_some(self, publisher: Publisher, rng: random.Random, count: int, *,
-                       variant: int) -> None:
+    def duplicate_some(
+        self, publisher: Publisher, rng: random.Random, count: int, *, variant: int
+    ) -> None:
         """Submit `count` confirmed keys again, with another input (`publisher` and `rng`
         belong to the calling thread)."""
         with self.result.lock:
             known = list(self.result.keys)
         for key in rng.sample(known, min(count, len(known))):
-            self._send(key, submission(key, 0.0, variant=variant), duplicate=True,
-                       publisher=publisher)
+            self._send(
+                key, submission(key, 0.0, variant=variant), duplicate=True, publisher=publisher
+            )
 
 
 @dataclass(frozen=True)
@@ -119,27 +133,55 @@ class Poison:
 def poison_messages(names: Names, agents: list[str], tag: str) -> list[tuple[Poison, bytes]]:
     """One of each kind of bad message per queue: malformed, wrong schema, oversized, ..."""
     big = "x" * 300_000
-    request = {"v": 1, "step_id": NO_STEP, "run_id": NO_STEP, "attempt": 1,
-               "workflow": order.name, "step": "reserve", "action": "reserve",
-               "kind": "forward", "input": {}, "idempotency_key": "0" * 32, "budget_ms": 1000,
-               "complete_by": "2030-01-01T00:00:00+00:00"}
+    request = {
+        "v": 1,
+        "step_id": NO_STEP,
+        "run_id": NO_STEP,
+        "attempt": 1,
+        "workflow": order.name,
+        "step": "reserve",
+        "action": "reserve",
+        "kind": "forward",
+        "input": {},
+        "idempotency_key": "0" * 32,
+        "budget_ms": 1000,
+        "complete_by": "2030-01-01T00:00:00+00:00",
+    }
     items: list[tuple[str, str, bytes]] = [
         (names.submit, "malformed", b'{"workflow": "chaos_order", "key": '),
         (names.submit, "not-an-object", b"[1, 2, 3]"),
         (names.submit, "wrong-schema", json.dumps({"workflow": 42, "key": [1]}).encode()),
-        (names.submit, "unknown-workflow",
-         json.dumps({"workflow": "no_such_flow", "key": f"poison-{tag}"}).encode()),
-        (names.submit, "oversized",
-         json.dumps({"workflow": order.name, "key": big, "input": {}}).encode()),
+        (
+            names.submit,
+            "unknown-workflow",
+            json.dumps({"workflow": "no_such_flow", "key": f"poison-{tag}"}).encode(),
+        ),
+        (
+            names.submit,
+            "oversized",
+            json.dumps({"workflow": order.name, "key": big, "input": {}}).encode(),
+        ),
         (names.replies, "malformed", b"\xff\xfe not utf-8"),
-        (names.replies, "nan",
-         b'{"step_id": %d, "attempt": 1, "status": "ok", "output": NaN}' % NO_STEP),
-        (names.replies, "wrong-schema",
-         json.dumps({"step_id": NO_STEP, "attempt": 1, "status": "bogus"}).encode()),
-        (names.replies, "missing-error",
-         json.dumps({"step_id": NO_STEP, "attempt": 1, "status": "error"}).encode()),
-        (names.replies, "oversized",
-         json.dumps({"step_id": NO_STEP, "attempt": 1, "status": big}).encode()),
+        (
+            names.replies,
+            "nan",
+            b'{"step_id": %d, "attempt": 1, "status": "ok", "output": NaN}' % NO_STEP,
+        ),
+        (
+            names.replies,
+            "wrong-schema",
+            json.dumps({"step_id": NO_STEP, "attempt": 1, "status": "bogus"}).encode(),
+        ),
+        (
+            names.replies,
+            "missing-error",
+            json.dumps({"step_id": NO_STEP, "attempt": 1, "status": "error"}).encode(),
+        ),
+        (
+            names.replies,
+            "oversized",
+            json.dumps({"step_id": NO_STEP, "attempt": 1, "status": big}).encode(),
+        ),
     ]
     for agent in agents:
         queue = names.agent(agent)
@@ -149,45 +191,61 @@ def poison_messages(names: Names, agents: list[str], tag: str) -> list[tuple[Poi
             (queue, "wrong-schema", json.dumps({"v": 1, "step_id": "seven"}).encode()),
             (queue, "wrong-version", json.dumps({**request, "v": 2, "agent": agent}).encode()),
             (queue, "wrong-agent", json.dumps({**request, "agent": other}).encode()),
-            (queue, "oversized", json.dumps({**request, "agent": agent, "attempt": big}
-                                            ).encode()),
+            (queue, "oversized", json.dumps({**request, "agent": agent, "attempt": big}).encode()),
         ]
-    return [(Poison(f"{tag}-{n}", queue, kind), body)
-            for n, (queue, kind, body) in enumerate(items)]
+    return [
+        (Poison(f"{tag}-{n}", queue, kind), body) for n, (queue, kind, body) in enumerate(items)
+    ]
 
 
-def inject_poison(publisher: Publisher, names: Names, agents: list[str], tag: str
-                  ) -> list[Poison]:
+def inject_poison(publisher: Publisher, names: Names, agents: list[str], tag: str) -> list[Poison]:
     """Publish one batch; return those the broker confirmed."""
     sent = []
     for poison, body in poison_messages(names, agents, tag):
-        if publisher.publish(poison.queue, body, headers={POISON_HEADER: poison.id},
-                             deadline=time.monotonic() + 60):
+        if publisher.publish(
+            poison.queue, body, headers={POISON_HEADER: poison.id}, deadline=time.monotonic() + 60
+        ):
             sent.append(poison)
     return sent
 
 
-def inject_stale_replies(publisher: Publisher, engine: Engine, names: Names,
-                         rng: random.Random, count: int) -> int:
+def inject_stale_replies(
+    publisher: Publisher, engine: Engine, names: Names, rng: random.Random, count: int
+) -> int:
     """Replies `ok` for attempts that are not (or no longer) the step's current one: an older
     attempt of a step in flight, or the completed attempt of a processed step again. The
     scheduler must drop them all; their output carries a mark the checker looks for."""
     try:
         with engine.connect() as conn:
-            rows = conn.execute(select(steps.c.id, steps.c.state, steps.c.attempt).where(
-                or_(steps.c.state == "processed",
-                    (steps.c.state == "processing") & (steps.c.attempt >= 2))
-            ).order_by(steps.c.id.desc()).limit(500)).all()
+            rows = conn.execute(
+                select(steps.c.id, steps.c.state, steps.c.attempt)
+                .where(
+                    or_(
+                        steps.c.state == "processed",
+                        (steps.c.state == "processing") & (steps.c.attempt >= 2),
+                    )
+                )
+                .order_by(steps.c.id.desc())
+                .limit(500)
+            ).all()
     except SQLAlchemyError:
         return 0
     sent = 0
     for row in rng.sample(rows, min(count, len(rows))):
         attempt = row.attempt if row.state == "processed" else row.attempt - 1
-        body: dict[str, Any] = {"v": 1, "step_id": row.id, "attempt": attempt, "status": "ok",
-                                "output": {"mark": STALE_MARK, "attempt": attempt},
-                                "agent": "chaos"}
-        if publisher.publish(names.replies, json.dumps(body).encode(),
-                             correlation_id=f"{row.id}:{attempt}",
-                             deadline=time.monotonic() + 30):
+        body: dict[str, Any] = {
+            "v": 1,
+            "step_id": row.id,
+            "attempt": attempt,
+            "status": "ok",
+            "output": {"mark": STALE_MARK, "attempt": attempt},
+            "agent": "chaos",
+        }
+        if publisher.publish(
+            names.replies,
+            json.dumps(body).encode(),
+            correlation_id=f"{row.id}:{attempt}",
+            deadline=time.monotonic() + 30,
+        ):
             sent += 1
     return sent

@@ -57,8 +57,7 @@ def take_all(transport: Transport, queue: str) -> list[Delivery]:
     return found
 
 
-def pump(transports: Iterable[Transport], until: Callable[[], bool],
-         timeout: float = 10.0) -> None:
+def pump(transports: Iterable[Transport], until: Callable[[], bool], timeout: float = 10.0) -> None:
     """Run `process` on each transport (all owned by the calling thread) until `until()`."""
     owned = list(transports)
     deadline = time.monotonic() + timeout

@@ -32,6 +32,7 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
     """RabbitMQ on the real broker in the test's own namespace, or a fresh MemoryBroker."""
     names = Names(services.unique("sfcontract"))
     if request.param == "rabbitmq":
+
         def make(role: str) -> Transport:
             return RabbitMQTransport(services.broker_url(), process_name=f"contract-{role}")
     else:
@@ -39,6 +40,7 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
 
         def make(role: str) -> Transport:
             return MemoryTransport(broker, process_name=f"contract-{role}")
+
     bus = Bus(request.param, names, make)
     try:
         yield bus

@@ -27,8 +27,12 @@ from sasflow.transport.factory import make_transport
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import Names
 
-PAIRS = [("sqlite", "memory"), ("sqlite", "rabbitmq"), ("postgresql", "memory"),
-         ("postgresql", "rabbitmq")]
+PAIRS = [
+    ("sqlite", "memory"),
+    ("sqlite", "rabbitmq"),
+    ("postgresql", "memory"),
+    ("postgresql", "rabbitmq"),
+]
 
 
 def sqlite_template(directory: Path) -> Path:
@@ -65,23 +69,33 @@ class Stack:
         return f"{self.store}+{self.bus}"
 
     def transport(self, role: str) -> Transport:
-        return make_transport(self.broker_url, process_name=f"contract-{role}",
-                              broker=self.broker)
+        return make_transport(self.broker_url, process_name=f"contract-{role}", broker=self.broker)
 
     def scheduler(self, registry: Registry, **options: Any) -> Scheduler:
-        return Scheduler(self.engine, self.transport("scheduler"), registry, self.names,
-                         database_url=self.database_url, options=SchedulerOptions(**options))
+        return Scheduler(
+            self.engine,
+            self.transport("scheduler"),
+            registry,
+            self.names,
+            database_url=self.database_url,
+            options=SchedulerOptions(**options),
+        )
 
     def agent(self, agent: Agent, concurrency: int = 4) -> AgentWorker:
-        return AgentWorker(agent, self.transport(f"agent-{agent.name}"), self.names,
-                           concurrency=concurrency)
+        return AgentWorker(
+            agent, self.transport(f"agent-{agent.name}"), self.names, concurrency=concurrency
+        )
 
     def submitter(self, registry: Registry) -> Submitter:
         return Submitter(self.engine, self.transport("submitter"), registry, self.names)
 
     def supervisor(self, **options: Any) -> Supervisor:
-        return Supervisor(self.engine, self.names, transport=self.transport("supervisor"),
-                          options=SupervisorOptions(**options))
+        return Supervisor(
+            self.engine,
+            self.names,
+            transport=self.transport("supervisor"),
+            options=SupervisorOptions(**options),
+        )
 
 
 class Observer:
@@ -104,8 +118,11 @@ class Observer:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._transport.publish(Outgoing(exchange="", routing_key=queue, body=body,
-                                                 mandatory=True, **properties))
+                self._transport.publish(
+                    Outgoing(
+                        exchange="", routing_key=queue, body=body, mandatory=True, **properties
+                    )
+                )
             except PublishError:
                 if time.monotonic() > deadline:
                     raise
@@ -113,8 +130,9 @@ class Observer:
             else:
                 return
 
-    def take(self, queue: str, until: Callable[[list[dict[str, Any]]], bool],
-             timeout: float = 20.0) -> list[dict[str, Any]]:
+    def take(
+        self, queue: str, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 20.0
+    ) -> list[dict[str, Any]]:
         """Messages of `queue` (JSON bodies, plus `_headers`) until `until` holds or timeout."""
         found: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout

@@ -54,8 +54,9 @@ def _delete_on_rabbitmq(names: Names) -> None:
 
 
 @pytest.fixture(params=PAIRS, ids=[f"{store}+{bus}" for store, bus in PAIRS])
-def stack(request: pytest.FixtureRequest, tmp_path: Path,
-          sqlite_template_file: Path) -> Iterator[Stack]:
+def stack(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template_file: Path
+) -> Iterator[Stack]:
     store, bus = request.param
     if store == "sqlite":
         database_url = sqlite_copy(sqlite_template_file, tmp_path)
@@ -66,8 +67,15 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path,
     broker_url = "memory://" if bus == "memory" else services.broker_url()
     names = Names(services.unique("sfcontract"))
     try:
-        yield Stack(store=store, bus=bus, database_url=database_url, engine=engine,
-                    names=names, broker_url=broker_url, broker=broker)
+        yield Stack(
+            store=store,
+            bus=bus,
+            database_url=database_url,
+            engine=engine,
+            names=names,
+            broker_url=broker_url,
+            broker=broker,
+        )
     finally:
         engine.dispose()
         if bus == "rabbitmq":
@@ -93,15 +101,19 @@ def test_submissions_on_the_bus_become_one_run_per_key_that_completes_and_is_ann
     names = stack.names
     status_queue = f"{names.namespace}.contract-status"
     observer.declare_bound_queue(status_queue, names.status, "pipeline.run.*")
-    with harness.running(stack.submitter(basic.registry), stack.scheduler(basic.registry),
-                         stack.agent(basic.echo)):
+    with harness.running(
+        stack.submitter(basic.registry), stack.scheduler(basic.registry), stack.agent(basic.echo)
+    ):
         for key, text in [("k1", "hello"), ("k2", "sasflow"), ("k1", "hello")]:
             body = Submission(workflow="pipeline", key=key, input={"text": text}).encode()
             observer.publish(names.submit, body)
-        harness.wait_for(harness.all_runs_in(stack.engine, {"completed"}, 2),
-                         what=f"two runs complete on {stack.label}")
+        harness.wait_for(
+            harness.all_runs_in(stack.engine, {"completed"}, 2),
+            what=f"two runs complete on {stack.label}",
+        )
         announced = observer.take(
-            status_queue, lambda found: sum(m.get("state") == "completed" for m in found) >= 2)
+            status_queue, lambda found: sum(m.get("state") == "completed" for m in found) >= 2
+        )
     with stack.engine.connect() as conn:
         outputs = dict(conn.execute(select(runs.c.business_key, runs.c.output)).all())
     assert outputs == {"k1": {"b": {"length": 5}}, "k2": {"b": {"length": 7}}}
@@ -114,13 +126,22 @@ def test_two_schedulers_dispatch_every_step_exactly_once(stack: Stack) -> None:
     the schedulers' claims add up to the steps (none claimed twice)."""
     with stack.engine.begin() as conn:
         for index in range(120):
-            submit_run(conn, basic.registry, "pipeline", {"text": f"t{index}"},
-                       key=f"run-{index}", namespace=stack.names.namespace)
+            submit_run(
+                conn,
+                basic.registry,
+                "pipeline",
+                {"text": f"t{index}"},
+                key=f"run-{index}",
+                namespace=stack.names.namespace,
+            )
     first = stack.scheduler(basic.registry, claim_batch=10)
     second = stack.scheduler(basic.registry, claim_batch=10)
     with harness.running(first, second, stack.agent(basic.echo, concurrency=8)):
-        harness.wait_for(harness.all_runs_in(stack.engine, {"completed"}, 120),
-                         timeout=60, what=f"120 runs complete on {stack.label}")
+        harness.wait_for(
+            harness.all_runs_in(stack.engine, {"completed"}, 120),
+            timeout=60,
+            what=f"120 runs complete on {stack.label}",
+        )
     rows = harness.step_rows(stack.engine)
     assert len(rows) == 240
     assert {(r.state, r.attempt, r.failure_count) for r in rows} == {("processed", 1, 0)}
@@ -155,18 +176,24 @@ def test_an_expired_step_is_recovered_by_the_supervisor_and_a_late_reply_is_fenc
     superseded attempt 1, arriving afterwards, changes nothing."""
     registry, slow, calls = _stuck_once()
     with stack.engine.begin() as conn:
-        run = submit_run(conn, registry, "stuck", {}, key="stuck-1",
-                         namespace=stack.names.namespace)
+        run = submit_run(
+            conn, registry, "stuck", {}, key="stuck-1", namespace=stack.names.namespace
+        )
     scheduler = stack.scheduler(registry)
-    with harness.running(scheduler, stack.agent(slow),
-                         stack.supervisor(interval=0.2, lease_ttl=5)):
-        harness.wait_for(lambda: _states(stack.engine).get(run.run_id) == "completed",
-                         timeout=20, what=f"recovery on {stack.label}")
+    with harness.running(scheduler, stack.agent(slow), stack.supervisor(interval=0.2, lease_ttl=5)):
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            timeout=20,
+            what=f"recovery on {stack.label}",
+        )
         (step,) = harness.step_rows(stack.engine, run.run_id)
         late = Reply(step_id=step.id, attempt=1, status="ok", output={"attempt": 1})
         observer.publish(stack.names.replies, late.encode(), correlation_id=f"{step.id}:1")
-        harness.wait_for(lambda: scheduler.stats.dropped >= 1, timeout=10,
-                         what="the late reply reaches the scheduler and is dropped")
+        harness.wait_for(
+            lambda: scheduler.stats.dropped >= 1,
+            timeout=10,
+            what="the late reply reaches the scheduler and is dropped",
+        )
     (step,) = harness.step_rows(stack.engine, run.run_id)
     assert (step.state, step.attempt, step.failure_count) == ("processed", 2, 1)
     assert step.output == {"attempt": 2}
@@ -180,18 +207,22 @@ def test_a_permanent_failure_compensates_the_done_steps_in_reverse_order(stack: 
     booking = registry.agent("booking")
     assert isinstance(booking, Agent)
     with stack.engine.begin() as conn:
-        run = submit_run(conn, registry, "trip", {"who": "ada"}, key="trip-1",
-                         namespace=stack.names.namespace)
+        run = submit_run(
+            conn, registry, "trip", {"who": "ada"}, key="trip-1", namespace=stack.names.namespace
+        )
     with harness.running(stack.scheduler(registry), stack.agent(booking)):
-        harness.wait_for(lambda: _states(stack.engine).get(run.run_id) == "compensated",
-                         timeout=20, what=f"compensation on {stack.label}")
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "compensated",
+            timeout=20,
+            what=f"compensation on {stack.label}",
+        )
     assert [c[0] for c in calls] == ["book", "book", "book", "cancel", "cancel"]
     undone = [c[1]["output"]["reference"].split("-")[0] for c in calls if c[0] == "cancel"]
     assert undone == ["hotel", "flight"]
 
 
 def test_a_request_nobody_takes_expires_into_the_dead_requests_and_counts_as_a_failure(
-    stack: Stack
+    stack: Stack,
 ) -> None:
     """With no agent running, the request expires in the agent's queue; the broker (or bus)
     dead-letters it and the supervisor counts the failure, then errors the step at its
@@ -201,22 +232,29 @@ def test_a_request_nobody_takes_expires_into_the_dead_requests_and_counts_as_a_f
     flow = Workflow("stuck", [Step("only", "slow", "work", policy=policy)])
     registry = Registry([flow], list(registry.agents))
     with stack.engine.begin() as conn:
-        run = submit_run(conn, registry, "stuck", {}, key="nobody-1",
-                         namespace=stack.names.namespace)
+        run = submit_run(
+            conn, registry, "stuck", {}, key="nobody-1", namespace=stack.names.namespace
+        )
     with harness.running(stack.scheduler(registry), stack.supervisor(interval=0.2)):
-        harness.wait_for(lambda: _states(stack.engine).get(run.run_id) == "error",
-                         timeout=20, what=f"the step errors on {stack.label}")
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "error",
+            timeout=20,
+            what=f"the step errors on {stack.label}",
+        )
     with stack.engine.connect() as conn:
         raised = conn.execute(select(alerts.c.kind, alerts.c.run_id)).all()
-        reasons = conn.execute(select(events.c.reason).where(events.c.run_id == run.run_id)
-                               ).scalars().all()
+        reasons = (
+            conn.execute(select(events.c.reason).where(events.c.run_id == run.run_id))
+            .scalars()
+            .all()
+        )
     assert [(kind, run_id) for kind, run_id in raised] == [(STEP_FAILED, run.run_id)]
-    assert any("dead" in (reason or "") or "expired" in (reason or "") for reason in reasons), \
+    assert any("dead" in (reason or "") or "expired" in (reason or "") for reason in reasons), (
         reasons
+    )
 
 
-def test_a_poison_request_is_dead_lettered_with_a_reason(stack: Stack,
-                                                         observer: Observer) -> None:
+def test_a_poison_request_is_dead_lettered_with_a_reason(stack: Stack, observer: Observer) -> None:
     """Garbage on an agent's queue is dead-lettered with the reason; the agent goes on."""
     names = stack.names
     with harness.running(stack.scheduler(basic.registry), stack.agent(basic.echo)):
@@ -224,10 +262,18 @@ def test_a_poison_request_is_dead_lettered_with_a_reason(stack: Stack,
         observer.publish(names.agent("echo"), b"\x00not json")
         dead = observer.take(names.dead_letter_queue, lambda found: len(found) >= 1)
         with stack.engine.begin() as conn:
-            run = submit_run(conn, basic.registry, "pipeline", {"text": "ok"}, key="after",
-                             namespace=names.namespace)
-        harness.wait_for(lambda: _states(stack.engine).get(run.run_id) == "completed",
-                         what=f"the agent still serves on {stack.label}")
+            run = submit_run(
+                conn,
+                basic.registry,
+                "pipeline",
+                {"text": "ok"},
+                key="after",
+                namespace=names.namespace,
+            )
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            what=f"the agent still serves on {stack.label}",
+        )
     assert len(dead) == 1
     assert dead[0]["_headers"].get(REASON_HEADER)
 
@@ -243,11 +289,19 @@ def _agent_queue_ready(observer: Observer, names: Names) -> bool:
 def test_the_step_rows_agree_across_pairs(stack: Stack) -> None:
     """A diamond DAG: the fan-in step runs after both branches, with their outputs."""
     with stack.engine.begin() as conn:
-        run = submit_run(conn, basic.registry, "diamond", {"text": "hi"}, key="dag",
-                         namespace=stack.names.namespace)
+        run = submit_run(
+            conn,
+            basic.registry,
+            "diamond",
+            {"text": "hi"},
+            key="dag",
+            namespace=stack.names.namespace,
+        )
     with harness.running(stack.scheduler(basic.registry), stack.agent(basic.echo)):
-        harness.wait_for(lambda: _states(stack.engine).get(run.run_id) == "completed",
-                         what=f"the DAG completes on {stack.label}")
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            what=f"the DAG completes on {stack.label}",
+        )
     rows = {r.name: r for r in harness.step_rows(stack.engine, run.run_id)}
     assert rows["end"].output == {"joined": "HI-2"}
     assert rows["end"].dispatched_at >= max(rows["left"].updated_at, rows["right"].updated_at)

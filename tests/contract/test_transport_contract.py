@@ -44,44 +44,88 @@ def test_request_reply_carries_correlation_id_and_reply_to(bus: Bus) -> None:
     def on_request(delivery: Delivery) -> None:
         requests.append(delivery)
         assert delivery.reply_to is not None
-        agent.publish(Outgoing("", delivery.reply_to, b'{"echo": ' + delivery.body + b"}",
-                               correlation_id=delivery.correlation_id))
+        agent.publish(
+            Outgoing(
+                "",
+                delivery.reply_to,
+                b'{"echo": ' + delivery.body + b"}",
+                correlation_id=delivery.correlation_id,
+            )
+        )
         agent.ack(delivery)
 
     agent.consume(names.agent("echo"), on_request, prefetch=4)
     scheduler.consume(names.replies, replies.append, prefetch=4)
-    scheduler.publish(Outgoing("", names.agent("echo"), b'{"n": 1}', expiration_ms=30_000,
-                               correlation_id="17:2", reply_to=names.replies, mandatory=True))
+    scheduler.publish(
+        Outgoing(
+            "",
+            names.agent("echo"),
+            b'{"n": 1}',
+            expiration_ms=30_000,
+            correlation_id="17:2",
+            reply_to=names.replies,
+            mandatory=True,
+        )
+    )
     pump([agent, scheduler], lambda: bool(replies))
 
     request, reply = requests[0], replies[0]
-    assert (request.body, request.queue, request.correlation_id, request.reply_to,
-            request.content_type, request.redelivered) == (
-        b'{"n": 1}', names.agent("echo"), "17:2", names.replies, "application/json", False)
+    assert (
+        request.body,
+        request.queue,
+        request.correlation_id,
+        request.reply_to,
+        request.content_type,
+        request.redelivered,
+    ) == (b'{"n": 1}', names.agent("echo"), "17:2", names.replies, "application/json", False)
     assert (json.loads(reply.body), reply.queue, reply.correlation_id) == (
-        {"echo": {"n": 1}}, names.replies, "17:2")
+        {"echo": {"n": 1}},
+        names.replies,
+        "17:2",
+    )
     assert scheduler.ack(reply) is True
 
 
 def test_expired_request_is_dead_lettered_with_x_death(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus, "idle")
-    transport.publish(Outgoing("", names.agent("idle"), b'{"step_id": 3, "attempt": 1}',
-                               expiration_ms=50, correlation_id="3:1",
-                               reply_to=names.replies, mandatory=True))
+    transport.publish(
+        Outgoing(
+            "",
+            names.agent("idle"),
+            b'{"step_id": 3, "attempt": 1}',
+            expiration_ms=50,
+            correlation_id="3:1",
+            reply_to=names.replies,
+            mandatory=True,
+        )
+    )
     dead = take(transport, names.dead_requests)
     also = take(transport, names.dead_letter_queue)
 
     for delivery in (dead, also):
         death = delivery.headers["x-death"][0]
-        assert {k: death[k] for k in ("reason", "queue", "count", "exchange", "routing-keys",
-                                      "original-expiration")} == {
-            "reason": "expired", "queue": names.agent("idle"), "count": 1, "exchange": "",
-            "routing-keys": [names.agent("idle")], "original-expiration": "50"}
-        assert (delivery.headers["x-first-death-reason"], delivery.headers["x-first-death-queue"],
-                delivery.headers["x-first-death-exchange"]) == ("expired", names.agent("idle"), "")
+        assert {
+            k: death[k]
+            for k in ("reason", "queue", "count", "exchange", "routing-keys", "original-expiration")
+        } == {
+            "reason": "expired",
+            "queue": names.agent("idle"),
+            "count": 1,
+            "exchange": "",
+            "routing-keys": [names.agent("idle")],
+            "original-expiration": "50",
+        }
+        assert (
+            delivery.headers["x-first-death-reason"],
+            delivery.headers["x-first-death-queue"],
+            delivery.headers["x-first-death-exchange"],
+        ) == ("expired", names.agent("idle"), "")
         assert (delivery.body, delivery.correlation_id, delivery.reply_to) == (
-            b'{"step_id": 3, "attempt": 1}', "3:1", names.replies)
+            b'{"step_id": 3, "attempt": 1}',
+            "3:1",
+            names.replies,
+        )
     assert transport.get(names.agent("idle")) is None
 
 
@@ -90,30 +134,46 @@ def test_dead_letter_exchange_routes_requests_also_to_the_supervisors_queue(bus:
     transport = setup(bus, "payments")
     for queue in (names.agent("payments"), names.submit, names.replies):
         transport.publish(to_queue(queue, queue.encode()))
-        transport.dead_letter(take(transport, queue), "bad",
-                              dead_letter_exchange=names.dead_letter_exchange)
+        transport.dead_letter(
+            take(transport, queue), "bad", dead_letter_exchange=names.dead_letter_exchange
+        )
 
     assert [d.body for d in take_all(transport, names.dead_letter_queue)] == [
-        names.agent("payments").encode(), names.submit.encode(), names.replies.encode()]
+        names.agent("payments").encode(),
+        names.submit.encode(),
+        names.replies.encode(),
+    ]
     assert [d.body for d in take_all(transport, names.dead_requests)] == [
-        names.agent("payments").encode()]
+        names.agent("payments").encode()
+    ]
 
 
 def test_dead_letter_copies_the_message_with_the_reason_headers_and_acks_it(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus)
-    transport.publish(Outgoing("", names.submit, b"not json", correlation_id="c-1",
-                               reply_to="somewhere",
-                               headers={"trace": "t-9", REASON_HEADER: "an older reason"}))
+    transport.publish(
+        Outgoing(
+            "",
+            names.submit,
+            b"not json",
+            correlation_id="c-1",
+            reply_to="somewhere",
+            headers={"trace": "t-9", REASON_HEADER: "an older reason"},
+        )
+    )
     delivery = take(transport, names.submit)
-    transport.dead_letter(delivery, "body is not UTF-8 JSON",
-                          dead_letter_exchange=names.dead_letter_exchange)
+    transport.dead_letter(
+        delivery, "body is not UTF-8 JSON", dead_letter_exchange=names.dead_letter_exchange
+    )
 
     copy = take(transport, names.dead_letter_queue)
     assert (copy.body, copy.correlation_id, copy.reply_to) == (b"not json", "c-1", "somewhere")
     assert dict(copy.headers) == {
-        "trace": "t-9", REASON_HEADER: "body is not UTF-8 JSON", SOURCE_HEADER: names.submit,
-        PROCESS_HEADER: "contract-setup"}
+        "trace": "t-9",
+        REASON_HEADER: "body is not UTF-8 JSON",
+        SOURCE_HEADER: names.submit,
+        PROCESS_HEADER: "contract-setup",
+    }
     transport.close()  # the original was acked: closing hands nothing back
     transport = bus.transport()
     assert transport.get(names.submit) is None
@@ -145,14 +205,15 @@ def test_publishing_to_a_missing_exchange_closes_the_channel(bus: Bus) -> None:
 def test_publish_many_settles_each_message(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus)
-    results = transport.publish_many([
-        to_queue(names.submit, b"1", mandatory=True),
-        to_queue(bus.name("nobody"), b"2", mandatory=True),
-        to_queue(names.submit, b"3", mandatory=True),
-        to_queue(bus.name("nobody"), b"4"),
-    ])
-    assert [type(r).__name__ if r else None for r in results] == [
-        None, "PublishError", None, None]
+    results = transport.publish_many(
+        [
+            to_queue(names.submit, b"1", mandatory=True),
+            to_queue(bus.name("nobody"), b"2", mandatory=True),
+            to_queue(names.submit, b"3", mandatory=True),
+            to_queue(bus.name("nobody"), b"4"),
+        ]
+    )
+    assert [type(r).__name__ if r else None for r in results] == [None, "PublishError", None, None]
     assert [d.body for d in take_all(transport, names.submit)] == [b"1", b"3"]
 
 
@@ -226,12 +287,21 @@ def test_get_takes_one_message_without_a_consumer(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus)
     assert transport.get(names.submit) is None
-    transport.publish(Outgoing("", names.submit, b'{"k": 1}', headers={"h": "v"},
-                               correlation_id="c", reply_to="r"))
+    transport.publish(
+        Outgoing(
+            "", names.submit, b'{"k": 1}', headers={"h": "v"}, correlation_id="c", reply_to="r"
+        )
+    )
     delivery = take(transport, names.submit)
-    assert (delivery.body, delivery.queue, dict(delivery.headers), delivery.correlation_id,
-            delivery.reply_to, delivery.redelivered, delivery.generation) == (
-        b'{"k": 1}', names.submit, {"h": "v"}, "c", "r", False, transport.generation)
+    assert (
+        delivery.body,
+        delivery.queue,
+        dict(delivery.headers),
+        delivery.correlation_id,
+        delivery.reply_to,
+        delivery.redelivered,
+        delivery.generation,
+    ) == (b'{"k": 1}', names.submit, {"h": "v"}, "c", "r", False, transport.generation)
     assert transport.ack(delivery) is True
     assert transport.get(names.submit) is None
 
@@ -239,15 +309,24 @@ def test_get_takes_one_message_without_a_consumer(bus: Bus) -> None:
 def test_status_topic_bindings_route_by_workflow_entity_and_state(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus)
-    bindings = {"runs-of-order": "order.run.*", "errors": "*.step.error", "all": "#",
-                "completed": "*.run.completed"}
+    bindings = {
+        "runs-of-order": "order.run.*",
+        "errors": "*.step.error",
+        "all": "#",
+        "completed": "*.run.completed",
+    }
     for queue, key in bindings.items():
         transport.declare_queue(bus.name(queue), dead_letter_exchange=None)
         transport.bind_queue(bus.name(queue), names.status, key)
-    for key in ("order.run.completed", "order.step.error", "media.run.completed",
-                "media.step.processed"):
-        transport.publish(Outgoing(names.status, key, key.encode(),
-                                   headers={"run_id": 7, "key": "A-1"}))
+    for key in (
+        "order.run.completed",
+        "order.step.error",
+        "media.run.completed",
+        "media.step.processed",
+    ):
+        transport.publish(
+            Outgoing(names.status, key, key.encode(), headers={"run_id": 7, "key": "A-1"})
+        )
 
     taken = {queue: take_all(transport, bus.name(queue)) for queue in bindings}
     received = {queue: [d.body.decode() for d in deliveries] for queue, deliveries in taken.items()}
@@ -255,8 +334,12 @@ def test_status_topic_bindings_route_by_workflow_entity_and_state(bus: Bus) -> N
     assert received == {
         "runs-of-order": ["order.run.completed"],
         "errors": ["order.step.error"],
-        "all": ["order.run.completed", "order.step.error", "media.run.completed",
-                "media.step.processed"],
+        "all": [
+            "order.run.completed",
+            "order.step.error",
+            "media.run.completed",
+            "media.step.processed",
+        ],
         "completed": ["order.run.completed", "media.run.completed"],
     }
 
@@ -265,15 +348,18 @@ def test_max_length_drops_the_oldest_into_the_dead_letter_exchange(bus: Bus) -> 
     names = bus.names
     transport = setup(bus)
     bounded = bus.name("bounded")
-    transport.declare_queue(bounded, dead_letter_exchange=names.dead_letter_exchange,
-                            max_length=2)
+    transport.declare_queue(bounded, dead_letter_exchange=names.dead_letter_exchange, max_length=2)
     transport.publish_many([to_queue(bounded, str(i).encode()) for i in range(3)])
 
     assert [d.body for d in take_all(transport, bounded)] == [b"1", b"2"]
     dropped = take(transport, names.dead_letter_queue)
     death = dropped.headers["x-death"][0]
     assert (dropped.body, death["reason"], death["queue"], death["count"]) == (
-        b"0", "maxlen", bounded, 1)
+        b"0",
+        "maxlen",
+        bounded,
+        1,
+    )
 
 
 def test_declarations_are_idempotent_and_conflicts_are_refused(bus: Bus) -> None:
@@ -291,7 +377,8 @@ def test_call_threadsafe_runs_the_callback_on_the_owner_thread(bus: Bus) -> None
     transport = setup(bus)
     ran_on: list[int] = []
     helper = threading.Thread(
-        target=lambda: transport.call_threadsafe(lambda: ran_on.append(threading.get_ident())))
+        target=lambda: transport.call_threadsafe(lambda: ran_on.append(threading.get_ident()))
+    )
     helper.start()
     helper.join()
     pump([transport], lambda: bool(ran_on))
@@ -321,8 +408,7 @@ def test_competing_consumers_share_a_queue(bus: Bus) -> None:
     got: dict[str, list[bytes]] = {"first": [], "second": []}
     first.consume(names.agent("echo"), lambda d: got["first"].append(d.body), prefetch=1)
     second.consume(names.agent("echo"), lambda d: got["second"].append(d.body), prefetch=1)
-    bus.opened[0].publish_many([to_queue(names.agent("echo"), str(i).encode())
-                                for i in range(4)])
+    bus.opened[0].publish_many([to_queue(names.agent("echo"), str(i).encode()) for i in range(4)])
     pump([first, second], lambda: len(got["first"]) + len(got["second"]) == 2)
     settle([first, second])
     # Each holds one unacked message (prefetch 1): the other two wait in the queue.

@@ -30,14 +30,19 @@ def doc_run_blocks(page: str, name: str) -> list[DocBlock]:
         if match["name"] != name:
             continue
         joined = match["body"].replace("\\\n", " ")
-        lines = tuple(line.strip() for line in joined.splitlines()
-                      if line.strip() and not line.strip().startswith("#"))
+        lines = tuple(
+            line.strip()
+            for line in joined.splitlines()
+            if line.strip() and not line.strip().startswith("#")
+        )
         found.append(DocBlock(match["step"] or name, lines))
     return found
 
 
-SHELL_BLOCK = re.compile(r"^[ \t]*(?P<fence>```+)(?:sh|bash)\n(?P<body>.*?)^[ \t]*(?P=fence)\s*$",
-                         re.MULTILINE | re.DOTALL)
+SHELL_BLOCK = re.compile(
+    r"^[ \t]*(?P<fence>```+)(?:sh|bash)\n(?P<body>.*?)^[ \t]*(?P=fence)\s*$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def shell_commands(page: str, program: str) -> list[list[str]]:

@@ -62,13 +62,21 @@ class DocShell:
         if background:
             log = self.cwd / (output or f"job-{len(self.jobs)}.log")
             with log.open("ab") as sink:
-                self.jobs[line] = subprocess.Popen(argv, cwd=self.cwd, env=self.env,
-                                                   stdout=sink, stderr=subprocess.STDOUT)
+                self.jobs[line] = subprocess.Popen(
+                    argv, cwd=self.cwd, env=self.env, stdout=sink, stderr=subprocess.STDOUT
+                )
             return None
         if output is not None:
             raise AssertionError(f"foreground redirection is not supported: {line!r}")
-        done = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                              timeout=120, check=False)
+        done = subprocess.run(
+            argv,
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, f"{line!r} exited {done.returncode}: {done.stderr}"
         return done
 

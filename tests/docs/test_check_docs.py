@@ -11,8 +11,9 @@ from tests.docs.markdown import REPO
 
 
 def _script(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_every_command_in_the_docs_is_checked_or_exercised() -> None:
@@ -67,17 +68,21 @@ def test_the_checker_refuses_what_the_cli_does_not_have() -> None:
     assert done.returncode == 1
     got = dict(line.split("\t", 1) for line in done.stdout.splitlines())
     for line, expected in verdicts.items():
-        assert (got[line] == "ok") if expected == "ok" else (expected in got[line]), \
-            (line, got[line])
+        assert (got[line] == "ok") if expected == "ok" else (expected in got[line]), (
+            line,
+            got[line],
+        )
 
 
 def test_the_checker_finds_broken_links_and_anchors(tmp_path: Path) -> None:
     (tmp_path / "concepts.md").write_text((REPO / "docs/concepts.md").read_text())
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\n## A section, with `code`\n\n"
-                    "[ok](#a-section-with-code) [ok](concepts.md#guarantees) "
-                    "[ok](https://example.com/x) `[not a link](nowhere.md)`\n"
-                    "[bad](nowhere.md) [bad](concepts.md#no-such-heading) [bad](#missing)\n")
+    page.write_text(
+        "# Title\n\n## A section, with `code`\n\n"
+        "[ok](#a-section-with-code) [ok](concepts.md#guarantees) "
+        "[ok](https://example.com/x) `[not a link](nowhere.md)`\n"
+        "[bad](nowhere.md) [bad](concepts.md#no-such-heading) [bad](#missing)\n"
+    )
     done = _script("scripts/check_docs.py", "--links", str(page))
     assert done.returncode == 1
     assert done.stdout.splitlines() == [

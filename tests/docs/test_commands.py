@@ -32,19 +32,21 @@ def test_rabbitmq_commands_of_operations(names: Names) -> None:
     ctl = shutil.which("rabbitmqctl")
     assert ctl is not None, "rabbitmqctl is not installed next to the broker"
     shown = {tuple(argv) for page in PAGES for argv in shell_commands(page, "rabbitmqctl")}
-    assert shown == {("rabbitmqctl", "list_queues", "name", "messages", "consumers"),
-                     ("rabbitmqctl", "purge_queue", "sasflow.dead")}
+    assert shown == {
+        ("rabbitmqctl", "list_queues", "name", "messages", "consumers"),
+        ("rabbitmqctl", "purge_queue", "sasflow.dead"),
+    }
     dead = names.dead_letter_queue
     with services.broker_channel() as channel:
         channel.queue_declare(dead, durable=True)
         for n in range(2):
-            channel.basic_publish("", dead, f"poison {n}".encode(),
-                                  pika.BasicProperties(delivery_mode=2))
+            channel.basic_publish(
+                "", dead, f"poison {n}".encode(), pika.BasicProperties(delivery_mode=2)
+            )
 
     def run(argv: tuple[str, ...]) -> str:
         own = [dead if word == "sasflow.dead" else word for word in argv[1:]]
-        done = subprocess.run([ctl, *own], capture_output=True, text=True, timeout=120,
-                              check=False)
+        done = subprocess.run([ctl, *own], capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -7,8 +7,11 @@ import re
 from sasflow.store.schema import RUN_STATES, STEP_STATES
 from tests.docs.markdown import REPO
 
-DIAGRAM = re.compile(r"^## (?P<title>[^\n]+)\n(?:(?!^## ).)*?```mermaid\nstateDiagram-v2\n"
-                     r"(?P<body>.*?)```", re.MULTILINE | re.DOTALL)
+DIAGRAM = re.compile(
+    r"^## (?P<title>[^\n]+)\n(?:(?!^## ).)*?```mermaid\nstateDiagram-v2\n"
+    r"(?P<body>.*?)```",
+    re.MULTILINE | re.DOTALL,
+)
 TRANSITION = re.compile(r"^\s*(?P<source>\S+)\s*-->\s*(?P<target>[^:\s]+)", re.MULTILINE)
 # Listed in the schema, entered by no step: compensation is tracked by the run's state and by
 # compensation steps (rows of kind "compensation") with the ordinary states.
@@ -19,8 +22,9 @@ def _diagrams() -> dict[str, set[str]]:
     text = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
     found: dict[str, set[str]] = {}
     for match in DIAGRAM.finditer(text):
-        states = {name for m in TRANSITION.finditer(match["body"])
-                  for name in (m["source"], m["target"])}
+        states = {
+            name for m in TRANSITION.finditer(match["body"]) for name in (m["source"], m["target"])
+        }
         found[match["title"]] = states - {"[*]"}
     return found
 

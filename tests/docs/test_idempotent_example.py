@@ -18,9 +18,18 @@ from sasflow.agents import Agent, Call, PermanentError, TransientError
 
 
 def _call(key: str, payload: dict[str, Any], attempt: int = 1) -> Call:
-    return Call(input=payload, idempotency_key=key, attempt=attempt,
-                deadline=time.monotonic() + 5, step_id=1, run_id=1, workflow="order",
-                step="step", action="action", kind="forward")
+    return Call(
+        input=payload,
+        idempotency_key=key,
+        attempt=attempt,
+        deadline=time.monotonic() + 5,
+        step_id=1,
+        run_id=1,
+        workflow="order",
+        step="step",
+        action="action",
+        kind="forward",
+    )
 
 
 def _handler(agent: Agent, action: str) -> Any:

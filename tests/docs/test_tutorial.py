@@ -50,8 +50,12 @@ class Session:
             self._engine.dispose()
 
     def wait_run(self, run_id: int, state: str, timeout: float = 30) -> None:
-        harness.wait_for(lambda: harness.run_states(self.engine).get(run_id) == state,
-                         timeout=timeout, interval=0.2, what=f"run {run_id} {state}")
+        harness.wait_for(
+            lambda: harness.run_states(self.engine).get(run_id) == state,
+            timeout=timeout,
+            interval=0.2,
+            what=f"run {run_id} {state}",
+        )
 
     def step(self, run_id: int, name: str) -> object:
         return next(s for s in harness.step_rows(self.engine, run_id) if s.name == name)
@@ -69,8 +73,13 @@ def _out(results: Results, index: int) -> str:
 
 def _submitted(results: Results, run_id: int, key: str) -> None:
     line = next(r for r in results if r is not None and r.args[3:4] == ["submit"])
-    assert json.loads(line.stdout) == {"run_id": run_id, "workflow": "signup", "key": key,
-                                       "created": True, "state": "pending"}
+    assert json.loads(line.stdout) == {
+        "run_id": run_id,
+        "workflow": "signup",
+        "key": key,
+        "created": True,
+        "state": "pending",
+    }
 
 
 def _setup(s: Session, results: Results) -> None:
@@ -80,9 +89,12 @@ def _setup(s: Session, results: Results) -> None:
 
 
 def _start(s: Session, results: Results) -> None:
-    harness.wait_for(lambda: "consuming" in s.log("mailer.log")
-                     and "consuming" in s.log("accounts.log"), timeout=30, interval=0.2,
-                     what="both agents consume")
+    harness.wait_for(
+        lambda: "consuming" in s.log("mailer.log") and "consuming" in s.log("accounts.log"),
+        timeout=30,
+        interval=0.2,
+        what="both agents consume",
+    )
     s.shell.assert_jobs_alive()
 
 
@@ -99,8 +111,12 @@ def _inspect(s: Session, results: Results) -> None:
 def _outage(s: Session, results: Results) -> None:
     _submitted(results, 2, "signup-grace")
     # "after a few seconds": the first attempt expired and the supervisor counted it.
-    harness.wait_for(lambda: s.step(2, "welcome").failure_count >= 1,  # type: ignore[attr-defined]
-                     timeout=20, interval=0.2, what="the supervisor reclaims the silent step")
+    harness.wait_for(
+        lambda: s.step(2, "welcome").failure_count >= 1,  # type: ignore[attr-defined]
+        timeout=20,
+        interval=0.2,
+        what="the supervisor reclaims the silent step",
+    )
 
 
 def _watch(s: Session, results: Results) -> None:
@@ -113,8 +129,13 @@ def _recover(s: Session, results: Results) -> None:
     assert welcome.state == "processed"  # type: ignore[attr-defined]
     assert welcome.attempt >= 2  # type: ignore[attr-defined]
     with s.engine.connect() as conn:
-        expiries = conn.execute(select(events.c.actor).where(
-            events.c.run_id == 2, events.c.reason == "expired")).scalars().all()
+        expiries = (
+            conn.execute(
+                select(events.c.actor).where(events.c.run_id == 2, events.c.reason == "expired")
+            )
+            .scalars()
+            .all()
+        )
     assert expiries, "no expiry recorded"
     assert all(actor.startswith("supervisor:") for actor in expiries)
 
@@ -129,8 +150,12 @@ def _fail(s: Session, results: Results) -> None:
     welcome = s.step(3, "welcome")
     assert (welcome.state, welcome.failure_count) == ("error", 3)  # type: ignore[attr-defined]
     # The alert is delivered by the supervisor's dispatcher shortly after it is raised.
-    harness.wait_for(lambda: "step_failed" in s.log("supervisor.log"), timeout=10,
-                     interval=0.2, what="the log sink writes the alert")
+    harness.wait_for(
+        lambda: "step_failed" in s.log("supervisor.log"),
+        timeout=10,
+        interval=0.2,
+        what="the log sink writes the alert",
+    )
 
 
 def _alert(s: Session, results: Results) -> None:
@@ -158,20 +183,40 @@ def _stop(s: Session, results: Results) -> None:
 
 
 TUTORIAL_CHECKS: dict[str, Callable[[Session, Results], None]] = {
-    "setup": _setup, "start": _start, "submit": _submit, "inspect": _inspect,
-    "outage": _outage, "watch": _watch, "recover": _recover, "recovered": _recovered,
-    "fail": _fail, "alert": _alert, "resubmit": _resubmit, "done": _done, "stop": _stop,
+    "setup": _setup,
+    "start": _start,
+    "submit": _submit,
+    "inspect": _inspect,
+    "outage": _outage,
+    "watch": _watch,
+    "recover": _recover,
+    "recovered": _recovered,
+    "fail": _fail,
+    "alert": _alert,
+    "resubmit": _resubmit,
+    "done": _done,
+    "stop": _stop,
 }
 
 
 def _createdb_for(database: str) -> Callable[[list[str]], list[str]]:
     """The page's `createdb -h localhost -U postgres NAME`, aimed at the test's server and
     database instead."""
+
     def rewrite(argv: list[str]) -> list[str]:
         assert argv[:-1] == ["createdb", "-h", "localhost", "-U", "postgres"], argv
         url = make_url(services.admin_url())
-        return ["createdb", "-h", url.host or "localhost", "-p", str(url.port or 5432),
-                "-U", url.username or "postgres", database]
+        return [
+            "createdb",
+            "-h",
+            url.host or "localhost",
+            "-p",
+            str(url.port or 5432),
+            "-U",
+            url.username or "postgres",
+            database,
+        ]
+
     return rewrite
 
 
@@ -187,12 +232,20 @@ def own_database() -> Iterator[str]:
 def session(tmp_path: Path, names: Names, own_database: str) -> Iterator[Session]:
     database_url = services.database_url(own_database)
     # The test's own services and namespace, whether the page exports these names or not.
-    own = {"SASFLOW_DATABASE_URL": database_url, "SASFLOW_BROKER_URL": services.broker_url(),
-           "SASFLOW_NAMESPACE": names.namespace}
+    own = {
+        "SASFLOW_DATABASE_URL": database_url,
+        "SASFLOW_BROKER_URL": services.broker_url(),
+        "SASFLOW_NAMESPACE": names.namespace,
+    }
     shell = DocShell(
         cwd=tmp_path,
-        env={**os.environ, **own, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1",
-             "COLUMNS": "200"},
+        env={
+            **os.environ,
+            **own,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            "COLUMNS": "200",
+        },
         overrides=own,
         rewrites={"createdb": _createdb_for(own_database)},
     )
@@ -225,8 +278,10 @@ def test_readme_quickstart_runs_as_written(session: Session) -> None:
     session.wait_run(run_id, "completed")
     with session.engine.connect() as conn:
         states = conn.execute(select(steps.c.name, steps.c.state).order_by(steps.c.id)).all()
-    assert [(r.name, r.state) for r in states] == [("reserve", "processed"),
-                                                   ("charge", "processed")]
+    assert [(r.name, r.state) for r in states] == [
+        ("reserve", "processed"),
+        ("charge", "processed"),
+    ]
     session.shell.assert_jobs_alive()
     session.shell.stop_all()
     assert set(session.shell.stopped.values()) == {0}, session.shell.stopped

@@ -16,8 +16,9 @@ from sasflow.transport.rabbitmq import RabbitMQTransport
 APP = "tests.apps.basic"
 
 
-@pytest.mark.parametrize("url", ["amqp://localhost:5672/%2F", "amqps://u:p@localhost/vh",
-                                 "AMQP://localhost"])
+@pytest.mark.parametrize(
+    "url", ["amqp://localhost:5672/%2F", "amqps://u:p@localhost/vh", "AMQP://localhost"]
+)
 def test_amqp_urls_make_a_rabbitmq_transport(url: str) -> None:
     assert isinstance(make_transport(url, process_name="t"), RabbitMQTransport)
     assert is_in_process(url) is False
@@ -65,13 +66,16 @@ def test_in_process_context_shares_one_lazily_created_broker() -> None:
         agent.declare_queue("q", dead_letter_exchange="x")  # same broker: a real conflict
 
 
-@pytest.mark.parametrize("command", [
-    ["submitter"],
-    ["scheduler"],
-    ["agent", "echo"],
-    ["supervisor", "--once"],
-    ["submit", "pipeline", "--input", "{}", "--via-broker"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["submitter"],
+        ["scheduler"],
+        ["agent", "echo"],
+        ["supervisor", "--once"],
+        ["submit", "pipeline", "--input", "{}", "--via-broker"],
+    ],
+)
 def test_separate_process_roles_refuse_the_in_process_bus(command: list[str]) -> None:
     result = CliRunner().invoke(cli, ["--broker-url", "memory://", "--app", APP, *command])
     assert result.exit_code == 2, result.output
@@ -81,7 +85,9 @@ def test_separate_process_roles_refuse_the_in_process_bus(command: list[str]) ->
 
 
 def test_cli_reports_an_unsupported_broker_scheme() -> None:
-    result = CliRunner().invoke(cli, ["--broker-url", "redis://localhost", "--app", APP,
-                                      "submit", "pipeline", "--via-broker"])
+    result = CliRunner().invoke(
+        cli,
+        ["--broker-url", "redis://localhost", "--app", APP, "submit", "pipeline", "--via-broker"],
+    )
     assert result.exit_code == 1, result.output
     assert "unsupported broker URL 'redis://localhost'" in result.output

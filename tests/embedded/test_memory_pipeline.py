@@ -60,8 +60,9 @@ def store(request: pytest.FixtureRequest) -> tuple[Engine, str]:
     return request.getfixturevalue("sqlite_engine"), request.getfixturevalue("sqlite_url")
 
 
-def collect(transport: MemoryTransport, queue: str, *, until: str,
-            timeout: float = 20.0) -> list[Delivery]:
+def collect(
+    transport: MemoryTransport, queue: str, *, until: str, timeout: float = 20.0
+) -> list[Delivery]:
     """Take (and ack) `queue`'s messages until one has the routing-key-like `until` state."""
     found: list[Delivery] = []
     deadline = time.monotonic() + timeout
@@ -79,7 +80,10 @@ def collect(transport: MemoryTransport, queue: str, *, until: str,
 
 
 def test_submitted_pipeline_completes_over_the_in_process_bus(
-    store: tuple[Engine, str], names: Names, broker: MemoryBroker, app: MemoryTransport,
+    store: tuple[Engine, str],
+    names: Names,
+    broker: MemoryBroker,
+    app: MemoryTransport,
 ) -> None:
     """Submitter, scheduler, agent and supervisor threads on one MemoryBroker run a submission
     to completion, and the application sees the status notifications on its bound queue."""
@@ -93,11 +97,21 @@ def test_submitted_pipeline_completes_over_the_in_process_bus(
 
     roles = (
         Submitter(engine, transport("submitter"), basic.registry, names),
-        Scheduler(engine, transport("scheduler"), basic.registry, names,
-                  database_url=database_url, options=SchedulerOptions(rescan_interval=0.2)),
+        Scheduler(
+            engine,
+            transport("scheduler"),
+            basic.registry,
+            names,
+            database_url=database_url,
+            options=SchedulerOptions(rescan_interval=0.2),
+        ),
         AgentWorker(basic.echo, transport("agent-echo"), names, concurrency=2),
-        Supervisor(engine, names, transport=transport("supervisor"),
-                   options=SupervisorOptions(interval=0.2)),
+        Supervisor(
+            engine,
+            names,
+            transport=transport("supervisor"),
+            options=SupervisorOptions(interval=0.2),
+        ),
     )
     submission = Submission(workflow="pipeline", input={"text": "hello"}, key="mem-1")
     app.publish(Outgoing("", names.submit, submission.encode(), mandatory=True))
@@ -111,7 +125,8 @@ def test_submitted_pipeline_completes_over_the_in_process_bus(
     bodies = [json.loads(d.body) for d in events]
     assert [b["state"] for b in bodies] == ["pending", "running", "completed"]
     assert {(d.headers["key"], d.headers["run_id"]) for d in events} == {
-        ("mem-1", bodies[0]["run_id"])}
+        ("mem-1", bodies[0]["run_id"])
+    }
     assert broker.depth(names.dead_letter_queue) == 0
 
 
@@ -123,44 +138,69 @@ def anything(call: Call) -> None:
     raise AssertionError("no worker runs this agent")
 
 
-absent = Workflow("absent", [
-    Step("call", "nobody", "anything", policy=StepPolicy(timeout=60, max_failures=1)),
-])
+absent = Workflow(
+    "absent",
+    [
+        Step("call", "nobody", "anything", policy=StepPolicy(timeout=60, max_failures=1)),
+    ],
+)
 
 
 def test_supervisor_counts_a_request_the_bus_expired(
-    engine: Engine, database_url: str, names: Names, broker: MemoryBroker,
+    engine: Engine,
+    database_url: str,
+    names: Names,
+    broker: MemoryBroker,
     app: MemoryTransport,
 ) -> None:
     """A request that expired in the agent's queue is dead-lettered with `x-death`; the
     supervisor reads it from <ns>.dead.requests and fails the attempt before its deadline."""
     registry = Registry([absent], [nobody])
-    scheduler = Scheduler(engine, MemoryTransport(broker, process_name="sasflow-scheduler"),
-                          registry, names, database_url=database_url,
-                          options=SchedulerOptions(rescan_interval=0.2))
-    supervisor = Supervisor(engine, names,
-                            transport=MemoryTransport(broker, process_name="sasflow-supervisor"),
-                            options=SupervisorOptions(interval=0.2))
+    scheduler = Scheduler(
+        engine,
+        MemoryTransport(broker, process_name="sasflow-scheduler"),
+        registry,
+        names,
+        database_url=database_url,
+        options=SchedulerOptions(rescan_interval=0.2),
+    )
+    supervisor = Supervisor(
+        engine,
+        names,
+        transport=MemoryTransport(broker, process_name="sasflow-supervisor"),
+        options=SupervisorOptions(interval=0.2),
+    )
     queue = names.agent("nobody")
     submission = Submission(workflow="absent", input={}, key="lost-1")
     app.publish(Outgoing("", names.submit, submission.encode(), mandatory=True))
-    submitter = Submitter(engine, MemoryTransport(broker, process_name="sasflow-submitter"),
-                          registry, names)
+    submitter = Submitter(
+        engine, MemoryTransport(broker, process_name="sasflow-submitter"), registry, names
+    )
     with harness.running(submitter, scheduler, supervisor):
         harness.wait_for(lambda: dispatched(broker, queue), what="the request is dispatched")
         # The 60 s budget is too long to wait for: expire this very request at once instead,
         # as the broker would have (same body, correlation id and reply_to).
         request = app.get(queue)
         assert request is not None
-        app.publish(Outgoing("", queue, request.body, expiration_ms=1,
-                             correlation_id=request.correlation_id, reply_to=request.reply_to))
+        app.publish(
+            Outgoing(
+                "",
+                queue,
+                request.body,
+                expiration_ms=1,
+                correlation_id=request.correlation_id,
+                reply_to=request.reply_to,
+            )
+        )
         app.ack(request)
         harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="the run fails")
 
     (step,) = harness.step_rows(engine)
     assert (step.state, step.failure_count, step.error) == (
-        "error", 1, {"type": "RequestDeadLettered",
-                     "message": "broker dead-lettered the request (expired)"})
+        "error",
+        1,
+        {"type": "RequestDeadLettered", "message": "broker dead-lettered the request (expired)"},
+    )
     operators_copy = app.get(names.dead_letter_queue)
     assert operators_copy is not None
     assert operators_copy.headers["x-first-death-reason"] == "expired"
@@ -174,34 +214,54 @@ def dispatched(broker: MemoryBroker, queue: str) -> bool:
 
 
 def test_roles_reconnect_after_a_bus_outage_and_finish_the_work(
-    engine: Engine, database_url: str, names: Names, broker: MemoryBroker,
+    engine: Engine,
+    database_url: str,
+    names: Names,
+    broker: MemoryBroker,
     app: MemoryTransport,
 ) -> None:
     """`disconnect_all` drops every connection mid-run (unacked messages go back to their
     queues); the roles reconnect on their own and every run still completes."""
+
     def transport(role: str) -> MemoryTransport:
         return MemoryTransport(broker, process_name=f"sasflow-{role}")
 
     roles = (
         Submitter(engine, transport("submitter"), basic.registry, names),
-        Scheduler(engine, transport("scheduler"), basic.registry, names,
-                  database_url=database_url, options=SchedulerOptions(rescan_interval=0.2)),
+        Scheduler(
+            engine,
+            transport("scheduler"),
+            basic.registry,
+            names,
+            database_url=database_url,
+            options=SchedulerOptions(rescan_interval=0.2),
+        ),
         AgentWorker(basic.echo, transport("agent-echo"), names, concurrency=2),
     )
     total = 20  # two steps of 0.1 s each on two agent threads: about 2 s of work
-    app.publish_many([
-        Outgoing("", names.submit, Submission(workflow="sleepy", input={"delay": 0.1},
-                                              key=f"k{i}").encode(), mandatory=True)
-        for i in range(total)])
+    app.publish_many(
+        [
+            Outgoing(
+                "",
+                names.submit,
+                Submission(workflow="sleepy", input={"delay": 0.1}, key=f"k{i}").encode(),
+                mandatory=True,
+            )
+            for i in range(total)
+        ]
+    )
     with harness.running(*roles):
-        harness.wait_for(lambda: "completed" in harness.run_states(engine).values(),
-                         what="a first run completes")
+        harness.wait_for(
+            lambda: "completed" in harness.run_states(engine).values(), what="a first run completes"
+        )
         broker.disconnect_all(stay_down=True)
         finished = list(harness.run_states(engine).values()).count("completed")
         time.sleep(0.3)  # the roles fail to reconnect for a while
         broker.restore()
-        harness.wait_for(harness.all_runs_in(engine, {"completed"}, total),
-                         what="every run completes after the outage")
+        harness.wait_for(
+            harness.all_runs_in(engine, {"completed"}, total),
+            what="every run completes after the outage",
+        )
     assert finished < total, "the outage came too late to interrupt anything"
     app.connect()  # the outage dropped the application's connection too
     assert app.get(names.dead_letter_queue) is None

@@ -113,8 +113,11 @@ def test_expiry_happens_while_consumers_wait_without_anyone_calling_get(
     operator, scheduler = connect("operator"), connect("scheduler")
     dead: list[Delivery] = []
     operator.consume(NAMES.dead_letter_queue, dead.append, prefetch=10)
-    scheduler.publish(Outgoing("", NAMES.agent("echo"), b"{}", expiration_ms=100,
-                               correlation_id="1:1", mandatory=True))
+    scheduler.publish(
+        Outgoing(
+            "", NAMES.agent("echo"), b"{}", expiration_ms=100, correlation_id="1:1", mandatory=True
+        )
+    )
     started = time.monotonic()
     while not dead and time.monotonic() - started < 10:
         operator.process(5)
@@ -122,7 +125,8 @@ def test_expiry_happens_while_consumers_wait_without_anyone_calling_get(
 
 
 def test_expiry_is_checked_at_the_head_of_the_queue_like_rabbitmq(
-    connect: Callable[[str], MemoryTransport], broker: MemoryBroker,
+    connect: Callable[[str], MemoryTransport],
+    broker: MemoryBroker,
 ) -> None:
     transport = connect("t")
     queue = NAMES.agent("echo")
@@ -140,7 +144,8 @@ def test_expiry_is_checked_at_the_head_of_the_queue_like_rabbitmq(
 
 
 def test_outage_fails_every_operation_until_the_transport_reconnects(
-    connect: Callable[[str], MemoryTransport], broker: MemoryBroker,
+    connect: Callable[[str], MemoryTransport],
+    broker: MemoryBroker,
 ) -> None:
     agent, scheduler = connect("agent"), connect("scheduler")
     got: list[Delivery] = []
@@ -154,12 +159,14 @@ def test_outage_fails_every_operation_until_the_transport_reconnects(
     broker.disconnect_all(stay_down=True)
     blocked.join(5)
     assert [type(e) for e in errors] == [BrokerUnavailableError]
-    for operation in (lambda: scheduler.publish(Outgoing("", NAMES.submit, b"x")),
-                      lambda: scheduler.get(NAMES.submit),
-                      lambda: scheduler.process(0),
-                      lambda: scheduler.call_threadsafe(lambda: None),
-                      lambda: agent.ack(got[0]),
-                      agent.connect):
+    for operation in (
+        lambda: scheduler.publish(Outgoing("", NAMES.submit, b"x")),
+        lambda: scheduler.get(NAMES.submit),
+        lambda: scheduler.process(0),
+        lambda: scheduler.call_threadsafe(lambda: None),
+        lambda: agent.ack(got[0]),
+        agent.connect,
+    ):
         with pytest.raises(BrokerUnavailableError):
             operation()
 
@@ -193,7 +200,10 @@ def test_messages_are_copied_not_shared(connect: Callable[[str], MemoryTransport
     assert again is not None
     assert two is not None
     assert (again.body, again.headers, two.headers) == (
-        b"body", {"nested": {"n": 1}}, {"nested": {"n": 1}})
+        b"body",
+        {"nested": {"n": 1}},
+        {"nested": {"n": 1}},
+    )
 
 
 def test_competing_consumers_in_threads_share_the_queue_round_robin(
@@ -255,7 +265,8 @@ def test_concurrent_producers_keep_each_ones_order(
 
         def publish() -> None:
             results = transport.publish_many(
-                [Outgoing("", NAMES.submit, f"{name}:{i}".encode()) for i in range(per_producer)])
+                [Outgoing("", NAMES.submit, f"{name}:{i}".encode()) for i in range(per_producer)]
+            )
             assert results == [None] * per_producer
 
         return publish
@@ -328,19 +339,22 @@ def test_brokers_are_independent() -> None:
     assert (first.depth("q"), second.depth("q")) == (1, 0)
 
 
-@pytest.mark.parametrize(("pattern", "key", "matches"), [
-    ("order.run.*", "order.run.completed", True),
-    ("order.run.*", "order.run", False),
-    ("*.step.error", "media.step.error", True),
-    ("#", "a.b.c", True),
-    ("#", "", True),
-    ("a.#", "a", True),
-    ("a.#.c", "a.b.x.c", True),
-    ("a.#.c", "a.b.x.d", False),
-    ("#.c", "c", True),
-    ("a.*.c", "a.c", False),
-    ("order.run.completed", "order.run.completed", True),
-    ("order.run.completed", "order.run.error", False),
-])
+@pytest.mark.parametrize(
+    ("pattern", "key", "matches"),
+    [
+        ("order.run.*", "order.run.completed", True),
+        ("order.run.*", "order.run", False),
+        ("*.step.error", "media.step.error", True),
+        ("#", "a.b.c", True),
+        ("#", "", True),
+        ("a.#", "a", True),
+        ("a.#.c", "a.b.x.c", True),
+        ("a.#.c", "a.b.x.d", False),
+        ("#.c", "c", True),
+        ("a.*.c", "a.c", False),
+        ("order.run.completed", "order.run.completed", True),
+        ("order.run.completed", "order.run.error", False),
+    ],
+)
 def test_topic_matching(pattern: str, key: str, matches: bool) -> None:
     assert topic_matches(pattern, key) is matches

@@ -40,15 +40,20 @@ SQLALCHEMY_SQLITE_DATETIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}
 
 def _submit_many(engine: Engine, count: int, prefix: str = "r") -> list[int]:
     with transaction(engine) as conn:
-        return [submit_run(conn, basic.registry, "pipeline", {"text": f"t{i}"},
-                           key=f"{prefix}{i}").run_id for i in range(count)]
+        return [
+            submit_run(
+                conn, basic.registry, "pipeline", {"text": f"t{i}"}, key=f"{prefix}{i}"
+            ).run_id
+            for i in range(count)
+        ]
 
 
 # -- engine and migrations ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:",
-                                 "sqlite:///file:x?mode=memory&uri=true"])
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file:x?mode=memory&uri=true"]
+)
 def test_in_memory_databases_are_refused_with_the_reason(url: str) -> None:
     with pytest.raises(ConfigurationError, match="in-memory SQLite database"):
         make_engine(url)
@@ -63,14 +68,21 @@ def test_connections_use_wal_full_sync_foreign_keys_and_the_busy_timeout(
     sqlite_engine: Engine,
 ) -> None:
     with sqlite_engine.connect() as conn:
-        pragmas = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar_one()
-                   for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
-    assert pragmas == {"journal_mode": "wal", "synchronous": 2, "foreign_keys": 1,
-                       "busy_timeout": int(sqlite.BUSY_TIMEOUT_S * 1000)}
+        pragmas = {
+            name: conn.exec_driver_sql(f"PRAGMA {name}").scalar_one()
+            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        }
+    assert pragmas == {
+        "journal_mode": "wal",
+        "synchronous": 2,
+        "foreign_keys": 1,
+        "busy_timeout": int(sqlite.BUSY_TIMEOUT_S * 1000),
+    }
 
 
 def test_every_transaction_takes_the_write_lock_when_it_begins(
-    sqlite_engine: Engine, sqlite_url: str,
+    sqlite_engine: Engine,
+    sqlite_url: str,
 ) -> None:
     """Even a transaction that has only read holds the lock: another writer cannot begin."""
     path = sqlite_url.removeprefix("sqlite:///")
@@ -90,15 +102,15 @@ def test_a_lock_held_past_the_busy_timeout_is_a_conflict_and_is_retried(
     sqlite_url: str,
 ) -> None:
     engine = make_engine(f"{sqlite_url}?timeout=0.1")
-    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None,
-                             check_same_thread=False)
+    holder = sqlite3.connect(
+        sqlite_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+    )
     try:
         holder.execute("BEGIN IMMEDIATE")
         with pytest.raises(ConflictError, match="database is locked"):
             run_transaction(engine, lambda conn: _submit_many_on(conn, 1, "a"), attempts=1)
         threading.Timer(0.3, holder.execute, args=("COMMIT",)).start()
-        created = run_transaction(engine, lambda conn: _submit_many_on(conn, 1, "b"),
-                                  attempts=10)
+        created = run_transaction(engine, lambda conn: _submit_many_on(conn, 1, "b"), attempts=10)
         assert len(created) == 1
     finally:
         holder.close()
@@ -106,8 +118,10 @@ def test_a_lock_held_past_the_busy_timeout_is_a_conflict_and_is_retried(
 
 
 def _submit_many_on(conn: Connection, count: int, prefix: str) -> list[int]:
-    return [submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"{prefix}{i}")
-            .run_id for i in range(count)]
+    return [
+        submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"{prefix}{i}").run_id
+        for i in range(count)
+    ]
 
 
 def test_an_unopenable_file_is_store_unavailable_and_a_sql_error_is_not(tmp_path: Path) -> None:
@@ -119,8 +133,10 @@ def test_an_unopenable_file_is_store_unavailable_and_a_sql_error_is_not(tmp_path
             conn.execute(select(runs.c.id)).all()
         engine.dispose()
         shutil.rmtree(folder)
-        with pytest.raises(StoreUnavailableError, match="unable to open"), \
-                transaction(engine) as conn:
+        with (
+            pytest.raises(StoreUnavailableError, match="unable to open"),
+            transaction(engine) as conn,
+        ):
             conn.execute(select(runs.c.id)).all()
     finally:
         engine.dispose()
@@ -148,7 +164,8 @@ def test_migrations_upgrade_check_downgrade_and_upgrade_again(tmp_path: Path) ->
 
 
 def test_cli_db_commands_work_on_a_relative_sqlite_url(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     env = {"SASFLOW_DATABASE_URL": "sqlite:///sasflow.db"}
@@ -158,7 +175,9 @@ def test_cli_db_commands_work_on_a_relative_sqlite_url(
     current = runner.invoke(cli, ["db", "current"], env=env)
     memory = runner.invoke(cli, ["db", "current"], env={"SASFLOW_DATABASE_URL": "sqlite://"})
     assert (upgraded.exit_code, checked.exit_code, current.exit_code) == (0, 0, 0), (
-        upgraded.output, checked.output)
+        upgraded.output,
+        checked.output,
+    )
     assert f"database at revision {migrate.head()}" in upgraded.output
     assert "schema matches" in checked.output
     assert f"current: {migrate.head()}" in current.output
@@ -175,9 +194,13 @@ def test_now_and_plus_seconds_are_utc_aware_and_in_sqlalchemys_text_format(
 ) -> None:
     before = dt.datetime.now(dt.UTC)
     with sqlite_engine.connect() as conn:
-        row = conn.execute(select(now().label("now"),
-                                  plus_seconds(now(), 90).label("later"),
-                                  plus_seconds(now(), -0.25).label("earlier"))).one()
+        row = conn.execute(
+            select(
+                now().label("now"),
+                plus_seconds(now(), 90).label("later"),
+                plus_seconds(now(), -0.25).label("earlier"),
+            )
+        ).one()
         raw = conn.exec_driver_sql(f"SELECT {_sql(now())}").scalar_one()
     after = dt.datetime.now(dt.UTC)
     assert row.now.tzinfo == dt.UTC
@@ -188,8 +211,9 @@ def test_now_and_plus_seconds_are_utc_aware_and_in_sqlalchemys_text_format(
 
 
 def _sql(expression: ColumnElement[Any]) -> str:
-    return str(expression.compile(dialect=sqlite_dialect.dialect(),
-                                  compile_kwargs={"literal_binds": True}))
+    return str(
+        expression.compile(dialect=sqlite_dialect.dialect(), compile_kwargs={"literal_binds": True})
+    )
 
 
 def test_defaults_and_bound_times_round_trip_as_utc(sqlite_engine: Engine) -> None:
@@ -212,8 +236,9 @@ def test_defaults_and_bound_times_round_trip_as_utc(sqlite_engine: Engine) -> No
 def test_steps_backed_off_into_the_future_are_not_claimed(sqlite_engine: Engine) -> None:
     later, ready = _submit_many(sqlite_engine, 2)
     with transaction(sqlite_engine) as conn:
-        conn.execute(update(steps).where(steps.c.run_id == later)
-                     .values(not_before=plus_seconds(now(), 5)))
+        conn.execute(
+            update(steps).where(steps.c.run_id == later).values(not_before=plus_seconds(now(), 5))
+        )
         claimed = claim_steps(conn, locked_by="s1", batch=10)
         db_now = conn.execute(select(now())).scalar_one()
     assert [c.run_id for c in claimed] == [ready]
@@ -257,7 +282,8 @@ def test_eight_threads_claim_2000_ready_steps_each_exactly_once(sqlite_engine: E
             barrier.wait()
             while True:
                 batch = run_transaction(
-                    sqlite_engine, lambda conn: claim_steps(conn, locked_by=name, batch=25))
+                    sqlite_engine, lambda conn: claim_steps(conn, locked_by=name, batch=25)
+                )
                 if not batch:
                     return
                 assert len(batch) <= 25
@@ -282,12 +308,17 @@ def test_eight_threads_claim_2000_ready_steps_each_exactly_once(sqlite_engine: E
     assert sum(1 for batch in claimed.values() if batch) >= 2, "claimers did not overlap"
     owner = {c.id: name for name, batch in claimed.items() for c in batch}
     with sqlite_engine.connect() as conn:
-        rows = conn.execute(select(steps.c.id, steps.c.locked_by, steps.c.attempt)
-                            .where(steps.c.state == "processing")).all()
-        left = conn.execute(select(func.count()).select_from(steps)
-                            .where(steps.c.state == "pending")).scalar_one()
-        dispatched = conn.execute(select(func.count()).select_from(events)
-                                  .where(events.c.to_state == "processing")).scalar_one()
+        rows = conn.execute(
+            select(steps.c.id, steps.c.locked_by, steps.c.attempt).where(
+                steps.c.state == "processing"
+            )
+        ).all()
+        left = conn.execute(
+            select(func.count()).select_from(steps).where(steps.c.state == "pending")
+        ).scalar_one()
+        dispatched = conn.execute(
+            select(func.count()).select_from(events).where(events.c.to_state == "processing")
+        ).scalar_one()
     assert left == 0
     assert {r.id: r.locked_by for r in rows} == owner
     assert {r.attempt for r in rows} == {1}
@@ -301,7 +332,8 @@ def _claim_until_empty(url: str, name: str, barrier: threading.Barrier) -> list[
     ids: list[int] = []
     try:
         while batch := run_transaction(
-                engine, lambda conn: claim_steps(conn, locked_by=name, batch=20)):
+            engine, lambda conn: claim_steps(conn, locked_by=name, batch=20)
+        ):
             ids.extend(c.id for c in batch)
             time.sleep(0.002)
     finally:
@@ -310,22 +342,27 @@ def _claim_until_empty(url: str, name: str, barrier: threading.Barrier) -> list[
 
 
 def test_three_processes_claim_900_ready_steps_each_exactly_once(
-    sqlite_engine: Engine, sqlite_url: str,
+    sqlite_engine: Engine,
+    sqlite_url: str,
 ) -> None:
     """The write lock is the database file's, so claims are atomic across processes too."""
     _submit_many(sqlite_engine, 900)
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, context.Pool(3) as pool:
         barrier = manager.Barrier(3)
-        results = pool.starmap(_claim_until_empty,
-                               [(sqlite_url, f"p{i}", barrier) for i in range(3)])
+        results = pool.starmap(
+            _claim_until_empty, [(sqlite_url, f"p{i}", barrier) for i in range(3)]
+        )
     ids = [i for claimed in results for i in claimed]
     assert len(ids) == 900
     assert len(set(ids)) == 900
     assert sum(1 for claimed in results if claimed) >= 2, "claimers did not overlap"
     with sqlite_engine.connect() as conn:
-        owners = dict(conn.execute(select(steps.c.id, steps.c.locked_by)
-                                   .where(steps.c.state == "processing")).all())
+        owners = dict(
+            conn.execute(
+                select(steps.c.id, steps.c.locked_by).where(steps.c.state == "processing")
+            ).all()
+        )
     assert owners == {i: f"p{n}" for n, claimed in enumerate(results) for i in claimed}
 
 
@@ -337,8 +374,10 @@ def test_submitting_the_same_key_from_four_threads_creates_one_run(sqlite_engine
 
     def submitter() -> None:
         barrier.wait()
-        result = run_transaction(sqlite_engine, lambda conn: submit_run(
-            conn, basic.registry, "pipeline", {"text": "x"}, key="same"))
+        result = run_transaction(
+            sqlite_engine,
+            lambda conn: submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="same"),
+        )
         with lock:
             created.append(result.created)
             run_ids.add(result.run_id)
@@ -360,22 +399,33 @@ def test_replies_are_fenced_by_attempt(sqlite_engine: Engine) -> None:
     (run_id,) = _submit_many(sqlite_engine, 1)
     with transaction(sqlite_engine) as conn:
         (step,) = claim_steps(conn, locked_by="s1", batch=1)
-        conn.execute(update(steps).where(steps.c.id == step.id)
-                     .values(state="pending", locked_by=None, complete_by=None))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id == step.id)
+            .values(state="pending", locked_by=None, complete_by=None)
+        )
         (again,) = claim_steps(conn, locked_by="s2", batch=1)
     assert (again.id, again.attempt) == (step.id, 2)
 
     def apply(reply: Reply) -> int:
         with transaction(sqlite_engine) as conn:
-            return apply_replies(conn, basic.registry, [reply], namespace="t",
-                                 actor="test").applied
+            return apply_replies(conn, basic.registry, [reply], namespace="t", actor="test").applied
 
     assert apply(Reply(step_id=step.id, attempt=1, status="ok", output={"text": "LATE"})) == 0
     current = Reply(step_id=step.id, attempt=2, status="ok", output={"text": "X"})
     assert apply(current) == 1
     assert apply(current) == 0
-    assert apply(Reply(step_id=step.id, attempt=2, status="error",
-                       error=ErrorInfo(type="Boom", message="late"))) == 0
+    assert (
+        apply(
+            Reply(
+                step_id=step.id,
+                attempt=2,
+                status="error",
+                error=ErrorInfo(type="Boom", message="late"),
+            )
+        )
+        == 0
+    )
     with sqlite_engine.connect() as conn:
         rows = {r.name: r for r in conn.execute(select(steps).where(steps.c.run_id == run_id))}
     assert (rows["a"].state, rows["a"].output) == ("processed", {"text": "X"})
@@ -390,11 +440,21 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
     (least() and power() in their SQLite forms): 1 s doubling, capped at 300 s."""
     _submit_many(sqlite_engine, 300)
     with transaction(sqlite_engine) as conn:
-        conn.execute(update(steps).where(steps.c.name == "a").values(
-            state="processing", attempt=1, locked_by="gone", max_failures=20,
-            failure_count=steps.c.id % 10, complete_by=plus_seconds(now(), -60)))
-        earlier = dict(conn.execute(select(steps.c.id, steps.c.failure_count)
-                                    .where(steps.c.name == "a")).all())
+        conn.execute(
+            update(steps)
+            .where(steps.c.name == "a")
+            .values(
+                state="processing",
+                attempt=1,
+                locked_by="gone",
+                max_failures=20,
+                failure_count=steps.c.id % 10,
+                complete_by=plus_seconds(now(), -60),
+            )
+        )
+        earlier = dict(
+            conn.execute(select(steps.c.id, steps.c.failure_count).where(steps.c.name == "a")).all()
+        )
     swept: list[int] = []
     lock = threading.Lock()
     barrier = threading.Barrier(2)
@@ -403,10 +463,14 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
         candidates = sorted(set(conn.execute(queries.expired_runs(), {"b_batch": 20}).scalars()))
         if not candidates:
             return []
-        locked = conn.execute(queries.lock_runs(skip_locked=True),
-                              {"b_run_ids": candidates}).scalars().all()
-        rows = conn.execute(queries.sweep_expired(),
-                            {"b_run_ids": list(locked), "b_error": None}).all()
+        locked = (
+            conn.execute(queries.lock_runs(skip_locked=True), {"b_run_ids": candidates})
+            .scalars()
+            .all()
+        )
+        rows = conn.execute(
+            queries.sweep_expired(), {"b_run_ids": list(locked), "b_error": None}
+        ).all()
         return [r.id for r in rows]
 
     def sweeper() -> None:
@@ -422,8 +486,11 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
         thread.join(60)
     assert sorted(swept) == sorted(earlier)
     with sqlite_engine.connect() as conn:
-        rows = conn.execute(select(steps.c.id, steps.c.failure_count, steps.c.state,
-                                   steps.c.not_before).where(steps.c.id.in_(earlier))).all()
+        rows = conn.execute(
+            select(steps.c.id, steps.c.failure_count, steps.c.state, steps.c.not_before).where(
+                steps.c.id.in_(earlier)
+            )
+        ).all()
         db_now = conn.execute(select(now())).scalar_one()
     assert {r.id: r.failure_count for r in rows} == {i: n + 1 for i, n in earlier.items()}
     assert {r.state for r in rows} == {"pending"}

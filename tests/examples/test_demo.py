@@ -26,31 +26,45 @@ ORDERS = 50
 def _store_counts(engine: Engine) -> dict[str, Any]:
     """The summary's figures, counted here with queries of the test's own."""
     with engine.connect() as conn:
-        by_state = {str(row.state): int(row.n) for row in conn.execute(
-            select(runs.c.state, func.count().label("n")).group_by(runs.c.state))}
+        by_state = {
+            str(row.state): int(row.n)
+            for row in conn.execute(
+                select(runs.c.state, func.count().label("n")).group_by(runs.c.state)
+            )
+        }
 
         def count(table: Any, *where: Any) -> int:
-            return int(conn.execute(select(func.count()).select_from(table)
-                                    .where(*where)).scalar_one())
+            return int(
+                conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one()
+            )
 
         return {
             "orders": count(runs),
             "runs_by_state": by_state,
             "steps_retried": count(steps, steps.c.attempt > 1),
-            "failures_counted": int(conn.execute(
-                select(func.coalesce(func.sum(steps.c.failure_count), 0))).scalar_one()),
-            "deferred": count(events, events.c.reason == "deferred",
-                              events.c.to_state == "pending"),
-            "expired_recovered": count(events, events.c.reason == "expired",
-                                       events.c.to_state == "pending"),
-            "compensations_processed": count(steps, steps.c.kind == "compensation",
-                                             steps.c.state == "processed"),
+            "failures_counted": int(
+                conn.execute(select(func.coalesce(func.sum(steps.c.failure_count), 0))).scalar_one()
+            ),
+            "deferred": count(
+                events, events.c.reason == "deferred", events.c.to_state == "pending"
+            ),
+            "expired_recovered": count(
+                events, events.c.reason == "expired", events.c.to_state == "pending"
+            ),
+            "compensations_processed": count(
+                steps, steps.c.kind == "compensation", steps.c.state == "processed"
+            ),
             "alerts_raised": count(alerts),
-            "error_runs": list(conn.execute(select(runs.c.id).where(runs.c.state == "error")
-                                            .order_by(runs.c.id)).scalars()),
-            "compensated_runs": list(conn.execute(
-                select(runs.c.id).where(runs.c.state == "compensated")
-                .order_by(runs.c.id)).scalars()),
+            "error_runs": list(
+                conn.execute(
+                    select(runs.c.id).where(runs.c.state == "error").order_by(runs.c.id)
+                ).scalars()
+            ),
+            "compensated_runs": list(
+                conn.execute(
+                    select(runs.c.id).where(runs.c.state == "compensated").order_by(runs.c.id)
+                ).scalars()
+            ),
         }
 
 
@@ -61,8 +75,9 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
     exactly what the store holds; the non-terminal output carries no control codes."""
     summary_file = tmp_path / "summary.json"
     with processes(tmp_path, database_url=database_url, namespace=names.namespace) as procs:
-        result = procs.run("demo", "--orders", str(ORDERS), "--summary-file", str(summary_file),
-                           timeout=150)
+        result = procs.run(
+            "demo", "--orders", str(ORDERS), "--summary-file", str(summary_file), timeout=150
+        )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(summary_file.read_text())
     expected = _store_counts(engine)
@@ -81,9 +96,10 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
         failed = conn.execute(select(runs).where(runs.c.state == "error")).one()
         alert = conn.execute(select(alerts)).one()
         crashed_ship = conn.execute(
-            select(steps).join(runs, runs.c.id == steps.c.run_id)
-            .where(runs.c.business_key.endswith(f"-{scenario.crash:05d}"),
-                   steps.c.name == "ship")).one()
+            select(steps)
+            .join(runs, runs.c.id == steps.c.run_id)
+            .where(runs.c.business_key.endswith(f"-{scenario.crash:05d}"), steps.c.name == "ship")
+        ).one()
     assert failed.input["order"] == scenario.declined
     assert failed.error["error"]["message"] == "card declined by the issuer"
     assert (alert.kind, alert.run_id) == ("step_failed", failed.id)
@@ -99,15 +115,32 @@ def test_demo_by_default_runs_on_a_fresh_sqlite_file_and_the_in_process_bus(
 ) -> None:
     """No service settings: the demo recreates ./sasflow-demo.db, runs on the in-process bus,
     exits 0, and its summary equals what the file holds afterwards."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SASFLOW_DATABASE_URL", "SASFLOW_BROKER_URL", "SASFLOW_NAMESPACE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SASFLOW_DATABASE_URL", "SASFLOW_BROKER_URL", "SASFLOW_NAMESPACE")
+    }
     database = tmp_path / "sasflow-demo.db"
     database.write_text("not a database: the demo must replace it")
     summary_file = tmp_path / "summary.json"
-    result = subprocess.run([sys.executable, "-m", "sasflow", "demo", "--orders", str(ORDERS),
-                             "--summary-file", str(summary_file)],
-                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=150,
-                            check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sasflow",
+            "demo",
+            "--orders",
+            str(ORDERS),
+            "--summary-file",
+            str(summary_file),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(summary_file.read_text())
     assert summary["database_url"] == "sqlite:///sasflow-demo.db"
@@ -119,18 +152,28 @@ def test_demo_by_default_runs_on_a_fresh_sqlite_file_and_the_in_process_bus(
         engine.dispose()
     assert {k: summary[k] for k in expected} == expected
     assert expected["runs_by_state"] == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
-    assert min(expected["steps_retried"], expected["deferred"],
-               expected["expired_recovered"]) >= 1
+    assert min(expected["steps_retried"], expected["deferred"], expected["expired_recovered"]) >= 1
     assert (expected["compensations_processed"], expected["alerts_raised"]) == (2, 1)
     failed = expected["error_runs"][0]
-    assert f"sasflow --database-url sqlite:///sasflow-demo.db runs show {failed}" \
-        in result.stdout
+    assert f"sasflow --database-url sqlite:///sasflow-demo.db runs show {failed}" in result.stdout
 
 
 def test_demo_refuses_too_few_orders_before_touching_any_service() -> None:
-    result = subprocess.run([sys.executable, "-m", "sasflow", "--database-url",
-                             "postgresql+psycopg://nobody@127.0.0.1:1/none", "demo",
-                             "--orders", "2"],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sasflow",
+            "--database-url",
+            "postgresql+psycopg://nobody@127.0.0.1:1/none",
+            "demo",
+            "--orders",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2
     assert "Invalid value for '--orders'" in result.stderr

@@ -21,8 +21,7 @@ from sasflow.demo.services import Happenings, RemoteServices
 
 
 @pytest.mark.parametrize(("orders", "seed"), [(5, 1), (40, 7), (50, 7), (500, 3)])
-def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int,
-                                                                    seed: int) -> None:
+def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int, seed: int) -> None:
     scenario = Scenario.build(orders, seed)
     troubled = [scenario.declined, scenario.undeliverable, scenario.crash, scenario.flaky]
     assert len(set(troubled)) == 4
@@ -31,11 +30,11 @@ def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int,
     assert scenario.workflow(scenario.undeliverable) == "order"
     inputs = {n: scenario.order(n) for n in range(1, orders + 1)}
     assert [n for n, i in inputs.items() if i["card"] == DECLINED_CARD] == [scenario.declined]
-    assert [n for n, i in inputs.items() if i["address"] == UNDELIVERABLE] == \
-        [scenario.undeliverable]
+    assert [n for n, i in inputs.items() if i["address"] == UNDELIVERABLE] == [
+        scenario.undeliverable
+    ]
     assert [n for n, i in inputs.items() if i["trouble"] == AGENT_CRASH] == [scenario.crash]
-    assert [n for n, i in inputs.items() if i["trouble"] == GATEWAY_TIMEOUTS] == \
-        [scenario.flaky]
+    assert [n for n, i in inputs.items() if i["trouble"] == GATEWAY_TIMEOUTS] == [scenario.flaky]
 
 
 def test_the_same_seed_gives_the_same_orders_and_another_seed_other_ones() -> None:
@@ -65,8 +64,9 @@ def test_the_gateway_times_out_three_tries_then_charges_once_for_the_key() -> No
     for _ in range(3):
         with pytest.raises(TimeoutError):
             services.charge("key-1", 10, "4242424242424242", GATEWAY_TIMEOUTS, 1.0)
-    charged = _past_resets(lambda: services.charge("key-1", 10, "4242424242424242",
-                                                   GATEWAY_TIMEOUTS, 1.0))
+    charged = _past_resets(
+        lambda: services.charge("key-1", 10, "4242424242424242", GATEWAY_TIMEOUTS, 1.0)
+    )
     assert charged == {"charge": "CH-key-1", "amount": 10}
 
 
@@ -79,8 +79,17 @@ def test_a_declined_card_and_an_undeliverable_address_are_permanent_errors() -> 
 
 
 def test_the_warehouse_is_down_for_the_outage_from_the_scenarios_call_on() -> None:
-    scenario = Scenario(orders=9, seed=1, declined=1, undeliverable=2, crash=3, flaky=4,
-                        b2b=frozenset({1}), outage_at=3, outage_seconds=0.3)
+    scenario = Scenario(
+        orders=9,
+        seed=1,
+        declined=1,
+        undeliverable=2,
+        crash=3,
+        flaky=4,
+        b2b=frozenset({1}),
+        outage_at=3,
+        outage_seconds=0.3,
+    )
     feed = Happenings()
     services = RemoteServices(scenario, feed)
     services.reserve("a", "mug", 1, 1.0)
@@ -94,6 +103,8 @@ def test_the_warehouse_is_down_for_the_outage_from_the_scenarios_call_on() -> No
 
 def test_the_demo_registry_validates_and_holds_both_workflows() -> None:
     registry = build_registry(RemoteServices(Scenario.build(), Happenings()))
-    assert {(w.name, w.on_failure) for w in registry.workflows} == \
-        {("order", "compensate"), ("b2b-order", "error")}
+    assert {(w.name, w.on_failure) for w in registry.workflows} == {
+        ("order", "compensate"),
+        ("b2b-order", "error"),
+    }
     assert sorted(a.name for a in registry.agents) == ["inventory", "payments", "shipping"]

@@ -59,8 +59,10 @@ def test_wait_raises_naming_the_role_that_crashed_and_the_others_are_stopped() -
     runner = LocalRunner()
     runner.add("idle", idle)
     runner.add("crashes", crashes)
-    with pytest.raises(RoleCrashedError, match=r"crashes: RuntimeError\('boom'\)"), \
-            runner.running(stop_timeout=5):
+    with (
+        pytest.raises(RoleCrashedError, match=r"crashes: RuntimeError\('boom'\)"),
+        runner.running(stop_timeout=5),
+    ):
         runner.wait(threading.Event(), poll=0.01)
     assert idle.stop_event.is_set()
 
@@ -80,6 +82,7 @@ def test_a_role_that_returns_unasked_has_crashed_but_one_asked_to_stop_has_not()
     assert runner.crashed() == ["quits: stopped on its own"]
     assert runner.stop(5) == []
 
+
 def test_wait_returns_when_stop_is_set_and_a_role_that_will_not_stop_is_reported() -> None:
     hangs = Hangs()
     runner = LocalRunner()
@@ -87,8 +90,10 @@ def test_wait_returns_when_stop_is_set_and_a_role_that_will_not_stop_is_reported
     stop = threading.Event()
     stop.set()
     try:
-        with pytest.raises(RoleCrashedError, match=r"did not stop within 0s: \['hangs'\]"), \
-                runner.running(stop_timeout=0.2):
+        with (
+            pytest.raises(RoleCrashedError, match=r"did not stop within 0s: \['hangs'\]"),
+            runner.running(stop_timeout=0.2),
+        ):
             runner.wait(stop, poll=0.01)
     finally:
         hangs.release.set()

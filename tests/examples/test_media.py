@@ -25,9 +25,12 @@ JOBS = 2
 
 def _first_event(engine: Engine, run_id: int, step: str, to_state: str) -> Any:
     with engine.connect() as conn:
-        return conn.execute(select(events.c.created_at).where(
-            events.c.run_id == run_id, events.c.step == step, events.c.to_state == to_state)
-            .order_by(events.c.id).limit(1)).scalar_one()
+        return conn.execute(
+            select(events.c.created_at)
+            .where(events.c.run_id == run_id, events.c.step == step, events.c.to_state == to_state)
+            .order_by(events.c.id)
+            .limit(1)
+        ).scalar_one()
 
 
 def test_media_transcodes_run_in_parallel_and_publish_runs_after_all_of_them(
@@ -51,8 +54,9 @@ def test_media_under_sasflow_run_on_sqlite_and_the_in_process_bus(tmp_path: Path
         engine.dispose()
 
 
-def _run_media_jobs(tmp_path: Path, engine: Engine, database_url: str, namespace: str, *,
-                    broker_url: str | None) -> None:
+def _run_media_jobs(
+    tmp_path: Path, engine: Engine, database_url: str, namespace: str, *, broker_url: str | None
+) -> None:
     with processes(tmp_path, database_url=database_url, namespace=namespace) as procs:
         procs.env["SASFLOW_APP"] = "examples.media.app"
         if broker_url is not None:
@@ -60,12 +64,22 @@ def _run_media_jobs(tmp_path: Path, engine: Engine, database_url: str, namespace
         procs.start("run", "run", "--concurrency", "4", "--supervisor-interval", "1")
         run_ids = []
         for job in range(JOBS):
-            submitted = procs.run("submit", "media", "--key", f"job-{job}", "--input",
-                                  json.dumps({"source": f"uploads/talk-{job}.mov"}))
+            submitted = procs.run(
+                "submit",
+                "media",
+                "--key",
+                f"job-{job}",
+                "--input",
+                json.dumps({"source": f"uploads/talk-{job}.mov"}),
+            )
             assert submitted.returncode == 0, submitted.stderr
             run_ids.append(json.loads(submitted.stdout)["run_id"])
-        harness.wait_for(harness.all_runs_in(engine, {"completed"}, JOBS), timeout=60,
-                         interval=0.1, what="media jobs completed")
+        harness.wait_for(
+            harness.all_runs_in(engine, {"completed"}, JOBS),
+            timeout=60,
+            interval=0.1,
+            what="media jobs completed",
+        )
         procs.assert_alive()
         procs.signal("run", signal.SIGTERM)
         assert procs.wait("run") == 0, procs.log("run")
@@ -80,11 +94,15 @@ def _run_media_jobs(tmp_path: Path, engine: Engine, database_url: str, namespace
 
         processed = [_first_event(engine, run_id, name, "processed") for name in TRANSCODES]
         assert _first_event(engine, run_id, "package", "processing") >= max(processed)
-        assert _first_event(engine, run_id, "publish", "processing") > \
-            _first_event(engine, run_id, "package", "processed")
+        assert _first_event(engine, run_id, "publish", "processing") > _first_event(
+            engine, run_id, "package", "processed"
+        )
         with engine.connect() as conn:
             run = conn.execute(select(runs).where(runs.c.id == run_id)).one()
-            waited = conn.execute(select(steps.c.attempt).where(
-                steps.c.run_id == run_id)).scalars().all()
+            waited = (
+                conn.execute(select(steps.c.attempt).where(steps.c.run_id == run_id))
+                .scalars()
+                .all()
+            )
         assert run.output["url"].endswith(f"job-{run_ids.index(run_id)}/master.m3u8")
         assert set(waited) == {1}  # no step needed a second attempt

@@ -26,19 +26,27 @@ ORDERS = 20
 
 
 def _environment(database_url: str, names: Names) -> dict[str, str]:
-    return {**os.environ, "SASFLOW_DATABASE_URL": database_url,
-            "SASFLOW_BROKER_URL": services.broker_url(),
-            "SASFLOW_NAMESPACE": names.namespace, "PYTHONPATH": str(REPO),
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {
+        **os.environ,
+        "SASFLOW_DATABASE_URL": database_url,
+        "SASFLOW_BROKER_URL": services.broker_url(),
+        "SASFLOW_NAMESPACE": names.namespace,
+        "PYTHONPATH": str(REPO),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 @contextlib.contextmanager
 def _run_sh(log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """examples/orders/run.sh in its own process group, killed whatever happens."""
     with log.open("wb") as out:
-        process = subprocess.Popen(["bash", str(REPO / "examples/orders/run.sh")], env=env,
-                                   stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", str(REPO / "examples/orders/run.sh")],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield process
     finally:
@@ -66,32 +74,55 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
     with _run_sh(log, env) as run_sh:
         placed = subprocess.run(
             [sys.executable, "-m", "examples.orders.place_orders", "--orders", str(ORDERS)],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert placed.returncode == 0, placed.stderr
-        harness.wait_for(harness.all_runs_in(engine, {"completed", "error", "compensated"},
-                                             ORDERS),
-                         timeout=60, interval=0.2, what=f"{ORDERS} orders finished")
+        harness.wait_for(
+            harness.all_runs_in(engine, {"completed", "error", "compensated"}, ORDERS),
+            timeout=60,
+            interval=0.2,
+            what=f"{ORDERS} orders finished",
+        )
         assert run_sh.poll() is None, log.read_text()
         run_sh.send_signal(signal.SIGTERM)
         assert run_sh.wait(30) == 0, log.read_text()
-        harness.wait_for(lambda: _group_gone(run_sh.pid), timeout=10,
-                         what="every process of run.sh stopped")
+        harness.wait_for(
+            lambda: _group_gone(run_sh.pid), timeout=10, what="every process of run.sh stopped"
+        )
     assert "run.sh: stopped" in log.read_text()
 
     scenario = Scenario.build(ORDERS)
     with engine.connect() as conn:
-        states = {str(r.state): int(r.n) for r in conn.execute(
-            select(runs.c.state, func.count().label("n")).group_by(runs.c.state))}
+        states = {
+            str(r.state): int(r.n)
+            for r in conn.execute(
+                select(runs.c.state, func.count().label("n")).group_by(runs.c.state)
+            )
+        }
         failed = conn.execute(select(runs).where(runs.c.state == "error")).one()
         compensated = conn.execute(select(runs).where(runs.c.state == "compensated")).one()
-        undone = list(conn.execute(select(steps.c.name).where(
-            steps.c.run_id == compensated.id, steps.c.kind == "compensation",
-            steps.c.state == "processed").order_by(steps.c.id)).scalars())
+        undone = list(
+            conn.execute(
+                select(steps.c.name)
+                .where(
+                    steps.c.run_id == compensated.id,
+                    steps.c.kind == "compensation",
+                    steps.c.state == "processed",
+                )
+                .order_by(steps.c.id)
+            ).scalars()
+        )
         alert_runs = list(conn.execute(select(alerts.c.run_id)).scalars())
         crashed_ship = conn.execute(
-            select(steps).join(runs, runs.c.id == steps.c.run_id)
-            .where(runs.c.business_key.endswith(f"-{scenario.crash:05d}"),
-                   steps.c.name == "ship")).one()
+            select(steps)
+            .join(runs, runs.c.id == steps.c.run_id)
+            .where(runs.c.business_key.endswith(f"-{scenario.crash:05d}"), steps.c.name == "ship")
+        ).one()
     assert states == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
     assert failed.input["order"] == scenario.declined
     assert compensated.input["order"] == scenario.undeliverable

@@ -66,8 +66,14 @@ def transport(role: str) -> RabbitMQTransport:
 def scheduler(
     engine: Engine, database_url: str, registry: Registry, names: Names, **options: Any
 ) -> Scheduler:
-    return Scheduler(engine, transport("scheduler"), registry, names, database_url=database_url,
-                     options=SchedulerOptions(**options))
+    return Scheduler(
+        engine,
+        transport("scheduler"),
+        registry,
+        names,
+        database_url=database_url,
+        options=SchedulerOptions(**options),
+    )
 
 
 def agent(agent: Agent, names: Names, concurrency: int = 4) -> AgentWorker:
@@ -78,8 +84,12 @@ def submitter(engine: Engine, registry: Registry, names: Names) -> Submitter:
     return Submitter(engine, transport("submitter"), registry, names)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition",
-             interval: float = 0.05) -> None:
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.05,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -97,6 +107,7 @@ def all_runs_in(engine: Engine, states: set[str], count: int) -> Callable[[], bo
     def check() -> bool:
         found = run_states(engine)
         return len(found) == count and set(found.values()) <= states
+
     return check
 
 
@@ -111,8 +122,7 @@ def step_rows(engine: Engine, run_id: int | None = None) -> list[Any]:
 def publish_raw(queue: str, body: bytes, **properties: Any) -> None:
     with services.broker_channel() as channel:
         channel.confirm_delivery()
-        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
-                                                                     **properties))
+        channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, **properties))
 
 
 def queue_exists(queue: str) -> bool:
@@ -136,8 +146,7 @@ def dead_letters(names: Names, expected: int, timeout: float = 15.0) -> list[dic
                 time.sleep(0.05)
                 continue
             headers = dict((props.headers if props else None) or {})
-            found.append({"body": body, "headers": headers,
-                          "reason": headers.get(REASON_HEADER)})
+            found.append({"body": body, "headers": headers, "reason": headers.get(REASON_HEADER)})
     assert len(found) == expected, f"expected {expected} dead letters, got {found!r}"
     return found
 
@@ -152,8 +161,9 @@ def bind_status_queue(names: Names, binding: str = "#") -> str:
     return queue
 
 
-def drain_json(queue: str, *, until: Callable[[list[dict[str, Any]]], bool],
-               timeout: float = 20.0) -> list[dict[str, Any]]:
+def drain_json(
+    queue: str, *, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 20.0
+) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     with services.broker_channel() as channel:

@@ -20,15 +20,19 @@ pytestmark = pytest.mark.integration
 
 
 def _one_step(agent: Agent, action: str, timeout: float, **step: Any) -> Registry:
-    flow = Workflow("solo", [Step("only", agent.name, action, policy=StepPolicy(timeout=timeout),
-                                  **step)])
+    flow = Workflow(
+        "solo", [Step("only", agent.name, action, policy=StepPolicy(timeout=timeout), **step)]
+    )
     return Registry([flow], [agent])
 
 
 def _step_events(engine: Engine) -> list[tuple[str | None, str, str | None]]:
     with engine.connect() as conn:
-        rows = conn.execute(select(events.c.from_state, events.c.to_state, events.c.reason)
-                            .where(events.c.entity == "step").order_by(events.c.id))
+        rows = conn.execute(
+            select(events.c.from_state, events.c.to_state, events.c.reason)
+            .where(events.c.entity == "step")
+            .order_by(events.c.id)
+        )
         return [(r.from_state, r.to_state, r.reason) for r in rows]
 
 
@@ -45,8 +49,9 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one
         calls.append(time.monotonic())
         raise TransientError("remote busy")
 
-    flow = Workflow("solo", [Step("only", "flaky", "always",
-                                  policy=StepPolicy(timeout=3, max_failures=1))])
+    flow = Workflow(
+        "solo", [Step("only", "flaky", "always", policy=StepPolicy(timeout=3, max_failures=1))]
+    )
     registry = Registry([flow], [flaky])
     with engine.begin() as conn:
         submit_run(conn, registry, "solo", {}, key="k")
@@ -103,19 +108,23 @@ def test_permanent_error_fails_the_step_and_the_run_with_the_reason(
     def receipt(call: Call) -> None:
         raise AssertionError("must not run")
 
-    flow = Workflow("pay", [Step("charge", "payments", "charge"),
-                            Step("receipt", "payments", "receipt")])
+    flow = Workflow(
+        "pay", [Step("charge", "payments", "charge"), Step("receipt", "payments", "receipt")]
+    )
     registry = Registry([flow], [payments])
     with engine.begin() as conn:
         run = submit_run(conn, registry, "pay", {"amount": 5}, key="k")
-    with harness.running(harness.scheduler(engine, database_url, registry, names),
-                         harness.agent(payments, names)):
+    with harness.running(
+        harness.scheduler(engine, database_url, registry, names), harness.agent(payments, names)
+    ):
         harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="run fails")
     assert len(attempts) == 1
     with engine.connect() as conn:
         error = conn.execute(select(runs.c.error).where(runs.c.id == run.run_id)).scalar_one()
-    assert error == {"step": "charge",
-                     "error": {"type": "PermanentError", "message": "card declined"}}
+    assert error == {
+        "step": "charge",
+        "error": {"type": "PermanentError", "message": "card declined"},
+    }
     states = {r.name: r.state for r in harness.step_rows(engine)}
     assert states == {"charge": "error", "receipt": "skipped"}
 
@@ -127,9 +136,11 @@ def test_open_breaker_defers_steps_without_counting_failures_then_they_complete(
     with failure_count 0 instead of burning retries; once it is back every run completes."""
     remote_up = threading.Event()
     calls = {"down": 0, "up": 0}
-    shipping = Agent("shipping", breakers={"carrier": BreakerPolicy(fail_max=2,
-                                                                    reset_timeout=0.5)},
-                     retry=RetryPolicy(initial=0.01, maximum=0.02, max_attempts=2))
+    shipping = Agent(
+        "shipping",
+        breakers={"carrier": BreakerPolicy(fail_max=2, reset_timeout=0.5)},
+        retry=RetryPolicy(initial=0.01, maximum=0.02, max_attempts=2),
+    )
 
     @shipping.handler("ship", dependency="carrier")
     def ship(call: Call) -> dict[str, str]:
@@ -144,15 +155,19 @@ def test_open_breaker_defers_steps_without_counting_failures_then_they_complete(
         for i in range(6):
             submit_run(conn, registry, "solo", {"parcel": i}, key=f"p{i}")
     worker = harness.agent(shipping, names, concurrency=3)
-    with harness.running(harness.scheduler(engine, database_url, registry, names,
-                                           rescan_interval=0.2), worker):
+    with harness.running(
+        harness.scheduler(engine, database_url, registry, names, rescan_interval=0.2), worker
+    ):
         harness.wait_for(lambda: worker.stats.deferred >= 6, what="steps deferred")
         assert calls["down"] <= 2 + 3, "an open breaker kept calling the dead service"
         parked = harness.step_rows(engine)
         assert {r.failure_count for r in parked} == {0}
         remote_up.set()
-        harness.wait_for(harness.all_runs_in(engine, {"completed"}, 6), timeout=30,
-                         what="runs complete once the carrier is back")
+        harness.wait_for(
+            harness.all_runs_in(engine, {"completed"}, 6),
+            timeout=30,
+            what="runs complete once the carrier is back",
+        )
     assert worker.breaker("carrier").state == "closed"
     assert {r.failure_count for r in harness.step_rows(engine)} == {0}
     assert calls["up"] == 6
@@ -172,14 +187,19 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
     registry = _one_step(echo, "say", timeout=5)
     worker = harness.agent(echo, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
-        harness.wait_for(lambda: harness.queue_exists(names.agent("echoer")),
-                         what="the agent declared its queue")
+        harness.wait_for(
+            lambda: harness.queue_exists(names.agent("echoer")), what="the agent declared its queue"
+        )
         harness.publish_raw(names.agent("echoer"), b"[]")
         harness.publish_raw(names.agent("echoer"), b'{"step_id": 1}')
-        harness.publish_raw(names.agent("echoer"), (
-            b'{"step_id": 9, "run_id": 9, "attempt": 1, "workflow": "w", "step": "s",'
-            b' "agent": "other", "action": "say", "idempotency_key": "k", "budget_ms": 1000,'
-            b' "complete_by": "2030-01-01T00:00:00+00:00"}'))
+        harness.publish_raw(
+            names.agent("echoer"),
+            (
+                b'{"step_id": 9, "run_id": 9, "attempt": 1, "workflow": "w", "step": "s",'
+                b' "agent": "other", "action": "say", "idempotency_key": "k", "budget_ms": 1000,'
+                b' "complete_by": "2030-01-01T00:00:00+00:00"}'
+            ),
+        )
         dead = harness.dead_letters(names, 3)
         with engine.begin() as conn:
             submit_run(conn, registry, "solo", {"still": "serving"}, key="k")
@@ -211,20 +231,26 @@ def test_unstorable_handler_output_fails_the_step_with_the_reason_and_the_agent_
     def bad_message(call: Call) -> None:
         raise PermanentError("broken \x00 text \ud800")
 
-    flow = Workflow("odd", [Step("nul", "odd", "nul", after=()),
-                            Step("surrogate", "odd", "surrogate", after=()),
-                            Step("bad_message", "odd", "bad_message", after=())])
+    flow = Workflow(
+        "odd",
+        [
+            Step("nul", "odd", "nul", after=()),
+            Step("surrogate", "odd", "surrogate", after=()),
+            Step("bad_message", "odd", "bad_message", after=()),
+        ],
+    )
     registry = Registry([flow], [odd])
     with engine.begin() as conn:
         submit_run(conn, registry, "odd", {}, key="k")
     worker = harness.agent(odd, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
-        harness.wait_for(lambda: {r.state for r in harness.step_rows(engine)} == {"error"},
-                         what="all three steps fail")
+        harness.wait_for(
+            lambda: {r.state for r in harness.step_rows(engine)} == {"error"},
+            what="all three steps fail",
+        )
     errors = {r.name: r.error for r in harness.step_rows(engine)}
     assert errors["nul"]["type"] == "InvalidOutputError"
     assert "NUL" in errors["nul"]["message"]
     assert errors["surrogate"]["type"] == "InvalidOutputError"
-    assert errors["bad_message"] == {"type": "PermanentError",
-                                     "message": "broken \\0 text \\ud800"}
+    assert errors["bad_message"] == {"type": "PermanentError", "message": "broken \\0 text \\ud800"}
     assert set(harness.run_states(engine).values()) == {"error"}

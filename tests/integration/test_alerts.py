@@ -42,12 +42,20 @@ from tests.integration.webhook import bodies, serving, url_of, webhook_server
 
 pytestmark = pytest.mark.integration
 
-RECORD = AlertRecord(id=1, kind="step_failed", message="step charge failed", run_id=None,
-                     step_id=None, detail={"attempt": 3}, created_at="2025-01-31T12:00:00+00:00",
-                     namespace="test")
+RECORD = AlertRecord(
+    id=1,
+    kind="step_failed",
+    message="step charge failed",
+    run_id=None,
+    step_id=None,
+    detail={"attempt": 3},
+    created_at="2025-01-31T12:00:00+00:00",
+    namespace="test",
+)
 
 
 # --- an SMTP receiver (just enough of RFC 5321; smtpd is deprecated) ---------------------
+
 
 class SmtpServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
@@ -105,6 +113,7 @@ def smtp_server() -> Iterator[SmtpServer]:
 
 # --- sinks the tests control ---------------------------------------------------------------
 
+
 class RecordingSink:
     def __init__(self, name: str = "recording") -> None:
         self.name = name
@@ -135,19 +144,27 @@ class BlockedSink(RecordingSink):
 
 def raise_alerts(engine: Engine, count: int, kind: str = "step_failed") -> list[int]:
     with engine.begin() as conn:
-        ids = [raise_alert(conn, Alert(kind=kind, subject=f"s{i}", message=f"alert number {i}",
-                                       detail={"i": i}))
-               for i in range(count)]
+        ids = [
+            raise_alert(
+                conn,
+                Alert(kind=kind, subject=f"s{i}", message=f"alert number {i}", detail={"i": i}),
+            )
+            for i in range(count)
+        ]
     return [i for i in ids if i is not None]
 
 
 def unnotified(engine: Engine) -> list[int]:
     with engine.connect() as conn:
-        return list(conn.execute(select(alerts.c.id).where(alerts.c.notified_at.is_(None))
-                                 .order_by(alerts.c.id)).scalars())
+        return list(
+            conn.execute(
+                select(alerts.c.id).where(alerts.c.notified_at.is_(None)).order_by(alerts.c.id)
+            ).scalars()
+        )
 
 
 # --- (a) webhook -----------------------------------------------------------------------------
+
 
 def test_webhook_posts_the_alert_json_with_basic_auth_from_the_url() -> None:
     with webhook_server() as server:
@@ -199,13 +216,16 @@ def test_webhook_retries_stay_within_the_total_time() -> None:
 
 # --- (b) the dispatcher ----------------------------------------------------------------------
 
+
 def test_dispatch_sends_each_alert_to_every_sink_once_and_marks_it_notified(
-        engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     ids = raise_alerts(engine, 3)
     recording = RecordingSink()
     with webhook_server() as server, caplog.at_level(logging.WARNING, logger="sasflow.alerts"):
-        dispatcher = AlertDispatcher(engine, [LogSink(), WebhookSink(url_of(server)), recording],
-                                     namespace="ns1")
+        dispatcher = AlertDispatcher(
+            engine, [LogSink(), WebhookSink(url_of(server)), recording], namespace="ns1"
+        )
         first = dispatcher.dispatch_pending(10)
         second = dispatcher.dispatch_pending(10)
         dispatcher.stop()
@@ -214,19 +234,23 @@ def test_dispatch_sends_each_alert_to_every_sink_once_and_marks_it_notified(
     assert unnotified(engine) == []
     assert [b["id"] for b in bodies(server)] == ids
     assert [(a.id, a.namespace) for a in recording.received] == [(i, "ns1") for i in ids]
-    assert [r.getMessage().split(":")[0] for r in caplog.records
-            if r.name == "sasflow.alerts"] == [f"alert {i} step_failed" for i in ids]
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == "sasflow.alerts"] == [
+        f"alert {i} step_failed" for i in ids
+    ]
 
 
 def test_a_failing_sink_stops_neither_the_other_sinks_nor_later_alerts(
-        engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     """Its failure is logged with the alert id; the alert is still marked notified."""
     ids = raise_alerts(engine, 2)
     recording = RecordingSink()
     with webhook_server() as server, caplog.at_level(logging.WARNING):
         dispatcher = AlertDispatcher(
-            engine, [FailingSink(), LogSink(), WebhookSink(url_of(server)), recording],
-            namespace="ns1")
+            engine,
+            [FailingSink(), LogSink(), WebhookSink(url_of(server)), recording],
+            namespace="ns1",
+        )
         marked = dispatcher.dispatch_pending(10)
         dispatcher.stop()
 
@@ -235,12 +259,14 @@ def test_a_failing_sink_stops_neither_the_other_sinks_nor_later_alerts(
     assert [b["id"] for b in bodies(server)] == ids
     assert [a.id for a in recording.received] == ids
     failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert failures == [f"alert {i} (step_failed) not delivered by sink failing: boom on {i}"
-                        for i in ids]
+    assert failures == [
+        f"alert {i} (step_failed) not delivered by sink failing: boom on {i}" for i in ids
+    ]
 
 
 def test_a_hung_sink_does_not_hold_dispatch_past_its_budget_nor_get_alerts_twice(
-        engine: Engine) -> None:
+    engine: Engine,
+) -> None:
     [alert_id] = raise_alerts(engine, 1)
     blocked, recording = BlockedSink(), RecordingSink()
     dispatcher = AlertDispatcher(engine, [blocked, recording], namespace="ns1")
@@ -261,7 +287,9 @@ def test_a_hung_sink_does_not_hold_dispatch_past_its_budget_nor_get_alerts_twice
         dispatcher.stop()
     assert unnotified(engine) == []
     assert ([a.id for a in blocked.received], [a.id for a in recording.received]) == (
-        [alert_id], [alert_id])
+        [alert_id],
+        [alert_id],
+    )
 
 
 def test_the_budget_leaves_alerts_for_the_next_dispatch(engine: Engine) -> None:
@@ -319,7 +347,8 @@ def test_stop_does_not_wait_for_a_hung_sink(engine: Engine) -> None:
 
 
 def test_a_database_outage_does_not_end_the_background_thread(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -328,8 +357,11 @@ def test_a_database_outage_does_not_end_the_background_thread(
     try:
         with caplog.at_level(logging.WARNING, logger="sasflow.supervisor.dispatch"):
             dispatcher.start()
-            harness.wait_for(lambda: caplog.text.count("alerts not dispatched") >= 2,
-                             timeout=10, what="two failed rounds")
+            harness.wait_for(
+                lambda: caplog.text.count("alerts not dispatched") >= 2,
+                timeout=10,
+                what="two failed rounds",
+            )
             assert dispatcher._thread is not None
             assert dispatcher._thread.is_alive()
     finally:
@@ -339,8 +371,10 @@ def test_a_database_outage_does_not_end_the_background_thread(
 
 # --- (c) the alerts exchange -----------------------------------------------------------------
 
+
 def test_exchange_sink_routes_by_kind_and_reconnects_after_losing_the_broker(
-        engine: Engine, names: Names) -> None:
+    engine: Engine, names: Names
+) -> None:
     queue = f"{names.namespace}.test-alerts"
     with services.broker_channel() as channel:
         channel.exchange_declare(names.alerts, exchange_type=ExchangeType("topic"), durable=True)
@@ -366,19 +400,26 @@ def test_exchange_sink_routes_by_kind_and_reconnects_after_losing_the_broker(
         sink.close()
 
     assert [(m["_routing_key"], m["id"], m["namespace"]) for m in got] == [
-        ("alert.step_failed", failed, names.namespace), ("alert.step_failed", 1, "test")]
+        ("alert.step_failed", failed, names.namespace),
+        ("alert.step_failed", 1, "test"),
+    ]
     assert got[0]["_headers"] == {"x-sasflow-alert-id": failed}
     assert len(made) == 2
 
 
 # --- (d) e-mail ------------------------------------------------------------------------------
 
+
 def test_email_sink_delivers_one_message_to_every_recipient() -> None:
     record = AlertRecord(**{**RECORD.__dict__, "message": "échec: step charge failed"})
     with smtp_server() as server:
         port = server.server_address[1]
-        EmailSink("127.0.0.1", port, "sasflow <alerts@example.org>",
-                  ["ops@example.org", "oncall@example.org"]).send(record)
+        EmailSink(
+            "127.0.0.1",
+            port,
+            "sasflow <alerts@example.org>",
+            ["ops@example.org", "oncall@example.org"],
+        ).send(record)
 
     [(sender, recipients, data)] = server.envelopes
     message = message_from_bytes(data, policy=policy.default)
@@ -386,18 +427,23 @@ def test_email_sink_delivers_one_message_to_every_recipient() -> None:
     body = message.get_body(preferencelist=("plain",))
     assert body is not None
     text = body.get_content()
-    assert (sender, recipients) == ("alerts@example.org", ["ops@example.org",
-                                                           "oncall@example.org"])
+    assert (sender, recipients) == ("alerts@example.org", ["ops@example.org", "oncall@example.org"])
     assert message["Subject"] == "[sasflow] step_failed: échec: step charge failed"
-    assert json.loads(text[text.index("{"):]) == json.loads(record.to_json())
+    assert json.loads(text[text.index("{") :]) == json.loads(record.to_json())
 
 
 def test_email_failure_raises_without_the_password(caplog: pytest.LogCaptureFixture) -> None:
     """The test server offers no AUTH: login fails, and the password shows nowhere."""
     hidden = "hunter2-" + "x"
     with smtp_server() as server, caplog.at_level(logging.DEBUG):
-        sink = EmailSink("127.0.0.1", server.server_address[1], "a@example.org",
-                         ["b@example.org"], username="mailer", password=hidden)
+        sink = EmailSink(
+            "127.0.0.1",
+            server.server_address[1],
+            "a@example.org",
+            ["b@example.org"],
+            username="mailer",
+            password=hidden,
+        )
         with pytest.raises(DeliveryError, match=r"smtp 127\.0\.0\.1") as failed:
             sink.send(RECORD)
 
@@ -408,13 +454,16 @@ def test_email_failure_raises_without_the_password(caplog: pytest.LogCaptureFixt
 
 # --- (e) the CLI -----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def sasflow(database_url: str) -> Any:
     def invoke(*args: str, exit_code: int = 0, **env: str) -> Result:
-        result = CliRunner().invoke(cli, list(args),
-                                    env={"SASFLOW_DATABASE_URL": database_url, **env})
+        result = CliRunner().invoke(
+            cli, list(args), env={"SASFLOW_DATABASE_URL": database_url, **env}
+        )
         assert result.exit_code == exit_code, result.output
         return result
+
     return invoke
 
 
@@ -425,8 +474,10 @@ def test_alerts_list_shows_open_alerts_and_filters(engine: Engine, sasflow: Any)
 
     open_ids = [a["id"] for a in json.loads(sasflow("alerts", "list", "-o", "json").output)]
     every = [a["id"] for a in json.loads(sasflow("alerts", "list", "--all", "-o", "json").output)]
-    kind = [a["id"] for a in json.loads(
-        sasflow("alerts", "list", "--kind", "stalled", "-o", "json").output)]
+    kind = [
+        a["id"]
+        for a in json.loads(sasflow("alerts", "list", "--kind", "stalled", "-o", "json").output)
+    ]
     limited = json.loads(sasflow("alerts", "list", "--all", "--limit", "1", "-o", "json").output)
     table = sasflow("alerts", "list").output
 
@@ -443,8 +494,13 @@ def test_alerts_show_prints_every_column(engine: Engine, sasflow: Any) -> None:
     table = sasflow("alerts", "show", str(alert_id)).output
 
     assert set(shown) == set(alerts.c.keys())
-    assert (shown["id"], shown["kind"], shown["detail"], shown["run_id"],
-            shown["acknowledged"]) == (alert_id, "step_failed", {"i": 0}, None, False)
+    assert (
+        shown["id"],
+        shown["kind"],
+        shown["detail"],
+        shown["run_id"],
+        shown["acknowledged"],
+    ) == (alert_id, "step_failed", {"i": 0}, None, False)
     assert "dedup_key" in table
     assert "step_failed:s0" in table
 
@@ -452,13 +508,17 @@ def test_alerts_show_prints_every_column(engine: Engine, sasflow: Any) -> None:
 def test_alerts_ack_records_who_why_and_when(engine: Engine, sasflow: Any) -> None:
     [alert_id] = raise_alerts(engine, 1)
 
-    done = sasflow("alerts", "ack", str(alert_id), "--reason", "on it", LOGNAME="alice",
-                   USER="alice")
+    done = sasflow(
+        "alerts", "ack", str(alert_id), "--reason", "on it", LOGNAME="alice", USER="alice"
+    )
 
     with engine.connect() as conn:
         row = conn.execute(select(alerts).where(alerts.c.id == alert_id)).one()
     assert (row.acknowledged, row.acknowledged_by, row.acknowledge_reason) == (
-        True, f"alice@{socket.gethostname()}", "on it")
+        True,
+        f"alice@{socket.gethostname()}",
+        "on it",
+    )
     assert row.acknowledged_at is not None
     assert f"acknowledged alert {alert_id}" in done.output
     # The same subject and kind may be raised again once acknowledged.

@@ -42,13 +42,22 @@ def _flaky_registry(fail: str) -> tuple[Registry, Agent, list[tuple[int, float]]
         return None
 
     policy = StepPolicy(timeout=1.0, max_failures=3, backoff=Backoff(initial=BACKOFF))
-    return Registry([Workflow("flaky", [Step("only", "flaky", "work", policy=policy)]),
-                     Workflow("quick", [Step("only", "flaky", "fast")])],
-                    [agent]), agent, calls
+    return (
+        Registry(
+            [
+                Workflow("flaky", [Step("only", "flaky", "work", policy=policy)]),
+                Workflow("quick", [Step("only", "flaky", "fast")]),
+            ],
+            [agent],
+        ),
+        agent,
+        calls,
+    )
 
 
-def _gap_between_attempts(engine: Engine, database_url: str, names: Names, fail: str,
-                          *others: harness.Role) -> float:
+def _gap_between_attempts(
+    engine: Engine, database_url: str, names: Names, fail: str, *others: harness.Role
+) -> float:
     """Run one `flaky` run to completion with a scheduler that rescans every 30 s (and the
     `others`); the seconds between its two attempts' starts."""
     registry, agent, calls = _flaky_registry(fail)
@@ -59,24 +68,35 @@ def _gap_between_attempts(engine: Engine, database_url: str, names: Names, fail:
         harness.agent(agent, names),
         *others,
     ):
-        harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "completed"},
-                         timeout=10, what="the retry runs when its backoff ends")
+        harness.wait_for(
+            lambda: harness.run_states(engine) == {run.run_id: "completed"},
+            timeout=10,
+            what="the retry runs when its backoff ends",
+        )
     assert [attempt for attempt, _ in calls] == [1, 2]
     return calls[1][1] - calls[0][1]
 
 
 def test_a_failed_reply_is_retried_when_its_backoff_ends(
-    engine: Engine, database_url: str, names: Names,
+    engine: Engine,
+    database_url: str,
+    names: Names,
 ) -> None:
     gap = _gap_between_attempts(engine, database_url, names, "transient")
     assert BACKOFF <= gap < BACKOFF + 3, gap
 
 
 def test_a_step_reclaimed_by_the_supervisor_is_retried_when_its_backoff_ends(
-    engine: Engine, database_url: str, names: Names,
+    engine: Engine,
+    database_url: str,
+    names: Names,
 ) -> None:
-    supervisor = Supervisor(engine, names, transport=harness.transport("supervisor"),
-                            options=SupervisorOptions(interval=0.1))
+    supervisor = Supervisor(
+        engine,
+        names,
+        transport=harness.transport("supervisor"),
+        options=SupervisorOptions(interval=0.1),
+    )
     try:
         gap = _gap_between_attempts(engine, database_url, names, "hang", supervisor)
     finally:
@@ -85,7 +105,9 @@ def test_a_step_reclaimed_by_the_supervisor_is_retried_when_its_backoff_ends(
 
 
 def test_claiming_other_work_meanwhile_keeps_the_retry_on_time(
-    engine: Engine, database_url: str, names: Names,
+    engine: Engine,
+    database_url: str,
+    names: Names,
 ) -> None:
     """A claim that takes some ready steps (not a full batch) still learns when the backoff
     of another step ends."""
@@ -96,12 +118,19 @@ def test_claiming_other_work_meanwhile_keeps_the_retry_on_time(
         harness.scheduler(engine, database_url, registry, names, rescan_interval=RESCAN),
         harness.agent(agent, names),
     ):
-        harness.wait_for(lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
-                         timeout=10, what="the first attempt's failure is counted")
+        harness.wait_for(
+            lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
+            timeout=10,
+            what="the first attempt's failure is counted",
+        )
         with engine.begin() as conn:
             other = submit_run(conn, registry, "quick", {}, key="q", namespace=names.namespace)
-        harness.wait_for(lambda: harness.run_states(engine) == {
-            run.run_id: "completed", other.run_id: "completed"},
-            timeout=10, what="both runs complete, the retry on time")
+        harness.wait_for(
+            lambda: (
+                harness.run_states(engine) == {run.run_id: "completed", other.run_id: "completed"}
+            ),
+            timeout=10,
+            what="both runs complete, the retry on time",
+        )
     assert [attempt for attempt, _ in calls] == [1, 2]
     assert BACKOFF <= calls[1][1] - calls[0][1] < BACKOFF + 3

@@ -16,11 +16,21 @@ from tests.apps import basic
 pytestmark = pytest.mark.integration
 
 
-def _submit_many(engine: Engine, count: int, workflow: str = "pipeline",
-                 priority: int = 0, prefix: str = "r") -> list[int]:
+def _submit_many(
+    engine: Engine, count: int, workflow: str = "pipeline", priority: int = 0, prefix: str = "r"
+) -> list[int]:
     with engine.begin() as conn:
-        return [submit_run(conn, basic.registry, workflow, {"text": f"t{i}"},
-                           key=f"{prefix}{i}", priority=priority).run_id for i in range(count)]
+        return [
+            submit_run(
+                conn,
+                basic.registry,
+                workflow,
+                {"text": f"t{i}"},
+                key=f"{prefix}{i}",
+                priority=priority,
+            ).run_id
+            for i in range(count)
+        ]
 
 
 def test_claim_takes_at_most_the_batch_in_priority_order_and_only_ready_steps(
@@ -31,8 +41,11 @@ def test_claim_takes_at_most_the_batch_in_priority_order_and_only_ready_steps(
     low = _submit_many(engine, 3, priority=0, prefix="low")
     high = _submit_many(engine, 2, priority=5, prefix="high")
     with engine.begin() as conn:
-        conn.execute(update(steps).where(steps.c.run_id == low[2])
-                     .values(not_before=func.now() + func.make_interval(0, 0, 0, 0, 1)))
+        conn.execute(
+            update(steps)
+            .where(steps.c.run_id == low[2])
+            .values(not_before=func.now() + func.make_interval(0, 0, 0, 0, 1))
+        )
     with transaction(engine) as conn:
         first = claim_steps(conn, locked_by="s1", batch=3)
     assert [c.run_id for c in first] == [*high, low[0]]
@@ -74,8 +87,11 @@ def test_concurrent_claimers_never_claim_a_row_twice(engine: Engine) -> None:
     assert len(set(ids)) == 1000
     assert sum(1 for batch in claimed.values() if batch) >= 2, "claimers did not overlap"
     with engine.connect() as conn:
-        rows = conn.execute(select(steps.c.id, steps.c.locked_by, steps.c.attempt)
-                            .where(steps.c.state == "processing")).all()
+        rows = conn.execute(
+            select(steps.c.id, steps.c.locked_by, steps.c.attempt).where(
+                steps.c.state == "processing"
+            )
+        ).all()
     owner = {c.id: name for name, batch in claimed.items() for c in batch}
     assert len(rows) == 1000
     assert all(r.attempt == 1 and owner[r.id] == r.locked_by for r in rows)

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.integration
 def test_broker_password_never_reaches_the_output() -> None:
     """An unreachable broker is a clear error that does not print the URL's password."""
     result = CliRunner().invoke(
-        cli, ["submit", "order", "--via-broker"],
+        cli,
+        ["submit", "order", "--via-broker"],
         env={"SASFLOW_BROKER_URL": "amqp://svc:s3cret@127.0.0.1:1/%2F"},
     )
     assert result.exit_code == 1

@@ -43,24 +43,32 @@ def travel(*broken_undo: str) -> tuple[Registry, list[tuple[str, Any]], set[str]
         return {"cancelled": call.input["output"]["reference"]}
 
     quick = StepPolicy(timeout=5, max_failures=1)
-    flow = Workflow("trip", [
-        Step("flight", "booking", "book", compensate="cancel", policy=quick),
-        Step("hotel", "booking", "book", compensate="cancel", policy=quick),
-        Step("car", "booking", "book", compensate="cancel", policy=quick),
-    ], on_failure="compensate")
+    flow = Workflow(
+        "trip",
+        [
+            Step("flight", "booking", "book", compensate="cancel", policy=quick),
+            Step("hotel", "booking", "book", compensate="cancel", policy=quick),
+            Step("car", "booking", "book", compensate="cancel", policy=quick),
+        ],
+        on_failure="compensate",
+    )
     return Registry([flow], [booking]), calls, broken
 
 
-def _run(engine: Engine, database_url: str, names: Names, registry: Registry,
-         until: set[str]) -> int:
+def _run(
+    engine: Engine, database_url: str, names: Names, registry: Registry, until: set[str]
+) -> int:
     with engine.begin() as conn:
-        run = submit_run(conn, registry, "trip", {"who": "ada"}, key="trip-1",
-                         namespace=names.namespace)
+        run = submit_run(
+            conn, registry, "trip", {"who": "ada"}, key="trip-1", namespace=names.namespace
+        )
     agent = next(a for a in registry.agents if isinstance(a, Agent))
-    with harness.running(harness.scheduler(engine, database_url, registry, names),
-                         harness.agent(agent, names)):
-        harness.wait_for(lambda: set(harness.run_states(engine).values()) <= until,
-                         what=f"run reaches {until}")
+    with harness.running(
+        harness.scheduler(engine, database_url, registry, names), harness.agent(agent, names)
+    ):
+        harness.wait_for(
+            lambda: set(harness.run_states(engine).values()) <= until, what=f"run reaches {until}"
+        )
     return run.run_id
 
 
@@ -75,9 +83,11 @@ def test_third_step_failing_compensates_the_second_then_the_first(
     assert all(c[1]["input"] == {"who": "ada"} for c in calls if c[0] == "cancel")
     by_kind = {(r.kind, r.name): r.state for r in harness.step_rows(engine, run_id)}
     assert by_kind == {
-        ("forward", "flight"): "processed", ("forward", "hotel"): "processed",
+        ("forward", "flight"): "processed",
+        ("forward", "hotel"): "processed",
         ("forward", "car"): "error",
-        ("compensation", "hotel"): "processed", ("compensation", "flight"): "processed",
+        ("compensation", "hotel"): "processed",
+        ("compensation", "flight"): "processed",
     }
     with engine.connect() as conn:
         run = conn.execute(select(runs).where(runs.c.id == run_id)).one()
@@ -111,18 +121,23 @@ def test_resubmitting_a_run_whose_compensation_failed_retries_the_compensation(
     run_id = _run(engine, database_url, names, registry, {"compensation_failed"})
     broken.clear()
     with engine.begin() as conn:
-        done = resubmit(conn, registry, run_id, actor="ops", reason="airline fixed",
-                        namespace=names.namespace)
+        done = resubmit(
+            conn, registry, run_id, actor="ops", reason="airline fixed", namespace=names.namespace
+        )
     assert (done.reset_steps, done.ready_steps) == (("flight",), ("flight",))
     agent = next(a for a in registry.agents if isinstance(a, Agent))
-    with harness.running(harness.scheduler(engine, database_url, registry, names),
-                         harness.agent(agent, names)):
-        harness.wait_for(lambda: harness.run_states(engine) == {run_id: "compensated"},
-                         what="compensation completes")
+    with harness.running(
+        harness.scheduler(engine, database_url, registry, names), harness.agent(agent, names)
+    ):
+        harness.wait_for(
+            lambda: harness.run_states(engine) == {run_id: "compensated"},
+            what="compensation completes",
+        )
     assert [c[0] for c in calls] == ["book"] * 3 + ["cancel"] * 3
     with engine.connect() as conn:
-        open_alerts = conn.execute(select(alerts.c.id).where(
-            alerts.c.acknowledged.is_(False))).all()
+        open_alerts = conn.execute(
+            select(alerts.c.id).where(alerts.c.acknowledged.is_(False))
+        ).all()
     assert open_alerts == []
 
 
@@ -136,8 +151,11 @@ def test_a_step_retrying_an_unknown_outcome_is_finished_and_undone_before_compen
     for action in ("do", "undo"):
         agent.add_handler(action, lambda _call: None)
     fast = StepPolicy(timeout=5, max_failures=3, backoff=Backoff(initial=0.05, maximum=0.05))
-    flow = Workflow("par", [Step(n, "par", "do", after=(), compensate="undo", policy=fast)
-                            for n in ("a", "b", "c")], on_failure="compensate")
+    flow = Workflow(
+        "par",
+        [Step(n, "par", "do", after=(), compensate="undo", policy=fast) for n in ("a", "b", "c")],
+        on_failure="compensate",
+    )
     registry = Registry([flow], [agent])
     with engine.begin() as conn:
         run = submit_run(conn, registry, "par", {}, key="p", namespace=names.namespace)
@@ -149,9 +167,13 @@ def test_a_step_retrying_an_unknown_outcome_is_finished_and_undone_before_compen
     def reply(step_id: int, attempt: int, status: str) -> None:
         error = None if status == "ok" else ErrorInfo(type="X", message=status)
         with engine.begin() as conn:
-            apply_replies(conn, registry, [Reply(step_id=step_id, attempt=attempt,
-                                                 status=status, error=error)],
-                          namespace=names.namespace, actor="t")
+            apply_replies(
+                conn,
+                registry,
+                [Reply(step_id=step_id, attempt=attempt, status=status, error=error)],
+                namespace=names.namespace,
+                actor="t",
+            )
 
     ids = claim()
     reply(ids["a"], 1, "ok")

@@ -27,28 +27,34 @@ Sasflow = Callable[..., Result]
 
 @pytest.fixture
 def sasflow(database_url: str, names: Names) -> Sasflow:
-    env = {"SASFLOW_DATABASE_URL": database_url, "SASFLOW_NAMESPACE": names.namespace,
-           "SASFLOW_APP": "tests.apps.ops"}
+    env = {
+        "SASFLOW_DATABASE_URL": database_url,
+        "SASFLOW_NAMESPACE": names.namespace,
+        "SASFLOW_APP": "tests.apps.ops",
+    }
 
     def invoke(*args: str) -> Result:
         result = CliRunner().invoke(cli, list(args), env=env)
         assert result.exit_code == 0, result.output
         return result
+
     return invoke
 
 
 @pytest.fixture
 def system(engine: Engine, database_url: str, names: Names) -> Iterator[None]:
-    with harness.running(harness.scheduler(engine, database_url, ops.registry, names,
-                                           rescan_interval=0.1),
-                         harness.agent(ops.remote, names)):
+    with harness.running(
+        harness.scheduler(engine, database_url, ops.registry, names, rescan_interval=0.1),
+        harness.agent(ops.remote, names),
+    ):
         yield
 
 
 def _submit(engine: Engine, names: Names, key: str, **run_input: Any) -> int:
     with engine.begin() as conn:
-        return submit_run(conn, ops.registry, "ops", run_input, key=key,
-                          namespace=names.namespace).run_id
+        return submit_run(
+            conn, ops.registry, "ops", run_input, key=key, namespace=names.namespace
+        ).run_id
 
 
 def _state(engine: Engine, run_id: int) -> str:
@@ -76,8 +82,21 @@ def test_resubmit_from_the_failed_step_with_a_corrected_input(
     assert [r["id"] for r in listed] == [run_id]
     fixed = tmp_path / "input.json"
     fixed.write_text(json.dumps({"value": 7}))
-    done = _json(sasflow("runs", "resubmit", str(run_id), "--reason", "bad flag removed",
-                         "--input", str(fixed), "--by", "ops@example", "-o", "json"))
+    done = _json(
+        sasflow(
+            "runs",
+            "resubmit",
+            str(run_id),
+            "--reason",
+            "bad flag removed",
+            "--input",
+            str(fixed),
+            "--by",
+            "ops@example",
+            "-o",
+            "json",
+        )
+    )
     assert done == {"run_id": run_id, "reset": ["b"], "ready": ["b"]}
     _wait_state(engine, run_id, "completed")
     after = {r.name: r for r in harness.step_rows(engine, run_id)}
@@ -90,8 +109,9 @@ def test_resubmit_from_the_failed_step_with_a_corrected_input(
     assert resubmitted[0]["actor"] == "ops@example"
     assert resubmitted[0]["detail"]["previous_input"] == {"value": 7, "fail": True}
     with engine.connect() as conn:
-        open_alerts = conn.execute(select(alerts.c.id).where(
-            alerts.c.acknowledged.is_(False))).all()
+        open_alerts = conn.execute(
+            select(alerts.c.id).where(alerts.c.acknowledged.is_(False))
+        ).all()
     assert open_alerts == []
 
 
@@ -100,10 +120,11 @@ def test_resubmit_from_an_earlier_step_runs_it_and_everything_after_again(
 ) -> None:
     run_id = _submit(engine, names, "fine", value=1)
     _wait_state(engine, run_id, "completed")
-    sasflow("runs", "resubmit", str(run_id), "--reason", "remote lost the data",
-            "--from-step", "a")
-    harness.wait_for(lambda: {r.attempt for r in harness.step_rows(engine, run_id)} == {2},
-                     what="both steps ran again")
+    sasflow("runs", "resubmit", str(run_id), "--reason", "remote lost the data", "--from-step", "a")
+    harness.wait_for(
+        lambda: {r.attempt for r in harness.step_rows(engine, run_id)} == {2},
+        what="both steps ran again",
+    )
     _wait_state(engine, run_id, "completed")
 
 
@@ -115,24 +136,58 @@ def test_bulk_dry_run_lists_exactly_what_the_real_resubmission_then_resubmits(
     for run_id in failed:
         _wait_state(engine, run_id, "error")
     _wait_state(engine, fine, "completed")
-    preview = _json(sasflow("runs", "resubmit", "--state", "error", "--workflow", "ops",
-                            "--reason", "retry all", "--dry-run", "-o", "json"))
+    preview = _json(
+        sasflow(
+            "runs",
+            "resubmit",
+            "--state",
+            "error",
+            "--workflow",
+            "ops",
+            "--reason",
+            "retry all",
+            "--dry-run",
+            "-o",
+            "json",
+        )
+    )
     assert preview == {"dry_run": True, "count": 3, "run_ids": failed}
     assert {r: _state(engine, r) for r in failed} == dict.fromkeys(failed, "error")
-    done = _json(sasflow("runs", "resubmit", "--state", "error", "--workflow", "ops",
-                         "--reason", "retry all", "--yes", "-o", "json"))
+    done = _json(
+        sasflow(
+            "runs",
+            "resubmit",
+            "--state",
+            "error",
+            "--workflow",
+            "ops",
+            "--reason",
+            "retry all",
+            "--yes",
+            "-o",
+            "json",
+        )
+    )
     assert done["run_ids"] == preview["run_ids"]
     with engine.connect() as conn:
-        acted = set(conn.execute(select(events.c.run_id).where(
-            events.c.reason == "resubmitted: retry all", events.c.entity == "run")).scalars())
+        acted = set(
+            conn.execute(
+                select(events.c.run_id).where(
+                    events.c.reason == "resubmitted: retry all", events.c.entity == "run"
+                )
+            ).scalars()
+        )
     assert acted == set(failed)
 
 
 def test_bulk_resubmission_without_dry_run_or_yes_is_refused(
     database_url: str, names: Names
 ) -> None:
-    result = CliRunner().invoke(cli, ["runs", "resubmit", "--reason", "x"], env={
-        "SASFLOW_DATABASE_URL": database_url, "SASFLOW_APP": "tests.apps.ops"})
+    result = CliRunner().invoke(
+        cli,
+        ["runs", "resubmit", "--reason", "x"],
+        env={"SASFLOW_DATABASE_URL": database_url, "SASFLOW_APP": "tests.apps.ops"},
+    )
     assert result.exit_code == 2
     assert "--dry-run or --yes" in result.output
 
@@ -141,11 +196,13 @@ def test_cancel_stops_a_running_run_and_its_late_reply_is_ignored(
     engine: Engine, names: Names, sasflow: Sasflow, system: None
 ) -> None:
     run_id = _submit(engine, names, "slow", value=1, delay=1.5)
-    harness.wait_for(lambda: any(r.state == "processing"
-                                 for r in harness.step_rows(engine, run_id)),
-                     what="step a in flight")
-    done = _json(sasflow("runs", "cancel", str(run_id), "--reason", "customer withdrew",
-                         "-o", "json"))
+    harness.wait_for(
+        lambda: any(r.state == "processing" for r in harness.step_rows(engine, run_id)),
+        what="step a in flight",
+    )
+    done = _json(
+        sasflow("runs", "cancel", str(run_id), "--reason", "customer withdrew", "-o", "json")
+    )
     assert done == {"run_id": run_id, "state": "cancelled", "cancelled_steps": ["a", "b"]}
     time.sleep(2.0)  # the agent finishes a and replies: the reply must be dropped
     states = {r.name: r.state for r in harness.step_rows(engine, run_id)}

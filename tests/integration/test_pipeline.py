@@ -17,12 +17,17 @@ from tests.integration import harness
 pytestmark = pytest.mark.integration
 
 
-def _submit(engine: Engine, names: Names, workflow: str, key: str, text: str, *,
-            reply_to: str | None = None) -> int:
+def _submit(
+    engine: Engine, names: Names, workflow: str, key: str, text: str, *, reply_to: str | None = None
+) -> int:
     with transaction(engine) as conn:
-        return submit(conn, basic.registry, Submission(workflow=workflow, key=key,
-                                                       input={"text": text}, reply_to=reply_to),
-                      namespace=names.namespace, actor="test").run_id
+        return submit(
+            conn,
+            basic.registry,
+            Submission(workflow=workflow, key=key, input={"text": text}, reply_to=reply_to),
+            namespace=names.namespace,
+            actor="test",
+        ).run_id
 
 
 def test_sequence_and_fan_out_fan_in_complete_with_outputs_flowing(
@@ -31,8 +36,10 @@ def test_sequence_and_fan_out_fan_in_complete_with_outputs_flowing(
     """A two-step sequence and a diamond DAG both complete; each step saw earlier outputs."""
     seq = _submit(engine, names, "pipeline", "seq-1", "hello")
     dag = _submit(engine, names, "diamond", "dag-1", "hi")
-    with harness.running(harness.scheduler(engine, database_url, basic.registry, names),
-                         harness.agent(basic.echo, names)):
+    with harness.running(
+        harness.scheduler(engine, database_url, basic.registry, names),
+        harness.agent(basic.echo, names),
+    ):
         harness.wait_for(harness.all_runs_in(engine, {"completed"}, 2), what="runs complete")
     with engine.connect() as conn:
         outputs = dict(conn.execute(select(runs.c.id, runs.c.output)).all())
@@ -53,27 +60,34 @@ def test_status_notifications_reach_the_topic_exchange_and_reply_to(
     with services.broker_channel() as channel:
         channel.queue_declare(reply_queue, durable=True)
     run_id = _submit(engine, names, "pipeline", "order-42", "abc", reply_to=reply_queue)
-    with harness.running(harness.scheduler(engine, database_url, basic.registry, names),
-                         harness.agent(basic.echo, names)):
+    with harness.running(
+        harness.scheduler(engine, database_url, basic.registry, names),
+        harness.agent(basic.echo, names),
+    ):
         harness.wait_for(harness.all_runs_in(engine, {"completed"}, 1), what="run completes")
+
         def completed(ms: list[dict[str, object]]) -> bool:
             return any(m["entity"] == "run" and m["state"] == "completed" for m in ms)
+
         on_status = harness.drain_json(status_queue, until=completed)
         on_reply_to = harness.drain_json(reply_queue, until=completed)
     for messages in (on_status, on_reply_to):
         run_states = [m["state"] for m in messages if m["entity"] == "run"]
         assert run_states == ["pending", "running", "completed"]
-        step_done = [m["step"] for m in messages
-                     if m["entity"] == "step" and m["state"] == "processed"]
+        step_done = [
+            m["step"] for m in messages if m["entity"] == "step" and m["state"] == "processed"
+        ]
         assert step_done == ["a", "b"]
         assert {m["run_id"] for m in messages} == {run_id}
         assert {m["key"] for m in messages} == {"order-42"}
         assert {m["_headers"]["key"] for m in messages} == {"order-42"}
     assert {m["_routing_key"] for m in on_status if m["entity"] == "run"} == {
-        "pipeline.run.pending", "pipeline.run.running", "pipeline.run.completed"}
+        "pipeline.run.pending",
+        "pipeline.run.running",
+        "pipeline.run.completed",
+    }
     completed_msg = next(m for m in on_status if m["state"] == "completed")
     assert completed_msg["detail"] == {"output": {"b": {"length": 3}}}
     with engine.connect() as conn:
-        unpublished = conn.execute(
-            select(events.c.id).where(events.c.published.is_(False))).all()
+        unpublished = conn.execute(select(events.c.id).where(events.c.published.is_(False))).all()
     assert unpublished == []

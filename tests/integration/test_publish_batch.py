@@ -78,7 +78,12 @@ def test_an_unroutable_message_fails_alone(transport: RabbitMQTransport, names: 
     results = transport.publish_many(batch)
 
     assert [type(r).__name__ if r else None for r in results] == [
-        None, "PublishError", None, None, None]
+        None,
+        "PublishError",
+        None,
+        None,
+        None,
+    ]
     assert "unroutable" in str(results[1])
     assert "312" in str(results[1])  # NO_ROUTE
     assert _bodies(transport, queue) == [b"first", b"same", b"last"]
@@ -89,8 +94,9 @@ def test_messages_the_broker_nacks_fail_alone(transport: RabbitMQTransport, name
     PublishError, the ones it took are confirmed."""
     queue = f"{names.namespace}.full"
     with services.broker_channel() as channel:
-        channel.queue_declare(queue, durable=True,
-                              arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+        channel.queue_declare(
+            queue, durable=True, arguments={"x-max-length": 2, "x-overflow": "reject-publish"}
+        )
 
     results = transport.publish_many([Outgoing("", queue, f"m{i}".encode()) for i in range(5)])
 
@@ -149,8 +155,11 @@ def test_a_closed_channel_fails_the_batch(transport: RabbitMQTransport, names: N
     """Publishing to an exchange that does not exist makes the broker close the channel: the
     batch raises BrokerUnavailableError instead of waiting for confirms that never come."""
     queue = _queue(transport, names, "closed")
-    batch = [Outgoing("", queue, b"a"), Outgoing(f"{names.namespace}.no-such-exchange", "k", b"b"),
-             Outgoing("", queue, b"c")]
+    batch = [
+        Outgoing("", queue, b"a"),
+        Outgoing(f"{names.namespace}.no-such-exchange", "k", b"b"),
+        Outgoing("", queue, b"c"),
+    ]
     with pytest.raises(BrokerUnavailableError):
         transport.publish_many(batch)
     with pytest.raises(BrokerUnavailableError):
@@ -173,26 +182,39 @@ def test_a_refused_request_fails_its_step_while_the_rest_of_the_batch_is_dispatc
     def never(call: Call) -> None:
         raise AssertionError("no request can reach this agent")
 
-    registry = Registry([Workflow("to-here", [Step("s", "here", "work",
-                                                   input=lambda ctx: ctx.run_input)]),
-                         Workflow("to-gone", [Step("s", "gone", "work")])], [here, gone])
+    registry = Registry(
+        [
+            Workflow("to-here", [Step("s", "here", "work", input=lambda ctx: ctx.run_input)]),
+            Workflow("to-gone", [Step("s", "gone", "work")]),
+        ],
+        [here, gone],
+    )
     scheduler = harness.scheduler(engine, database_url, registry, names)
     with harness.running(scheduler, harness.agent(here, names)):
-        harness.wait_for(lambda: scheduler.stats.claimed == 0 and _declared(names, "gone"),
-                         what="the scheduler declared the agent queues")
+        harness.wait_for(
+            lambda: scheduler.stats.claimed == 0 and _declared(names, "gone"),
+            what="the scheduler declared the agent queues",
+        )
         with services.broker_channel() as channel:
             channel.queue_delete(names.agent("gone"))
         with engine.begin() as conn:  # one commit: the scheduler claims all five together
             for n in range(4):
-                submit_run(conn, registry, "to-here", {"n": n}, key=f"here-{n}",
-                           namespace=names.namespace)
+                submit_run(
+                    conn, registry, "to-here", {"n": n}, key=f"here-{n}", namespace=names.namespace
+                )
             submit_run(conn, registry, "to-gone", {}, key="gone", namespace=names.namespace)
-        harness.wait_for(harness.all_runs_in(engine, {"completed", "error"}, 5),
-                         what="all five runs finish")
+        harness.wait_for(
+            harness.all_runs_in(engine, {"completed", "error"}, 5), what="all five runs finish"
+        )
     with engine.connect() as conn:
         states = dict(conn.execute(select(runs.c.business_key, runs.c.state)).all())
-    assert states == {"here-0": "completed", "here-1": "completed", "here-2": "completed",
-                      "here-3": "completed", "gone": "error"}
+    assert states == {
+        "here-0": "completed",
+        "here-1": "completed",
+        "here-2": "completed",
+        "here-3": "completed",
+        "gone": "error",
+    }
     (refused,) = [s for s in harness.step_rows(engine) if s.agent == "gone"]
     assert refused.error["type"] == "PublishError"
     assert "unroutable" in refused.error["message"]

@@ -25,8 +25,11 @@ pytestmark = pytest.mark.integration
 def _reclaim(engine: Engine, step_id: int) -> int:
     """Make a processing step pending again (as the supervisor does) and claim it anew."""
     with engine.begin() as conn:
-        conn.execute(update(steps).where(steps.c.id == step_id)
-                     .values(state="pending", locked_by=None, complete_by=None))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id == step_id)
+            .values(state="pending", locked_by=None, complete_by=None)
+        )
     with transaction(engine) as conn:
         (claimed,) = claim_steps(conn, locked_by="s2", batch=1)
     assert claimed.id == step_id
@@ -35,8 +38,9 @@ def _reclaim(engine: Engine, step_id: int) -> int:
 
 def _apply(engine: Engine, reply: Reply, names: Names) -> int:
     with transaction(engine) as conn:
-        return apply_replies(conn, basic.registry, [reply], namespace=names.namespace,
-                             actor="test").applied
+        return apply_replies(
+            conn, basic.registry, [reply], namespace=names.namespace, actor="test"
+        ).applied
 
 
 def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
@@ -52,20 +56,23 @@ def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
     current = Reply(step_id=step.id, attempt=2, status="ok", output={"text": "X"})
     assert _apply(engine, current, names) == 1
     assert _apply(engine, current, names) == 0
-    error_after = Reply(step_id=step.id, attempt=2, status="error",
-                        error=ErrorInfo(type="Boom", message="too late"))
+    error_after = Reply(
+        step_id=step.id, attempt=2, status="error", error=ErrorInfo(type="Boom", message="too late")
+    )
     assert _apply(engine, error_after, names) == 0
     rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
     assert (rows["a"].state, rows["a"].output) == ("processed", {"text": "X"})
     assert rows["b"].state == "pending"
     with engine.connect() as conn:
-        processed = conn.execute(select(events.c.id).where(
-            events.c.step_id == step.id, events.c.to_state == "processed")).all()
+        processed = conn.execute(
+            select(events.c.id).where(events.c.step_id == step.id, events.c.to_state == "processed")
+        ).all()
     assert len(processed) == 1
 
 
-def _pipeline_and_scheduler(engine: Engine, database_url: str,
-                            names: Names) -> tuple[SubmitResult, Scheduler]:
+def _pipeline_and_scheduler(
+    engine: Engine, database_url: str, names: Names
+) -> tuple[SubmitResult, Scheduler]:
     with engine.begin() as conn:
         run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
     return run, harness.scheduler(engine, database_url, basic.registry, names)
@@ -93,8 +100,10 @@ def test_scheduler_dead_letters_malformed_replies_drops_stale_ones_and_keeps_ser
         good = Reply(step_id=step.id, attempt=1, status="ok", output={"text": "ABC"})
         harness.publish_raw(names.replies, good.encode())
         harness.publish_raw(names.replies, good.encode())
-        harness.wait_for(lambda: role.stats.applied == 1 and role.stats.dropped == 2,
-                         what="good reply applied, duplicate dropped")
+        harness.wait_for(
+            lambda: role.stats.applied == 1 and role.stats.dropped == 2,
+            what="good reply applied, duplicate dropped",
+        )
     assert {d["headers"][SOURCE_HEADER] for d in dead} == {names.replies}
     reasons = " | ".join(str(d["reason"]) for d in dead)
     assert "not UTF-8 JSON" in reasons
@@ -112,11 +121,11 @@ def test_a_reply_the_store_cannot_hold_fails_its_step_instead_of_stalling(
     run, role = _pipeline_and_scheduler(engine, database_url, names)
     with harness.running(role):
         step = _first_dispatched(engine, role, run)
-        body = (b'{"step_id": %d, "attempt": 1, "status": "ok", "output": "x\\u0000y"}'
-                % step.id)
+        body = b'{"step_id": %d, "attempt": 1, "status": "ok", "output": "x\\u0000y"}' % step.id
         harness.publish_raw(names.replies, body)
-        harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "error"},
-                         what="run fails")
+        harness.wait_for(
+            lambda: harness.run_states(engine) == {run.run_id: "error"}, what="run fails"
+        )
     rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
     assert rows["a"].state == "error"
     assert rows["a"].error["type"] == "InvalidReplyError"

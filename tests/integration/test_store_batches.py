@@ -22,22 +22,34 @@ pytestmark = pytest.mark.integration
 
 def _runs(engine: Engine, count: int) -> list[int]:
     with engine.begin() as conn:
-        return [submit_run(conn, basic.registry, "pipeline", {"text": f"t{i}"},
-                           key=f"k{i}").run_id for i in range(count)]
+        return [
+            submit_run(conn, basic.registry, "pipeline", {"text": f"t{i}"}, key=f"k{i}").run_id
+            for i in range(count)
+        ]
 
 
 def _varied(run_ids: list[int], actor: str) -> list[events.Event]:
     """Events exercising every column: NULLs, JSON with unicode and nesting, quiet and not."""
-    details: list[Any] = [None, {"error": {"type": "Timeout", "message": "délai \u00e9coulé"}},
-                          {"n": [1, 2.5, None, True], "s": "tab\there\nnewline \\ backslash"},
-                          "a JSON string", 42]
+    details: list[Any] = [
+        None,
+        {"error": {"type": "Timeout", "message": "délai \u00e9coulé"}},
+        {"n": [1, 2.5, None, True], "s": "tab\there\nnewline \\ backslash"},
+        "a JSON string",
+        42,
+    ]
     return [
-        events.Event(run_id=run_ids[i % len(run_ids)], entity="step" if i % 3 else "run",
-                     to_state=("pending", "processed", "error")[i % 3], actor=actor,
-                     from_state=None if i % 4 == 0 else "processing",
-                     step_id=None if i % 5 == 0 else 1000 + i, step=None if i % 6 == 0 else "b",
-                     attempt=None if i % 7 == 0 else i, reason=None if i % 2 else "why\\N not",
-                     detail=details[i % len(details)])
+        events.Event(
+            run_id=run_ids[i % len(run_ids)],
+            entity="step" if i % 3 else "run",
+            to_state=("pending", "processed", "error")[i % 3],
+            actor=actor,
+            from_state=None if i % 4 == 0 else "processing",
+            step_id=None if i % 5 == 0 else 1000 + i,
+            step=None if i % 6 == 0 else "b",
+            attempt=None if i % 7 == 0 else i,
+            reason=None if i % 2 else "why\\N not",
+            detail=details[i % len(details)],
+        )
         for i in range(events.COPY_FROM * 2)
     ]
 
@@ -45,12 +57,17 @@ def _varied(run_ids: list[int], actor: str) -> list[events.Event]:
 def _stored(engine: Engine, actor: str) -> list[tuple[Any, ...]]:
     columns = [c for c in events_table.c if c.name not in ("id", "actor", "created_at")]
     with engine.begin() as conn:
-        return [tuple(r) for r in conn.execute(
-            select(*columns).where(events_table.c.actor == actor).order_by(events_table.c.id))]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                select(*columns).where(events_table.c.actor == actor).order_by(events_table.c.id)
+            )
+        ]
 
 
 def test_a_large_batch_is_copied_and_stored_exactly_as_inserts_store_it(
-    engine: Engine, monkeypatch: pytest.MonkeyPatch,
+    engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     copies: list[int] = []
     copy = events._copy
@@ -74,8 +91,9 @@ def test_a_large_batch_is_copied_and_stored_exactly_as_inserts_store_it(
 def test_a_copy_that_fails_leaves_nothing_and_the_transaction_rolls_back(engine: Engine) -> None:
     run_ids = _runs(engine, 1)
     batch = _varied(run_ids, "bad")
-    batch[-1] = events.Event(run_id=run_ids[0] + 10_000, entity="run", to_state="completed",
-                             actor="bad")  # no such run: the foreign key refuses it
+    batch[-1] = events.Event(
+        run_id=run_ids[0] + 10_000, entity="run", to_state="completed", actor="bad"
+    )  # no such run: the foreign key refuses it
     with pytest.raises(IntegrityError), transaction(engine) as conn:  # as an INSERT's would
         events.record(conn, batch)
     assert _stored(engine, "bad") == []
@@ -102,8 +120,9 @@ def test_a_connection_lost_during_copy_is_a_disconnect_as_for_any_statement(
 def test_a_deadlock_in_copy_is_a_conflict_to_retry() -> None:
     """db.translated turns what events.driver_error makes of a deadlock into ConflictError,
     which run_transaction retries, as for a deadlock in an INSERT."""
-    error = events.driver_error("COPY events FROM STDIN",
-                                psycopg.errors.DeadlockDetected("deadlock detected"))
+    error = events.driver_error(
+        "COPY events FROM STDIN", psycopg.errors.DeadlockDetected("deadlock detected")
+    )
     with pytest.raises(ConflictError), translated():
         raise error
 

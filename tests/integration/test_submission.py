@@ -18,8 +18,9 @@ from tests.integration import harness
 pytestmark = pytest.mark.integration
 
 business = MetaData()
-orders = Table("orders", business, Column("id", Integer, primary_key=True),
-               Column("item", String(50)))
+orders = Table(
+    "orders", business, Column("id", Integer, primary_key=True), Column("item", String(50))
+)
 
 
 def _count(engine: Engine, table: Table) -> int:
@@ -33,6 +34,7 @@ def test_run_commits_and_rolls_back_with_the_callers_own_rows(engine: Engine) ->
     with engine.begin() as conn:
         conn.execute(insert(orders).values(id=1, item="book"))
         submit_run(conn, basic.registry, "pipeline", {"text": "book"}, key="order-1")
+
     def place_order_then_fail() -> None:
         with engine.begin() as conn:
             conn.execute(insert(orders).values(id=2, item="lamp"))
@@ -75,17 +77,21 @@ def test_submitter_inserts_dedupes_and_dead_letters_poison_while_serving(
     serving after them."""
     role = harness.submitter(engine, basic.registry, names)
     with harness.running(role):
-        harness.wait_for(lambda: role.stats is not None and _queue_exists(names.submit),
-                         what="submit queue")
+        harness.wait_for(
+            lambda: role.stats is not None and _queue_exists(names.submit), what="submit queue"
+        )
         good = json.dumps({"workflow": "pipeline", "key": "o-1", "input": {"text": "a"}})
         harness.publish_raw(names.submit, good.encode())
         harness.publish_raw(names.submit, b"{not json")
-        harness.publish_raw(names.submit, json.dumps({"workflow": "pipeline",
-                                                      "priority": "high"}).encode())
+        harness.publish_raw(
+            names.submit, json.dumps({"workflow": "pipeline", "priority": "high"}).encode()
+        )
         harness.publish_raw(names.submit, json.dumps({"workflow": "ghost"}).encode())
         harness.publish_raw(names.submit, good.encode())
-        harness.publish_raw(names.submit, json.dumps(
-            {"workflow": "diamond", "key": "o-2", "input": {"text": "b"}}).encode())
+        harness.publish_raw(
+            names.submit,
+            json.dumps({"workflow": "diamond", "key": "o-2", "input": {"text": "b"}}).encode(),
+        )
         harness.wait_for(lambda: _count(engine, runs) == 2, what="two runs")
         dead = harness.dead_letters(names, 3)
     reasons = sorted(str(d["reason"]) for d in dead)

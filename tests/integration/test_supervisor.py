@@ -39,8 +39,13 @@ class Supervisors:
         self.engine, self.names, self.made = engine, names, list[Supervisor]()
 
     def __call__(self, dispatcher: AlertDispatcher | None = None, **options: Any) -> Supervisor:
-        role = Supervisor(self.engine, self.names, transport=harness.transport("supervisor"),
-                          dispatcher=dispatcher, options=SupervisorOptions(**options))
+        role = Supervisor(
+            self.engine,
+            self.names,
+            transport=harness.transport("supervisor"),
+            dispatcher=dispatcher,
+            options=SupervisorOptions(**options),
+        )
         self.made.append(role)
         return role
 
@@ -66,22 +71,28 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
         started.append(time.monotonic())
         time.sleep(call.remaining() + 0.2)  # never answers in time
 
-    policy = StepPolicy(timeout=0.4, max_failures=3,
-                        backoff=Backoff(initial=0.3, multiplier=3, maximum=10))
-    registry = Registry([Workflow("stuck", [Step("only", "silent", "hang", policy=policy)])],
-                        [silent])
+    policy = StepPolicy(
+        timeout=0.4, max_failures=3, backoff=Backoff(initial=0.3, multiplier=3, maximum=10)
+    )
+    registry = Registry(
+        [Workflow("stuck", [Step("only", "silent", "hang", policy=policy)])], [silent]
+    )
     with engine.begin() as conn:
         run = submit_run(conn, registry, "stuck", {}, key="k", namespace=names.namespace)
     with webhook_server() as hook:
-        dispatcher = AlertDispatcher(engine, [LogSink(), WebhookSink(url_of(hook))],
-                                     namespace=names.namespace)
+        dispatcher = AlertDispatcher(
+            engine, [LogSink(), WebhookSink(url_of(hook))], namespace=names.namespace
+        )
         with harness.running(
             harness.scheduler(engine, database_url, registry, names, rescan_interval=0.1),
             harness.agent(silent, names),
             supervisors(dispatcher=dispatcher, interval=0.1),
         ):
-            harness.wait_for(lambda: harness.run_states(engine) == {run.run_id: "error"},
-                             timeout=30, what="run errors after 3 expiries")
+            harness.wait_for(
+                lambda: harness.run_states(engine) == {run.run_id: "error"},
+                timeout=30,
+                what="run errors after 3 expiries",
+            )
             harness.wait_for(lambda: len(hook.requests) >= 1, what="the webhook is called")
             time.sleep(0.5)  # a second (duplicate) delivery would arrive by now
         received = bodies(hook)
@@ -98,7 +109,8 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
         raised = conn.execute(select(alerts.c.kind, alerts.c.step_id, alerts.c.run_id)).all()
     assert [tuple(a) for a in raised] == [("step_failed", step.id, run.run_id)]
     assert [(b["kind"], b["step_id"], b["run_id"]) for b in received] == [
-        ("step_failed", step.id, run.run_id)]
+        ("step_failed", step.id, run.run_id)
+    ]
 
 
 def _expired_steps(engine: Engine, count: int) -> list[int]:
@@ -106,14 +118,22 @@ def _expired_steps(engine: Engine, count: int) -> list[int]:
     with engine.begin() as conn:
         for i in range(count):
             submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"e{i}")
-        conn.execute(update(steps).where(steps.c.name == "a").values(
-            state="processing", attempt=1, locked_by="gone",
-            complete_by=func.now() - text("interval '1 minute'")))
+        conn.execute(
+            update(steps)
+            .where(steps.c.name == "a")
+            .values(
+                state="processing",
+                attempt=1,
+                locked_by="gone",
+                complete_by=func.now() - text("interval '1 minute'"),
+            )
+        )
         return list(conn.execute(select(steps.c.id).where(steps.c.name == "a")).scalars())
 
 
 def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_once(
-    engine: Engine, names: Names,
+    engine: Engine,
+    names: Names,
     supervisors: Supervisors,
 ) -> None:
     """Both at the level of the lease (two supervisors racing sweep_once) and of the statement
@@ -136,14 +156,18 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
     assert len(acted) == 1, "both supervisors acted at once"
     assert acted[0].reclaimed == 500
     with engine.connect() as conn:
-        counts = dict(conn.execute(select(steps.c.id, steps.c.failure_count)
-                                   .where(steps.c.id.in_(ids))).all())
+        counts = dict(
+            conn.execute(select(steps.c.id, steps.c.failure_count).where(steps.c.id.in_(ids))).all()
+        )
     assert set(counts.values()) == {1}
 
     # The statement alone: make them expired again and sweep from two threads in parallel.
     with engine.begin() as conn:
-        conn.execute(update(steps).where(steps.c.id.in_(ids)).values(
-            state="processing", complete_by=func.now() - text("interval '1 minute'")))
+        conn.execute(
+            update(steps)
+            .where(steps.c.id.in_(ids))
+            .values(state="processing", complete_by=func.now() - text("interval '1 minute'"))
+        )
     swept: list[int] = []
     lock = threading.Lock()
     barrier = threading.Barrier(2)
@@ -152,14 +176,19 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
         barrier.wait()
         while True:
             with transaction(engine) as conn:
-                candidates = sorted(set(conn.execute(queries.expired_runs(),
-                                                     {"b_batch": 20}).scalars()))
+                candidates = sorted(
+                    set(conn.execute(queries.expired_runs(), {"b_batch": 20}).scalars())
+                )
                 if not candidates:
                     return
-                locked = conn.execute(queries.lock_runs(skip_locked=True),
-                                      {"b_run_ids": candidates}).scalars().all()
-                rows = conn.execute(queries.sweep_expired(),
-                                    {"b_run_ids": list(locked), "b_error": None}).all()
+                locked = (
+                    conn.execute(queries.lock_runs(skip_locked=True), {"b_run_ids": candidates})
+                    .scalars()
+                    .all()
+                )
+                rows = conn.execute(
+                    queries.sweep_expired(), {"b_run_ids": list(locked), "b_error": None}
+                ).all()
             with lock:
                 swept.extend(r.id for r in rows)
 
@@ -170,8 +199,9 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
         thread.join(60)
     assert sorted(swept) == sorted(ids)
     with engine.connect() as conn:
-        counts = dict(conn.execute(select(steps.c.id, steps.c.failure_count)
-                                   .where(steps.c.id.in_(ids))).all())
+        counts = dict(
+            conn.execute(select(steps.c.id, steps.c.failure_count).where(steps.c.id.in_(ids))).all()
+        )
     assert set(counts.values()) == {2}
 
 
@@ -192,14 +222,18 @@ def test_a_paused_leader_is_replaced_and_cannot_act_after_losing_its_lease(
 
 
 def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
-    engine: Engine, names: Names,
+    engine: Engine,
+    names: Names,
     supervisors: Supervisors,
 ) -> None:
     with engine.begin() as conn:
         for i in range(3):
             submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"s{i}")
-        conn.execute(update(steps).where(steps.c.state == "pending").values(
-            not_before=func.now() - text("interval '10 minutes'")))
+        conn.execute(
+            update(steps)
+            .where(steps.c.state == "pending")
+            .values(not_before=func.now() - text("interval '10 minutes'"))
+        )
     role = supervisors(stalled_after=60)
     first, second = role.sweep_once(), role.sweep_once()
     assert first is not None
@@ -212,25 +246,36 @@ def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
 
 
 def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
-    engine: Engine, names: Names,
+    engine: Engine,
+    names: Names,
     supervisors: Supervisors,
 ) -> None:
     """An agent that dead-letters a request proves the attempt will never reply: the failure
     is counted at the next sweep rather than when the (long) deadline passes."""
     with engine.begin() as conn:
         submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="d")
-        conn.execute(update(steps).where(steps.c.name == "a").values(
-            state="processing", attempt=1, locked_by="s",
-            complete_by=func.now() + text("interval '1 hour'")))
+        conn.execute(
+            update(steps)
+            .where(steps.c.name == "a")
+            .values(
+                state="processing",
+                attempt=1,
+                locked_by="s",
+                complete_by=func.now() + text("interval '1 hour'"),
+            )
+        )
         step_id = conn.execute(select(steps.c.id).where(steps.c.name == "a")).scalar_one()
     role = supervisors()
     assert role.sweep_once() is not None  # declares the dead-letter topology
-    body = (b'{"step_id": %d, "attempt": 1, "agent": "echo", "broken": true}' % step_id)
+    body = b'{"step_id": %d, "attempt": 1, "agent": "echo", "broken": true}' % step_id
     with services.broker_channel() as channel:
         channel.confirm_delivery()
-        channel.basic_publish(names.dead_letter_exchange, names.agent("echo"), body,
-                              pika.BasicProperties(
-                                  headers={REASON_HEADER: "Request: budget_ms: missing"}))
+        channel.basic_publish(
+            names.dead_letter_exchange,
+            names.agent("echo"),
+            body,
+            pika.BasicProperties(headers={REASON_HEADER: "Request: budget_ms: missing"}),
+        )
     report = role.sweep_once()
     assert report is not None
     assert report.dead_requests == 1
@@ -248,8 +293,9 @@ def test_events_record_each_expiry_with_the_backoff(
     assert report is not None
     assert report.reclaimed == 1
     with engine.connect() as conn:
-        event = conn.execute(select(events).where(events.c.step_id == step_id,
-                                                  events.c.reason == "expired")).one()
+        event = conn.execute(
+            select(events).where(events.c.step_id == step_id, events.c.reason == "expired")
+        ).one()
         run = conn.execute(select(runs.c.state)).scalar_one()
     assert (event.from_state, event.to_state, event.attempt) == ("processing", "pending", 1)
     assert event.detail["failure_count"] == 1
@@ -263,9 +309,16 @@ def test_expired_steps_sharing_runs_are_all_swept_across_batches(
     with engine.begin() as conn:
         for i in range(30):
             submit_run(conn, basic.registry, "diamond", {"text": "x"}, key=f"d{i}")
-        conn.execute(update(steps).where(steps.c.name.in_(("left", "right"))).values(
-            state="processing", attempt=1, locked_by="gone",
-            complete_by=func.now() - text("interval '1 minute'")))
+        conn.execute(
+            update(steps)
+            .where(steps.c.name.in_(("left", "right")))
+            .values(
+                state="processing",
+                attempt=1,
+                locked_by="gone",
+                complete_by=func.now() - text("interval '1 minute'"),
+            )
+        )
     report = supervisors(batch=7).sweep_once()
     assert report is not None
     assert report.reclaimed == 60

@@ -20,15 +20,26 @@ def test_every_option_shows_its_environment_variable_in_help(command: list[str])
     assert result.exit_code == 0, result.output
     text = "".join(result.output.split())  # help text wraps long variable lists
     expected = {
-        (): ["SASFLOW_DATABASE_URL", "SASFLOW_BROKER_URL", "SASFLOW_NAMESPACE", "SASFLOW_APP",
-             "SASFLOW_LOG_LEVEL"],
-        ("scheduler",): ["SASFLOW_SCHEDULER_BATCH", "SASFLOW_SCHEDULER_REPLY_PREFETCH",
-                         "SASFLOW_SCHEDULER_RESCAN_INTERVAL"],
+        (): [
+            "SASFLOW_DATABASE_URL",
+            "SASFLOW_BROKER_URL",
+            "SASFLOW_NAMESPACE",
+            "SASFLOW_APP",
+            "SASFLOW_LOG_LEVEL",
+        ],
+        ("scheduler",): [
+            "SASFLOW_SCHEDULER_BATCH",
+            "SASFLOW_SCHEDULER_REPLY_PREFETCH",
+            "SASFLOW_SCHEDULER_RESCAN_INTERVAL",
+        ],
         ("agent",): ["SASFLOW_AGENT_CONCURRENCY"],
         ("submitter",): ["SASFLOW_SUBMITTER_PREFETCH"],
     }[tuple(command)]
-    missing = [variable for variable in expected if f"envvar:{variable}" not in text
-               and f",{variable}" not in text]
+    missing = [
+        variable
+        for variable in expected
+        if f"envvar:{variable}" not in text and f",{variable}" not in text
+    ]
     assert missing == []
 
 
@@ -38,8 +49,9 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         "SASFLOW_BROKER_URL": "amqp://svc:pa/ss@mq:5672/%2F",
         "SASFLOW_NAMESPACE": "from-env",
     }
-    result = CliRunner().invoke(cli, ["--namespace", "from-option", "config", "show", "-o",
-                                      "json"], env=env)
+    result = CliRunner().invoke(
+        cli, ["--namespace", "from-option", "config", "show", "-o", "json"], env=env
+    )
     assert result.exit_code == 0, result.output
     shown = json.loads(result.output)
     assert shown == {
@@ -69,11 +81,15 @@ def test_submit_rejects_non_json_input_and_missing_app() -> None:
     assert "--app" in no_app.output
 
 
-
 def test_config_show_table_prints_lists_and_booleans_as_variables_take_them() -> None:
-    result = CliRunner().invoke(cli, ["config", "show"], env={
-        "SASFLOW_ALERT_EMAIL_TO": "ops@example.com,dev@example.com",
-        "SASFLOW_ALERT_EXCHANGE": "false"})
+    result = CliRunner().invoke(
+        cli,
+        ["config", "show"],
+        env={
+            "SASFLOW_ALERT_EMAIL_TO": "ops@example.com,dev@example.com",
+            "SASFLOW_ALERT_EXCHANGE": "false",
+        },
+    )
     assert result.exit_code == 0, result.output
     assert "ops@example.com,dev@exam" in result.output  # folded, but comma-separated
     assert "['" not in result.output
@@ -87,20 +103,24 @@ def test_every_subcommand_is_found_under_its_own_name() -> None:
         names = cli.list_commands(ctx)
         loaded = {name: cli.get_command(ctx, name) for name in names}
     assert names == sorted(COMMANDS)
-    assert {name: command.name if command else None for name, command in loaded.items()} == \
-        {name: name for name in names}
+    assert {name: command.name if command else None for name, command in loaded.items()} == {
+        name: name for name in names
+    }
 
 
 def test_a_role_does_not_import_the_other_commands_modules() -> None:
     """`sasflow agent` starts without Alembic, the demo's display or the operator commands."""
-    probe = ("import sys\n"
-             "from click.testing import CliRunner\n"
-             "from sasflow.cli.main import cli\n"
-             "result = CliRunner().invoke(cli, ['agent', '--help'])\n"
-             "assert result.exit_code == 0, result.output\n"
-             "print(sorted(m for m in ('alembic', 'sasflow.cli.db', 'sasflow.cli.demo', "
-             "'sasflow.cli.runs', 'sasflow.cli.alerts', 'rich.live') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=False, timeout=60)
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from sasflow.cli.main import cli\n"
+        "result = CliRunner().invoke(cli, ['agent', '--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(sorted(m for m in ('alembic', 'sasflow.cli.db', 'sasflow.cli.demo', "
+        "'sasflow.cli.runs', 'sasflow.cli.alerts', 'rich.live') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -122,6 +122,8 @@ def test_after_an_unknown_refusal_the_next_batch_goes_one_by_one_and_stops_at_th
     assert transport.sent == [b"a", b"big"]
     transport.open = True
     assert transport.publish_many([Outgoing("", "q", b"c"), Outgoing("", "q", b"d")]) == [
-        None, None]
+        None,
+        None,
+    ]
     assert transport.sent[-2:] == [b"c", b"d"]
     assert not transport._serial

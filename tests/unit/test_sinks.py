@@ -29,9 +29,16 @@ from sasflow.supervisor.sinks import (
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names
 
-RECORD = AlertRecord(id=42, kind="step_failed", message="step charge of run 7 failed: déclin",
-                     run_id=7, step_id=19, detail={"error": {"type": "Timeout"}, "attempt": 3},
-                     created_at="2025-01-31T12:00:00.123456+00:00", namespace="prod")
+RECORD = AlertRecord(
+    id=42,
+    kind="step_failed",
+    message="step charge of run 7 failed: déclin",
+    run_id=7,
+    step_id=19,
+    detail={"error": {"type": "Timeout"}, "attempt": 3},
+    created_at="2025-01-31T12:00:00.123456+00:00",
+    namespace="prod",
+)
 
 HIDDEN = "hunter2"
 """A password the tests make sure is never shown."""
@@ -70,8 +77,9 @@ class FakeTransport:
     def declare_exchange(self, name: str, kind: str) -> None:
         self.log.append(f"declare {name} {kind}")
 
-    def declare_queue(self, name: str, *, dead_letter_exchange: str | None,
-                      max_length: int | None = None) -> None:
+    def declare_queue(
+        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+    ) -> None:
         raise NotImplementedError
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
@@ -113,6 +121,7 @@ def _factory(made: list[FakeTransport], log: list[str]) -> Callable[[], Transpor
     def make() -> Transport:
         made.append(FakeTransport(log))
         return made[-1]
+
     return make
 
 
@@ -121,22 +130,38 @@ def test_alert_json_has_every_field_with_its_value() -> None:
     document = json.loads(RECORD.to_json())
 
     assert document == {
-        "id": 42, "kind": "step_failed", "message": "step charge of run 7 failed: déclin",
-        "run_id": 7, "step_id": 19, "detail": {"error": {"type": "Timeout"}, "attempt": 3},
-        "created_at": "2025-01-31T12:00:00.123456+00:00", "namespace": "prod",
+        "id": 42,
+        "kind": "step_failed",
+        "message": "step charge of run 7 failed: déclin",
+        "run_id": 7,
+        "step_id": 19,
+        "detail": {"error": {"type": "Timeout"}, "attempt": 3},
+        "created_at": "2025-01-31T12:00:00.123456+00:00",
+        "namespace": "prod",
     }
     assert "déclin" in RECORD.to_json()
 
 
 def test_alert_record_from_a_row_without_run_renders_nulls_and_an_iso_time() -> None:
     """An alert not tied to a run (e.g. stalled) has null run and step ids."""
-    row = SimpleNamespace(id=3, kind="stalled", message="m", run_id=None, step_id=None,
-                          detail=None, created_at=datetime(2025, 2, 1, 8, 30, tzinfo=UTC))
+    row = SimpleNamespace(
+        id=3,
+        kind="stalled",
+        message="m",
+        run_id=None,
+        step_id=None,
+        detail=None,
+        created_at=datetime(2025, 2, 1, 8, 30, tzinfo=UTC),
+    )
 
     document = json.loads(AlertRecord.from_row(row, "ns").to_json())
 
-    assert (document["run_id"], document["step_id"], document["detail"],
-            document["created_at"]) == (None, None, None, "2025-02-01T08:30:00+00:00")
+    assert (
+        document["run_id"],
+        document["step_id"],
+        document["detail"],
+        document["created_at"],
+    ) == (None, None, None, "2025-02-01T08:30:00+00:00")
 
 
 def test_email_subject_is_kind_and_first_80_characters_on_one_line() -> None:
@@ -158,11 +183,13 @@ def test_email_message_has_headers_and_the_json_in_a_plain_text_body() -> None:
     assert body is not None
     text = body.get_content()
     assert (parsed["From"], parsed["To"], parsed["Subject"]) == (
-        "sasflow <alerts@example.org>", "a@example.org, b@x.org",
-        "[sasflow] step_failed: step charge of run 7 failed: déclin")
+        "sasflow <alerts@example.org>",
+        "a@example.org, b@x.org",
+        "[sasflow] step_failed: step charge of run 7 failed: déclin",
+    )
     assert parsed.get_content_type() == "text/plain"
     assert parsed["Message-ID"].endswith("@example.org>")
-    assert json.loads(text[text.index("{"):]) == json.loads(RECORD.to_json())
+    assert json.loads(text[text.index("{") :]) == json.loads(RECORD.to_json())
 
 
 def test_email_sink_needs_a_recipient() -> None:
@@ -177,20 +204,26 @@ def test_default_settings_select_the_log_and_exchange_sinks(clean_env: pytest.Mo
 
 
 def test_every_configured_sink_is_selected(clean_env: pytest.MonkeyPatch) -> None:
-    settings = Settings(alert_webhook_url="https://hooks.example.org/T/secret",
-                        alert_smtp_host="smtp.example.org", alert_email_from="a@example.org",
-                        alert_email_to=["ops@example.org"], alert_smtp_starttls=True)
+    settings = Settings(
+        alert_webhook_url="https://hooks.example.org/T/secret",
+        alert_smtp_host="smtp.example.org",
+        alert_email_from="a@example.org",
+        alert_email_to=["ops@example.org"],
+        alert_smtp_starttls=True,
+    )
 
     sinks = build_sinks(settings, _factory([], []))
 
     assert [s.name for s in sinks] == ["log", "webhook", "email", "exchange"]
 
 
-def test_email_needs_host_sender_and_recipients(clean_env: pytest.MonkeyPatch,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_email_needs_host_sender_and_recipients(
+    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A partial e-mail configuration selects no e-mail sink, and says why."""
-    settings = Settings(alert_smtp_host="smtp.example.org", alert_email_from="a@example.org",
-                        alert_exchange=False)
+    settings = Settings(
+        alert_smtp_host="smtp.example.org", alert_email_from="a@example.org", alert_exchange=False
+    )
 
     with caplog.at_level(logging.WARNING):
         sinks = build_sinks(settings, _factory([], []))
@@ -217,7 +250,10 @@ def test_alert_settings_are_read_from_the_environment(clean_env: pytest.MonkeyPa
     settings = Settings()
 
     assert (settings.alert_smtp_port, settings.alert_smtp_starttls, settings.alert_exchange) == (
-        587, True, False)
+        587,
+        True,
+        False,
+    )
     assert settings.alert_smtp_password is not None
     assert settings.alert_smtp_password.get_secret_value() == "hunter2"
     assert "hunter2" not in repr(settings)
@@ -231,16 +267,23 @@ def test_invalid_smtp_port_is_rejected(clean_env: pytest.MonkeyPatch) -> None:
 
 
 def test_redacted_hides_the_smtp_password_and_webhook_url_password(
-        clean_env: pytest.MonkeyPatch) -> None:
-    settings = Settings(alert_webhook_url="https://bot:s3cret@hooks.example.org/x",
-                        alert_smtp_password=HIDDEN, alert_smtp_username="mailer",
-                        alert_email_to=["ops@example.org"])
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(
+        alert_webhook_url="https://bot:s3cret@hooks.example.org/x",
+        alert_smtp_password=HIDDEN,
+        alert_smtp_username="mailer",
+        alert_email_to=["ops@example.org"],
+    )
 
     shown = settings.redacted()
 
-    assert (shown["alert_webhook_url"], shown["alert_smtp_password"],
-            shown["alert_smtp_username"], shown["alert_email_to"]) == (
-        "https://bot:***@hooks.example.org/x", "***", "mailer", ["ops@example.org"])
+    assert (
+        shown["alert_webhook_url"],
+        shown["alert_smtp_password"],
+        shown["alert_smtp_username"],
+        shown["alert_email_to"],
+    ) == ("https://bot:***@hooks.example.org/x", "***", "mailer", ["ops@example.org"])
     assert "hunter2" not in json.dumps(shown)
     assert "s3cret" not in json.dumps(shown)
 
@@ -249,8 +292,14 @@ def test_sinks_do_not_show_secrets_in_repr_or_logs(caplog: pytest.LogCaptureFixt
     """The webhook is named by scheme, host and port; the SMTP password appears nowhere."""
     webhook = WebhookSink("https://bot:s3cret@hooks.example.org:8443/services/T0K3N?x=1")
     with caplog.at_level(logging.WARNING):
-        email = EmailSink("smtp.example.org", 25, "a@example.org", ["b@example.org"],
-                          username="mailer", password=HIDDEN)
+        email = EmailSink(
+            "smtp.example.org",
+            25,
+            "a@example.org",
+            ["b@example.org"],
+            username="mailer",
+            password=HIDDEN,
+        )
 
     assert webhook.where == "https://hooks.example.org:8443"
     assert "s3cret" not in repr(webhook)
@@ -260,8 +309,16 @@ def test_sinks_do_not_show_secrets_in_repr_or_logs(caplog: pytest.LogCaptureFixt
     assert "hunter2" not in caplog.text
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/x", "hooks.example.org",
-                                 "http://", "https://u:s3cret@host:99999/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://example.org/x",
+        "hooks.example.org",
+        "http://",
+        "https://u:s3cret@host:99999/x",
+    ],
+)
 def test_webhook_accepts_only_http_urls(url: str) -> None:
     with pytest.raises(ConfigurationError, match="webhook") as refused:
         WebhookSink(url)
@@ -288,7 +345,8 @@ def test_exchange_sink_publishes_to_the_alerts_exchange_by_kind() -> None:
     published = made[0].published
     assert calls == ["connect", "declare prod.alerts topic"]  # one connection, kept
     assert [(m.exchange, m.routing_key) for m in published] == [
-        ("prod.alerts", "alert.step_failed")] * 2
+        ("prod.alerts", "alert.step_failed")
+    ] * 2
     assert json.loads(published[0].body) == json.loads(RECORD.to_json())
 
 
@@ -303,8 +361,13 @@ def test_exchange_sink_raises_when_the_broker_is_lost_and_reconnects_on_the_next
         sink.send(RECORD)
     sink.send(RECORD)
 
-    assert calls == ["connect", "declare prod.alerts topic", "close", "connect",
-                     "declare prod.alerts topic"]
+    assert calls == [
+        "connect",
+        "declare prod.alerts topic",
+        "close",
+        "connect",
+        "declare prod.alerts topic",
+    ]
     assert (len(made[0].published), len(made[1].published)) == (1, 1)
 
 
