@@ -15,7 +15,7 @@ from sasflow.errors import SasflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
-from sasflow.store.schema import RUN_STATES
+from sasflow.states import RunState
 
 BY_OPTION = click.option(
     "--by",
@@ -37,7 +37,7 @@ def _filter_options(command: F) -> F:
                 "--state",
                 "states",
                 multiple=True,
-                type=click.Choice(RUN_STATES),
+                type=click.Choice([state.value for state in RunState]),
                 help="Run state (repeatable).",
             ),
             click.option("--workflow", help="Workflow name."),

@@ -22,6 +22,7 @@ from sqlalchemy import (
     update,
 )
 
+from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
@@ -29,8 +30,14 @@ from sasflow.store.sqltime import now, plus_seconds
 _processing_with_attempt = and_(
     steps.c.id == bindparam("b_step_id"),
     steps.c.attempt == bindparam("b_attempt"),
-    steps.c.state == "processing",
+    steps.c.state == StepState.PROCESSING,
 )
+
+
+def leave_processing() -> dict[str, Any]:
+    """The SET fragment of every transition out of `processing`: the step is no longer locked
+    by a scheduler nor bound by a deadline."""
+    return {"locked_by": None, "complete_by": None, "updated_at": now()}
 
 
 _run_columns = (
@@ -51,9 +58,10 @@ def _claimable_in_run() -> ColumnElement[bool]:
     forward steps whose earlier attempt has an unknown outcome (it must be known, and undone
     if it succeeded, before the run can be compensated)."""
     return or_(
-        runs.c.state.in_(("pending", "running")),
+        runs.c.state.in_(ACTIVE_RUN_STATES),
         and_(
-            runs.c.state == "compensating", or_(steps.c.kind == "compensation", steps.c.attempt > 0)
+            runs.c.state == RunState.COMPENSATING,
+            or_(steps.c.kind == StepKind.COMPENSATION, steps.c.attempt > 0),
         ),
     )
 
@@ -68,7 +76,7 @@ def claim_ready() -> Update:
         select(steps.c.id)
         .join(runs, runs.c.id == steps.c.run_id)
         .where(
-            steps.c.state == "pending",
+            steps.c.state == StepState.PENDING,
             steps.c.locked_by.is_(None),
             steps.c.not_before <= now(),
             _claimable_in_run(),
@@ -82,7 +90,7 @@ def claim_ready() -> Update:
         update(steps)
         .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
         .values(
-            state="processing",
+            state=StepState.PROCESSING,
             locked_by=bindparam("b_locked_by"),
             attempt=steps.c.attempt + 1,
             complete_by=plus_seconds(now(), steps.c.timeout_s),
@@ -111,7 +119,7 @@ def next_due() -> Select[Any]:
     """When the earliest step now backing off becomes ready, and the database's time now
     (ix_steps_ready: pending steps only)."""
     return select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
-        steps.c.state == "pending", steps.c.not_before > now()
+        steps.c.state == StepState.PENDING, steps.c.not_before > now()
     )
 
 
@@ -119,8 +127,8 @@ def start_runs() -> Update:
     """Runs whose first step was just claimed become running (primary key)."""
     return (
         update(runs)
-        .where(one_of(runs.c.id, "b_run_ids"), runs.c.state == "pending")
-        .values(state="running", updated_at=now())
+        .where(one_of(runs.c.id, "b_run_ids"), runs.c.state == RunState.PENDING)
+        .values(state=RunState.RUNNING, updated_at=now())
         .returning(runs.c.id)
     )
 
@@ -131,10 +139,10 @@ def release_claimed() -> Update:
         update(steps)
         .where(
             one_of(steps.c.id, "b_step_ids"),
-            steps.c.state == "processing",
+            steps.c.state == StepState.PROCESSING,
             steps.c.locked_by == bindparam("b_locked_by"),
         )
-        .values(state="pending", locked_by=None, complete_by=None, updated_at=now())
+        .values(state=StepState.PENDING, **leave_processing())
         .returning(steps.c.id, steps.c.run_id, steps.c.name, steps.c.attempt)
     )
 
@@ -160,13 +168,11 @@ def complete_step() -> Update:
         update(steps)
         .where(_processing_with_attempt)
         .values(
-            state="processed",
+            state=StepState.PROCESSED,
             output=bindparam("b_output"),
             error=None,
-            locked_by=None,
-            complete_by=None,
             deferred_since=None,
-            updated_at=now(),
+            **leave_processing(),
         )
         .returning(*_step_result)
     )
@@ -177,13 +183,7 @@ def fail_step() -> Update:
     return (
         update(steps)
         .where(_processing_with_attempt)
-        .values(
-            state="error",
-            error=bindparam("b_error"),
-            locked_by=None,
-            complete_by=None,
-            updated_at=now(),
-        )
+        .values(state=StepState.ERROR, error=bindparam("b_error"), **leave_processing())
         .returning(*_step_result)
     )
 
@@ -201,13 +201,11 @@ def defer_step() -> Update:
             ),
         )
         .values(
-            state="pending",
-            locked_by=None,
-            complete_by=None,
+            state=StepState.PENDING,
             not_before=plus_seconds(now(), bindparam("b_defer_seconds")),
             deferred_since=func.coalesce(steps.c.deferred_since, now()),
             error=bindparam("b_error"),
-            updated_at=now(),
+            **leave_processing(),
         )
         .returning(*_step_result)
     )
@@ -225,12 +223,12 @@ def _failure_values() -> dict[str, Any]:
     )
     return {
         "failure_count": failures,
-        "state": case((exhausted, literal("error")), else_=literal("pending")),
+        "state": case(
+            (exhausted, literal(StepState.ERROR.value)), else_=literal(StepState.PENDING.value)
+        ),
         "not_before": case((exhausted, steps.c.not_before), else_=plus_seconds(now(), delay)),
-        "locked_by": None,
-        "complete_by": None,
         "error": bindparam("b_error"),
-        "updated_at": now(),
+        **leave_processing(),
     }
 
 
@@ -258,7 +256,7 @@ def expired_runs() -> Select[Any]:
     """The runs of up to :batch steps whose deadline passed, oldest first (ix_steps_expiry)."""
     return (
         select(steps.c.run_id)
-        .where(steps.c.state == "processing", steps.c.complete_by < now())
+        .where(steps.c.state == StepState.PROCESSING, steps.c.complete_by < now())
         .order_by(steps.c.complete_by)
         .limit(bindparam("b_batch"))
     )
@@ -286,7 +284,7 @@ def sweep_expired() -> Update:
     expired = (
         select(steps.c.id)
         .where(
-            steps.c.state == "processing",
+            steps.c.state == StepState.PROCESSING,
             steps.c.complete_by < now(),
             one_of(steps.c.run_id, "b_run_ids"),
         )
@@ -308,7 +306,7 @@ def stalled_steps() -> Select[Any]:
             steps.c.agent, func.count().label("steps"), func.min(steps.c.not_before).label("since")
         )
         .where(
-            steps.c.state == "pending",
+            steps.c.state == StepState.PENDING,
             steps.c.not_before < plus_seconds(now(), -bindparam("b_stalled_after")),
         )
         .group_by(steps.c.agent)

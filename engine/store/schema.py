@@ -48,28 +48,6 @@ def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Colum
     )
 
 
-RUN_STATES = (
-    "pending",
-    "running",
-    "completed",
-    "error",
-    "compensating",
-    "compensated",
-    "compensation_failed",
-    "cancelled",
-)
-STEP_STATES = (
-    "waiting",
-    "pending",
-    "processing",
-    "processed",
-    "error",
-    "compensating",
-    "compensated",
-    "skipped",
-    "cancelled",
-)
-
 runs = Table(
     "runs",
     metadata,

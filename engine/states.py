@@ -1,0 +1,100 @@
+"""The state machine's vocabulary: the states of runs and steps, and the named sets of them.
+
+`RunState` and `StepState` are `StrEnum`s, so a member *is* its string: it goes into SQL, JSON
+and the `events` table unchanged, and a state read back from the database compares equal to
+its member (`row.state == StepState.PROCESSED`). A misspelt member is an AttributeError at
+import and a mypy error, never a silent no-op UPDATE. Every module names states through this
+one; `docs/concepts.md` draws the transitions.
+
+Only plain Python here: agents and the HTTP face import it without loading SQLAlchemy. The SQL
+SET fragments shared by the statements (e.g. leaving `processing`) live next to those
+statements in `sasflow.store.queries`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunState(StrEnum):
+    """Where a run is. Terminal: completed, error, compensated, compensation_failed,
+    cancelled (an operator may resubmit some of them)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    CANCELLED = "cancelled"
+
+
+class StepState(StrEnum):
+    """Where a step record is (the pattern's state record). Compensation steps take the same
+    states as forward steps; their kind says what they are."""
+
+    WAITING = "waiting"
+    """Its dependencies are not all processed yet."""
+    PENDING = "pending"
+    """Ready (or backing off until `not_before`): a scheduler may claim it."""
+    PROCESSING = "processing"
+    """Claimed: locked by a scheduler, dispatched, with a deadline (`complete_by`)."""
+    PROCESSED = "processed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    """Not run: its run failed or its compensation chain stopped first."""
+    CANCELLED = "cancelled"
+
+
+class StepKind(StrEnum):
+    """A step of the workflow, or one undoing a processed step (compensation)."""
+
+    FORWARD = "forward"
+    COMPENSATION = "compensation"
+
+
+class OnFailure(StrEnum):
+    """A workflow's failure policy: end in `error` with an alert, or compensate."""
+
+    ERROR = "error"
+    COMPENSATE = "compensate"
+
+
+# -- named sets of run states -------------------------------------------------------------
+
+ACTIVE_RUN_STATES = frozenset({RunState.PENDING, RunState.RUNNING})
+"""Runs going forward: their steps are claimed and advanced."""
+
+TERMINAL_RUN_STATES = frozenset(
+    {
+        RunState.COMPLETED,
+        RunState.ERROR,
+        RunState.COMPENSATED,
+        RunState.COMPENSATION_FAILED,
+        RunState.CANCELLED,
+    }
+)
+"""Runs that nothing moves any more, unless an operator resubmits them."""
+
+CANCELLABLE_RUN_STATES = ACTIVE_RUN_STATES
+"""Runs an operator may cancel."""
+
+RESUBMITTABLE_RUN_STATES = frozenset(
+    {RunState.ERROR, RunState.COMPENSATION_FAILED, RunState.COMPENSATED, RunState.CANCELLED}
+)
+"""Runs an operator may resubmit (a completed one too, but only from a chosen step)."""
+
+RESTART_FROM_SCRATCH_RUN_STATES = frozenset({RunState.COMPENSATED})
+"""Runs whose effects were undone: a resubmission runs every step again."""
+
+# -- named sets of step states ------------------------------------------------------------
+
+DONE_STEP_STATES = frozenset({StepState.PROCESSED, StepState.SKIPPED})
+"""Steps a run no longer waits for."""
+
+NOT_STARTED_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING})
+"""Steps no agent has been asked to run (for this attempt): they may be skipped or cancelled."""
+
+QUIET_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING, StepState.PROCESSING})
+"""Step changes recorded in the history but not published as status notifications."""
