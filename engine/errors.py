@@ -48,3 +48,30 @@ class BrokerUnavailableError(SasflowError):
 
 class PublishError(SasflowError):
     """The broker did not accept a message (unroutable or negatively confirmed)."""
+
+
+class LeaseLostError(SasflowError):
+    """Another holder has the lease now; this one must stop acting on its behalf."""
+
+
+# -- operator actions (sasflow.ops); the CLI, the HTTP API and the console report them --------
+
+
+class RunNotFoundError(SasflowError):
+    """No run with that id."""
+
+
+class InvalidActionError(SasflowError):
+    """The run is not in a state where this action makes sense."""
+
+
+class AlertNotFoundError(SasflowError):
+    """No alert with that id."""
+
+
+class AlertAlreadyAcknowledgedError(SasflowError):
+    """The alert was acknowledged already."""
+
+
+class InvalidAcknowledgementError(SasflowError):
+    """An acknowledgement needs a reason and an actor of at most 200 characters."""

@@ -19,6 +19,19 @@ from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableEr
 from sasflow.redact import redact_url
 from sasflow.store import sqlite
 
+# Connection and Engine are re-exported: code outside the store names them from here, so the
+# store stays the one door to SQLAlchemy.
+__all__ = [
+    "CONFLICTS",
+    "Connection",
+    "Engine",
+    "is_disconnect",
+    "make_engine",
+    "run_transaction",
+    "transaction",
+    "translated",
+]
+
 T = TypeVar("T")
 
 CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
