@@ -42,4 +42,4 @@ def submit_run(
         )
     except ValidationError as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
-    return submit(conn, registry, submission, namespace=namespace, actor="python")
+    return submit(conn, registry, submission.new_run(), namespace=namespace, actor="python")

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sasflow.errors import InvalidMessageError
+from sasflow.store.commands import NewRun, OutcomeKind, StepOutcome, StoredError
 
 PROTOCOL_VERSION = 1
 
@@ -45,6 +46,17 @@ class Submission(_Message):
             raise ValueError("reply_to must be at most 255 bytes in UTF-8")
         return value
 
+    def new_run(self) -> NewRun:
+        """The run this submission asks the store for."""
+        return NewRun(
+            workflow=self.workflow,
+            input=self.input,
+            key=self.key,
+            priority=self.priority,
+            version=self.version,
+            reply_to=self.reply_to,
+        )
+
 
 class Request(_Message):
     """Scheduler -> agent: run `action` for one attempt of one step."""
@@ -69,6 +81,9 @@ class ErrorInfo(_Message):
     type: str = "Error"
     message: str = ""
 
+    def stored(self) -> StoredError:
+        return StoredError(self.type, self.message)
+
 
 class Reply(_Message):
     """Agent -> scheduler: the outcome of one attempt."""
@@ -92,6 +107,18 @@ class Reply(_Message):
         if self.status == "deferred" and self.defer_seconds is None:
             raise ValueError("a 'deferred' reply needs 'defer_seconds'")
         return self
+
+    def outcome(self) -> StepOutcome:
+        """What this reply tells the store (the statuses map one to one)."""
+        return StepOutcome(
+            step_id=self.step_id,
+            attempt=self.attempt,
+            kind=OutcomeKind(self.status),
+            output=self.output,
+            error=self.error.stored() if self.error else None,
+            defer_seconds=self.defer_seconds,
+            agent=self.agent,
+        )
 
 
 class StatusEvent(_Message):

@@ -15,9 +15,6 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import Engine, delete, insert, update
 
 from sasflow.errors import (
     BrokerUnavailableError,
@@ -25,17 +22,17 @@ from sasflow.errors import (
     PublishError,
     StoreUnavailableError,
 )
-from sasflow.messages import ErrorInfo, Reply, Request, parse, safe_text
+from sasflow.messages import Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store import dialect
-from sasflow.store.apply import apply_replies
+from sasflow.states import StepKind
+from sasflow.store import dialect, schedulers
+from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
 from sasflow.store.claim import ClaimedStep, claim_steps, release_steps, seconds_until_due
-from sasflow.store.db import transaction
+from sasflow.store.commands import OutcomeKind, StoredError
+from sasflow.store.db import Engine, transaction
 from sasflow.store.listen import ReadyListener
-from sasflow.store.schema import schedulers
-from sasflow.store.sqltime import now
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
@@ -225,13 +222,16 @@ class Scheduler:
 
     def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
         with transaction(self._engine) as conn:
-            report = apply_replies(
+            report = apply_outcomes(
                 conn,
                 self._registry,
-                [r for _, r in held],
+                [r.outcome() for _, r in held],
                 namespace=self._names.namespace,
                 actor=self.id,
             )
+        self._count(report)
+
+    def _count(self, report: ApplyReport) -> None:
         self.stats.applied += report.applied
         self.stats.dropped += len(report.dropped)
         # Only applied replies record events worth relaying; dropped ones change nothing.
@@ -247,7 +247,7 @@ class Scheduler:
             raise
         except Exception as exc:
             log.exception("%s: reply for step %s cannot be applied", self.id, reply.step_id)
-            if not self._apply_instead(delivery, reply, exc):
+            if not self._apply_instead(reply, exc):
                 self._transport.dead_letter(
                     delivery,
                     f"reply could not be applied: {exc!r}",
@@ -257,22 +257,14 @@ class Scheduler:
                 return
         self._transport.ack(delivery)
 
-    def _apply_instead(self, delivery: Delivery, reply: Reply, exc: Exception) -> bool:
+    def _apply_instead(self, reply: Reply, exc: Exception) -> bool:
         """The store refused what the reply carries (e.g. a value jsonb cannot hold): fail the
         step with that reason, so the run shows it instead of waiting for its deadline."""
-        if reply.status == "error":
+        if reply.outcome().kind is OutcomeKind.ERROR:
             return False
-        substitute = Reply(
-            step_id=reply.step_id,
-            attempt=reply.attempt,
-            status="error",
-            agent=reply.agent,
-            error=ErrorInfo(
-                type="InvalidReplyError", message=safe_text(f"the reply could not be stored: {exc}")
-            ),
-        )
+        error = StoredError("InvalidReplyError", safe_text(f"the reply could not be stored: {exc}"))
         try:
-            self._apply([(delivery, substitute)])
+            self._fail(reply.step_id, reply.attempt, error, agent=reply.agent)
         except StoreUnavailableError:
             raise
         except Exception:
@@ -332,7 +324,7 @@ class Scheduler:
             step=step.name,
             agent=step.agent,
             action=step.action,
-            kind="compensation" if step.kind == "compensation" else "forward",
+            kind=StepKind.COMPENSATION if step.kind == StepKind.COMPENSATION else StepKind.FORWARD,
             input=step.input,
             idempotency_key=step.idempotency_key,
             budget_ms=budget_ms,
@@ -352,19 +344,25 @@ class Scheduler:
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
         log.error("%s: step %s cannot be dispatched: %s", self.id, step.id, exc)
-        failure = Reply(
-            step_id=step.id,
-            attempt=step.attempt,
-            status="error",
-            error=ErrorInfo(
-                type="PublishError", message=safe_text(f"request refused by the broker: {exc}")
-            ),
-        )
+        error = StoredError("PublishError", safe_text(f"request refused by the broker: {exc}"))
+        self._fail(step.id, step.attempt, error)
+
+    def _fail(
+        self, step_id: int, attempt: int, error: StoredError, *, agent: str | None = None
+    ) -> None:
+        """Fail an attempt for good ourselves (fenced as an agent's error would be)."""
         with transaction(self._engine) as conn:
-            apply_replies(
-                conn, self._registry, [failure], namespace=self._names.namespace, actor=self.id
+            report = fail_step(
+                conn,
+                self._registry,
+                step_id,
+                attempt,
+                error,
+                namespace=self._names.namespace,
+                actor=self.id,
+                agent=agent,
             )
-        self._events_dirty = True
+        self._count(report)
 
     def _declare_agent(self, agent: str) -> None:
         declare_agent_queue(self._transport, self._names, agent)
@@ -385,26 +383,21 @@ class Scheduler:
 
     def _register(self) -> None:
         with transaction(self._engine) as conn:
-            conn.execute(delete(schedulers).where(schedulers.c.id == self.id))
-            conn.execute(
-                insert(schedulers).values(
-                    id=self.id, hostname=socket.gethostname(), pid=os.getpid()
-                )
-            )
+            schedulers.register(conn, self.id, hostname=socket.gethostname(), pid=os.getpid())
 
     def _heartbeat(self) -> None:
-        values: dict[str, Any] = {
-            "heartbeat_at": now(),
-            "claimed": self.stats.claimed,
-            "applied": self.stats.applied,
-            "draining": self._stop.is_set(),
-        }
         with transaction(self._engine) as conn:
-            conn.execute(update(schedulers).where(schedulers.c.id == self.id).values(**values))
+            schedulers.heartbeat(
+                conn,
+                self.id,
+                claimed=self.stats.claimed,
+                applied=self.stats.applied,
+                draining=self._stop.is_set(),
+            )
 
     def _deregister(self) -> None:
         try:
             with transaction(self._engine) as conn:
-                conn.execute(delete(schedulers).where(schedulers.c.id == self.id))
+                schedulers.deregister(conn, self.id)
         except StoreUnavailableError:
             log.warning("%s could not remove its schedulers row", self.id)

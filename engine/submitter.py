@@ -102,7 +102,7 @@ class Submitter:
                             result = submit(
                                 conn,
                                 self._registry,
-                                submission,
+                                submission.new_run(),
                                 namespace=self._names.namespace,
                                 actor=self.id,
                             )

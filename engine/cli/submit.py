@@ -96,7 +96,11 @@ def submit_command(
         try:
             with transaction(engine) as conn:
                 result = submit(
-                    conn, registry, submission, namespace=obj.settings.namespace, actor="cli"
+                    conn,
+                    registry,
+                    submission.new_run(),
+                    namespace=obj.settings.namespace,
+                    actor="cli",
                 )
         finally:
             engine.dispose()

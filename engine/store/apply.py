@@ -1,117 +1,103 @@
-"""Apply a batch of agent replies in one transaction, each fenced by its step's attempt."""
+"""Apply a batch of step outcomes in one transaction, each fenced by its step's attempt."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any
 
-from sqlalchemy import Connection, Select, Update
+from sqlalchemy import Connection
 
-from sasflow.messages import Reply
 from sasflow.registry import Registry
+from sasflow.states import StepState
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
+from sasflow.store.commands import OutcomeKind, StepOutcome, StoredError
 from sasflow.store.notify import notify_ready
 
 log = logging.getLogger(__name__)
 
+GAVE_UP = StoredError("GaveUp", "dependency unavailable past the step's give-up age")
+
 
 @dataclass
 class ApplyReport:
-    """How many replies were applied, and which were dropped (stale or duplicate)."""
+    """How many outcomes were applied, and which were dropped (stale or duplicate)."""
 
     applied: int = 0
-    dropped: list[Reply] = field(default_factory=list)
+    dropped: list[StepOutcome] = field(default_factory=list)
     ready: int = 0
     backing_off: int = 0
     """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
 
 
-@cache
-def _statements() -> dict[str, Update]:
-    return {
-        "ok": queries.complete_step(),
-        "error": queries.fail_step(),
-        "deferred": queries.defer_step(),
-        "failure": queries.count_failure(),
-    }
-
-
-@cache
-def _lock_runs() -> Select[Any]:
-    return queries.lock_runs_of_steps()
-
-
-def apply_replies(
+def apply_outcomes(
     conn: Connection,
     registry: Registry,
-    replies: Sequence[Reply],
+    outcomes: Sequence[StepOutcome],
     *,
     namespace: str,
     actor: str,
 ) -> ApplyReport:
-    """Apply `replies` inside the caller's transaction; the caller commits, then acks."""
+    """Apply `outcomes` inside the caller's transaction; the caller commits, then acks."""
     report = ApplyReport()
-    if not replies:
+    if not outcomes:
         return report
-    locked = conn.execute(_lock_runs(), {"b_step_ids": sorted({r.step_id for r in replies})}).all()
-    stmts = _statements()
+    locked = conn.execute(
+        queries.lock_runs_of_steps(), {"b_step_ids": sorted({o.step_id for o in outcomes})}
+    ).all()
     batch: list[events.Event] = []
     touched: set[int] = set()
-    for reply in replies:
-        fence = {"b_step_id": reply.step_id, "b_attempt": reply.attempt}
-        error = reply.error.model_dump() if reply.error else None
-        if reply.status == "ok":
-            row = conn.execute(stmts["ok"], {**fence, "b_output": reply.output}).first()
-            to_state = "processed"
-        elif reply.status == "error":
-            row = conn.execute(stmts["error"], {**fence, "b_error": error}).first()
-            to_state = "error"
-        elif reply.status == "failed":
-            row = conn.execute(stmts["failure"], {**fence, "b_error": error}).first()
-            to_state = row.state if row is not None else "pending"
+    for outcome in outcomes:
+        fence = {"b_step_id": outcome.step_id, "b_attempt": outcome.attempt}
+        error = outcome.error.to_json() if outcome.error else None
+        if outcome.kind is OutcomeKind.OK:
+            values = {**fence, "b_output": outcome.output}
+            row = conn.execute(queries.complete_step(), values).first()
+            to_state = StepState.PROCESSED
+        elif outcome.kind is OutcomeKind.ERROR:
+            row = conn.execute(queries.fail_step(), {**fence, "b_error": error}).first()
+            to_state = StepState.ERROR
+        elif outcome.kind is OutcomeKind.FAILED:
+            row = conn.execute(queries.count_failure(), {**fence, "b_error": error}).first()
+            to_state = StepState(row.state) if row is not None else StepState.PENDING
         else:
             row = conn.execute(
-                stmts["deferred"],
-                {**fence, "b_defer_seconds": reply.defer_seconds, "b_error": error},
+                queries.defer_step(),
+                {**fence, "b_defer_seconds": outcome.defer_seconds, "b_error": error},
             ).first()
-            to_state = "pending"
+            to_state = StepState.PENDING
             if row is None:
                 # Past its give-up age (or stale): an open breaker now counts as a failure.
-                gave_up = {
-                    "type": "GaveUp",
-                    "message": "dependency unavailable past the step's give-up age",
-                }
-                failure = conn.execute(stmts["failure"], {**fence, "b_error": gave_up}).first()
+                failure = conn.execute(
+                    queries.count_failure(), {**fence, "b_error": GAVE_UP.to_json()}
+                ).first()
                 if failure is not None:
-                    row, to_state = failure, failure.state
+                    row, to_state = failure, StepState(failure.state)
         if row is None:
             log.info(
                 "dropped stale or duplicate reply for step %s attempt %s (%s)",
-                reply.step_id,
-                reply.attempt,
-                reply.status,
+                outcome.step_id,
+                outcome.attempt,
+                outcome.kind,
             )
-            report.dropped.append(reply)
+            report.dropped.append(outcome)
             continue
         report.applied += 1
-        report.backing_off += to_state == "pending"
+        report.backing_off += to_state == StepState.PENDING
         touched.add(row.run_id)
         batch.append(
             events.Event(
                 run_id=row.run_id,
                 entity="step",
-                step_id=reply.step_id,
+                step_id=outcome.step_id,
                 step=row.name,
-                from_state="processing",
+                from_state=StepState.PROCESSING,
                 to_state=to_state,
-                attempt=reply.attempt,
+                attempt=outcome.attempt,
                 actor=actor,
-                reason=reply.status if reply.status != "ok" else None,
-                detail={"error": error, "agent": reply.agent} if error else None,
+                reason=outcome.kind if outcome.kind is not OutcomeKind.OK else None,
+                detail={"error": error, "agent": outcome.agent} if error else None,
             )
         )
     advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
@@ -121,3 +107,22 @@ def apply_replies(
     if advanced.ready:
         notify_ready(conn, namespace)
     return report
+
+
+def fail_step(
+    conn: Connection,
+    registry: Registry,
+    step_id: int,
+    attempt: int,
+    error: StoredError,
+    *,
+    namespace: str,
+    actor: str,
+    agent: str | None = None,
+) -> ApplyReport:
+    """Fail attempt `attempt` of a step for good (fenced like an agent's error), e.g. when its
+    request cannot be dispatched or its reply cannot be stored."""
+    failure = StepOutcome(
+        step_id=step_id, attempt=attempt, kind=OutcomeKind.ERROR, error=error, agent=agent
+    )
+    return apply_outcomes(conn, registry, [failure], namespace=namespace, actor=actor)

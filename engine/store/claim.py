@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, Update
+from sqlalchemy import Connection
 
 from sasflow.store import events, queries
 
@@ -32,29 +31,9 @@ class ClaimedStep:
     priority: int
 
 
-@cache
-def _claim() -> Update:
-    return queries.claim_ready()
-
-
-@cache
-def _start_runs() -> Update:
-    return queries.start_runs()
-
-
-@cache
-def _next_due() -> Select[Any]:
-    return queries.next_due()
-
-
-@cache
-def _release() -> Update:
-    return queries.release_claimed()
-
-
 def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
     """Claim up to `batch` ready steps in one statement, in priority order; record the dispatch."""
-    rows = conn.execute(_claim(), {"b_batch": batch, "b_locked_by": locked_by}).all()
+    rows = conn.execute(queries.claim_ready(), {"b_batch": batch, "b_locked_by": locked_by}).all()
     if not rows:
         return []
     claimed = [
@@ -76,7 +55,7 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
         for r in rows
     ]
     started = (
-        conn.execute(_start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
+        conn.execute(queries.start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
         .scalars()
         .all()
     )
@@ -107,7 +86,7 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
 def seconds_until_due(conn: Connection) -> float | None:
     """Seconds, on the database's clock, until the earliest step backing off (after a failure,
     a deferral or a supervisor's reclaim) becomes ready; None if no step is backing off."""
-    row = conn.execute(_next_due()).one()
+    row = conn.execute(queries.next_due()).one()
     if row.due is None:
         return None
     remaining: float = (row.due - row.now).total_seconds()
@@ -121,7 +100,7 @@ def release_steps(
     if not steps:
         return 0
     rows = conn.execute(
-        _release(), {"b_step_ids": [s.id for s in steps], "b_locked_by": locked_by}
+        queries.release_claimed(), {"b_step_ids": [s.id for s in steps], "b_locked_by": locked_by}
     ).all()
     events.record(
         conn,

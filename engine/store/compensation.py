@@ -9,13 +9,14 @@ supervised like any step; the run goes `compensating` -> `compensated`, or
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, insert
 
+from sasflow.states import StepKind, StepState
 from sasflow.store.schema import steps
+from sasflow.store.step_rows import POLICY_COLUMNS, step_row
 
 
 def reverse_topological(rows: Sequence[Any]) -> list[Any]:
@@ -41,30 +42,25 @@ def reverse_topological(rows: Sequence[Any]) -> list[Any]:
 def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dict[str, Any]]:
     """Insert the compensation steps of `run`'s processed steps; returns the rows inserted."""
     to_undo = [
-        r for r in reverse_topological(forward) if r.state == "processed" and r.compensate_action
+        r
+        for r in reverse_topological(forward)
+        if r.state == StepState.PROCESSED and r.compensate_action
     ]
     rows: list[dict[str, Any]] = []
     previous: str | None = None
     for step in to_undo:
         rows.append(
-            {
-                "run_id": run.id,
-                "name": step.name,
-                "kind": "compensation",
-                "agent": step.agent,
-                "action": step.compensate_action,
-                "depends_on": [previous] if previous else [],
-                "state": "waiting" if previous else "pending",
-                "priority": step.priority,
-                "idempotency_key": uuid.uuid4().hex,
-                "input": {"input": step.input, "output": step.output},
-                "timeout_s": step.timeout_s,
-                "max_failures": step.max_failures,
-                "backoff_initial_s": step.backoff_initial_s,
-                "backoff_multiplier": step.backoff_multiplier,
-                "backoff_max_s": step.backoff_max_s,
-                "give_up_s": step.give_up_s,
-            }
+            step_row(
+                run_id=run.id,
+                name=step.name,
+                kind=StepKind.COMPENSATION,
+                agent=step.agent,
+                action=step.compensate_action,
+                depends_on=[previous] if previous else [],
+                priority=step.priority,
+                input={"input": step.input, "output": step.output},
+                policy={column: getattr(step, column) for column in POLICY_COLUMNS},
+            )
         )
         previous = step.name
     if rows:

@@ -1,11 +1,13 @@
 """The engine's hot statements, each named, each with the index that serves it.
 
-They are built once per process (SQLAlchemy caches their compiled form) and executed with
-parameters. Every time comparison uses the database clock.
+Each builder is cached: a statement is built once per process (and SQLAlchemy caches its
+compiled form), so callers call `queries.claim_ready()` where they execute it. Every time
+comparison uses the database clock.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -66,6 +68,7 @@ def _claimable_in_run() -> ColumnElement[bool]:
     )
 
 
+@cache
 def claim_ready() -> Update:
     """Lock up to :batch ready steps and mark them processing (ix_steps_ready).
 
@@ -115,6 +118,7 @@ def claim_ready() -> Update:
     )
 
 
+@cache
 def next_due() -> Select[Any]:
     """When the earliest step now backing off becomes ready, and the database's time now
     (ix_steps_ready: pending steps only)."""
@@ -123,6 +127,7 @@ def next_due() -> Select[Any]:
     )
 
 
+@cache
 def start_runs() -> Update:
     """Runs whose first step was just claimed become running (primary key)."""
     return (
@@ -133,6 +138,7 @@ def start_runs() -> Update:
     )
 
 
+@cache
 def release_claimed() -> Update:
     """Give back claimed steps whose request could not be published (primary key)."""
     return (
@@ -147,6 +153,7 @@ def release_claimed() -> Update:
     )
 
 
+@cache
 def lock_runs_of_steps() -> Select[Any]:
     """Lock, in id order, the runs owning the given steps, and read what advancing them needs
     (`advance_runs` takes these rows instead of reading them again): appliers of one run
@@ -162,6 +169,7 @@ def lock_runs_of_steps() -> Select[Any]:
 _step_result = (steps.c.run_id, steps.c.name, steps.c.kind)
 
 
+@cache
 def complete_step() -> Update:
     """Fenced: record a processed attempt (primary key)."""
     return (
@@ -178,6 +186,7 @@ def complete_step() -> Update:
     )
 
 
+@cache
 def fail_step() -> Update:
     """Fenced: record a permanent failure of an attempt (primary key)."""
     return (
@@ -188,6 +197,7 @@ def fail_step() -> Update:
     )
 
 
+@cache
 def defer_step() -> Update:
     """Fenced: park a step whose agent's breaker is open, without counting a failure, while it
     is younger than its give-up age (primary key)."""
@@ -242,6 +252,7 @@ _failure_result = (
 )
 
 
+@cache
 def count_failure() -> Update:
     """Fenced: count one failure of an attempt (primary key)."""
     return (
@@ -252,6 +263,7 @@ def count_failure() -> Update:
     )
 
 
+@cache
 def expired_runs() -> Select[Any]:
     """The runs of up to :batch steps whose deadline passed, oldest first (ix_steps_expiry)."""
     return (
@@ -262,6 +274,7 @@ def expired_runs() -> Select[Any]:
     )
 
 
+@cache
 def lock_runs(skip_locked: bool) -> Select[Any]:
     """Lock runs in id order (primary key). Whoever changes a run's steps and then advances it
     takes the run first, so schedulers, the supervisor and operators never deadlock."""
@@ -273,6 +286,7 @@ def lock_runs(skip_locked: bool) -> Select[Any]:
     )
 
 
+@cache
 def sweep_expired() -> Update:
     """Count one failure for the expired processing steps of the (locked) runs :run_ids,
     skipping rows another sweeper holds (ix_steps_expiry, then the primary key).
@@ -299,6 +313,7 @@ def sweep_expired() -> Update:
     )
 
 
+@cache
 def stalled_steps() -> Select[Any]:
     """Ready steps nobody claimed for :stalled_after seconds, per agent (ix_steps_ready)."""
     return (
@@ -313,11 +328,13 @@ def stalled_steps() -> Select[Any]:
     )
 
 
+@cache
 def steps_of_runs() -> Select[Any]:
     """Every step of the given runs, to advance them (uq_steps_run_id_kind_name)."""
     return select(steps).where(one_of(steps.c.run_id, "b_run_ids"))
 
 
+@cache
 def runs_by_id() -> Select[Any]:
     """The runs to advance, locked in id order (primary key): whoever advances a run (scheduler,
     supervisor, operator) holds its row, so two of them never both fail or finish it."""
@@ -329,6 +346,7 @@ def runs_by_id() -> Select[Any]:
     )
 
 
+@cache
 def unpublished_events() -> Select[Any]:
     """The oldest events not yet published, locked for one relay (ix_events_unpublished)."""
     return (
@@ -356,6 +374,7 @@ def unpublished_events() -> Select[Any]:
     )
 
 
+@cache
 def mark_published() -> Update:
     """Mark relayed events (primary key)."""
     return update(events).where(one_of(events.c.id, "b_event_ids")).values(published=True)

@@ -10,12 +10,15 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
-from sasflow.messages import Submission, dumps
+from sasflow.messages import dumps
 from sasflow.registry import Registry
+from sasflow.states import RunState, StepKind
 from sasflow.store import events
+from sasflow.store.commands import NewRun
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import runs, steps
+from sasflow.store.step_rows import policy_columns, step_row
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)
@@ -48,7 +51,7 @@ def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> An
 def submit(
     conn: Connection,
     registry: Registry,
-    submission: Submission,
+    submission: NewRun,
     *,
     namespace: str,
     actor: str,
@@ -72,7 +75,7 @@ def submit(
             business_key=key,
             input=submission.input,
             priority=submission.priority,
-            state="pending",
+            state=RunState.PENDING,
             reply_to=submission.reply_to,
             on_failure=workflow.on_failure,
         )
@@ -99,27 +102,19 @@ def submit(
     for name in workflow.order:
         step = workflow.step(name)
         deps = workflow.dependencies[name]
-        policy = step.policy
         rows.append(
-            {
-                "run_id": run_id,
-                "name": name,
-                "kind": "forward",
-                "agent": step.agent,
-                "action": step.action,
-                "compensate_action": step.compensate,
-                "depends_on": list(deps),
-                "state": "waiting" if deps else "pending",
-                "priority": submission.priority,
-                "idempotency_key": uuid.uuid4().hex,
-                "input": None if deps else build_step_input(workflow, name, ctx),
-                "timeout_s": policy.timeout,
-                "max_failures": policy.max_failures,
-                "backoff_initial_s": policy.backoff.initial,
-                "backoff_multiplier": policy.backoff.multiplier,
-                "backoff_max_s": policy.backoff.maximum,
-                "give_up_s": policy.give_up_after,
-            }
+            step_row(
+                run_id=run_id,
+                name=name,
+                kind=StepKind.FORWARD,
+                agent=step.agent,
+                action=step.action,
+                depends_on=deps,
+                priority=submission.priority,
+                input=None if deps else build_step_input(workflow, name, ctx),
+                policy=policy_columns(step.policy),
+                compensate_action=step.compensate,
+            )
         )
     conn.execute(insert(steps), rows)
     events.record(
@@ -128,7 +123,7 @@ def submit(
             events.Event(
                 run_id=run_id,
                 entity="run",
-                to_state="pending",
+                to_state=RunState.PENDING,
                 actor=actor,
                 reason="received",
                 detail={"priority": submission.priority},
@@ -136,4 +131,4 @@ def submit(
         ],
     )
     notify_ready(conn, namespace)
-    return SubmitResult(run_id, key, created=True, state="pending")
+    return SubmitResult(run_id, key, created=True, state=RunState.PENDING)

@@ -11,7 +11,7 @@ import pika.exceptions
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from sasflow.messages import Submission
+from sasflow.store.commands import NewRun
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
@@ -30,7 +30,7 @@ def _submit(engine: Engine, names: Names, workflow: str, key: str, text: str) ->
         return submit(
             conn,
             basic.registry,
-            Submission(workflow=workflow, key=key, input={"text": text}),
+            NewRun(workflow=workflow, key=key, input={"text": text}),
             namespace=names.namespace,
             actor="test",
         ).run_id

@@ -27,7 +27,7 @@ from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableEr
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.store import migrate, queries, sqlite
 from sasflow.store.alerts import Alert, raise_alert
-from sasflow.store.apply import apply_replies
+from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import ClaimedStep, claim_steps
 from sasflow.store.db import make_engine, run_transaction, transaction
 from sasflow.store.schema import events, leases, runs, schedulers, steps
@@ -409,7 +409,9 @@ def test_replies_are_fenced_by_attempt(sqlite_engine: Engine) -> None:
 
     def apply(reply: Reply) -> int:
         with transaction(sqlite_engine) as conn:
-            return apply_replies(conn, basic.registry, [reply], namespace="t", actor="test").applied
+            return apply_outcomes(
+                conn, basic.registry, [reply.outcome()], namespace="t", actor="test"
+            ).applied
 
     assert apply(Reply(step_id=step.id, attempt=1, status="ok", output={"text": "LATE"})) == 0
     current = Reply(step_id=step.id, attempt=2, status="ok", output={"text": "X"})

@@ -13,7 +13,7 @@ from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call, PermanentError
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.ops.resubmit import resubmit
-from sasflow.store.apply import apply_replies
+from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import claim_steps
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
@@ -167,10 +167,10 @@ def test_a_step_retrying_an_unknown_outcome_is_finished_and_undone_before_compen
     def reply(step_id: int, attempt: int, status: str) -> None:
         error = None if status == "ok" else ErrorInfo(type="X", message=status)
         with engine.begin() as conn:
-            apply_replies(
+            apply_outcomes(
                 conn,
                 registry,
-                [Reply(step_id=step_id, attempt=attempt, status=status, error=error)],
+                [Reply(step_id=step_id, attempt=attempt, status=status, error=error).outcome()],
                 namespace=names.namespace,
                 actor="t",
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow.messages import Submission
+from sasflow.store.commands import NewRun
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs
 from sasflow.store.submit import submit
@@ -24,7 +24,7 @@ def _submit(
         return submit(
             conn,
             basic.registry,
-            Submission(workflow=workflow, key=key, input={"text": text}, reply_to=reply_to),
+            NewRun(workflow=workflow, key=key, input={"text": text}, reply_to=reply_to),
             namespace=names.namespace,
             actor="test",
         ).run_id

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, select, update
 from sasflow import SubmitResult, submit_run
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.scheduler import Scheduler
-from sasflow.store.apply import apply_replies
+from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import claim_steps
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, steps
@@ -38,8 +38,8 @@ def _reclaim(engine: Engine, step_id: int) -> int:
 
 def _apply(engine: Engine, reply: Reply, names: Names) -> int:
     with transaction(engine) as conn:
-        return apply_replies(
-            conn, basic.registry, [reply], namespace=names.namespace, actor="test"
+        return apply_outcomes(
+            conn, basic.registry, [reply.outcome()], namespace=names.namespace, actor="test"
         ).applied
 
 
