@@ -13,12 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sasflow.errors import InvalidMessageError
 from sasflow.store.commands import NewRun, OutcomeKind, StepOutcome, StoredError
+from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
 
 PROTOCOL_VERSION = 1
 
-_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
-_WORKFLOW = r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$"
-"""No dots: workflow names are one word of the status routing key."""
+_NAME = NAME_PATTERN.pattern
+_WORKFLOW = WORKFLOW_NAME_PATTERN.pattern
 
 
 class _Message(BaseModel):

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from sasflow.errors import DefinitionError
 from sasflow.policy import StepPolicy
+from sasflow.states import OnFailure
 
 JSON = Any
 """A value that json.dumps accepts."""
@@ -18,6 +19,7 @@ WORKFLOW_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 """Workflow names are one word of the status routing key `<workflow>.<run|step>.<state>`."""
 
 FailurePolicy = Literal["error", "compensate"]
+"""The values of `OnFailure` as a definition may spell them."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class Workflow:
         steps: Sequence[Step],
         *,
         version: int = 1,
-        on_failure: FailurePolicy = "error",
+        on_failure: OnFailure | FailurePolicy = OnFailure.ERROR,
         output: Callable[[StepContext], JSON] | None = None,
     ) -> None:
         if not WORKFLOW_NAME_PATTERN.fullmatch(name):
@@ -83,13 +85,13 @@ class Workflow:
             )
         if version < 1:
             raise DefinitionError(f"workflow {name!r}: version must be >= 1, got {version}")
-        if on_failure not in ("error", "compensate"):
+        if on_failure not in set(OnFailure):
             raise DefinitionError(f"workflow {name!r}: on_failure must be 'error' or 'compensate'")
         if not steps:
             raise DefinitionError(f"workflow {name!r} has no steps")
         self.name = name
         self.version = version
-        self.on_failure: FailurePolicy = on_failure
+        self.on_failure = OnFailure(on_failure)
         self._output = output
         self.steps: tuple[Step, ...] = tuple(steps)
         self.dependencies: dict[str, tuple[str, ...]] = self._resolve_dependencies()
@@ -98,7 +100,9 @@ class Workflow:
             s.name: tuple(o.name for o in self.steps if s.name in self.dependencies[o.name])
             for s in self.steps
         }
-        self.sinks: tuple[str, ...] = tuple(n for n in self.order if not self.successors[n])
+        self.terminal_steps: tuple[str, ...] = tuple(
+            n for n in self.order if not self.successors[n]
+        )
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
@@ -110,10 +114,10 @@ class Workflow:
         raise KeyError(name)
 
     def output(self, ctx: StepContext) -> JSON:
-        """The run's output once every step is processed: the sinks' outputs by default."""
+        """The run's output once every step is processed: the terminal steps' outputs by default."""
         if self._output is not None:
             return self._output(ctx)
-        return {name: ctx.outputs.get(name) for name in self.sinks}
+        return {name: ctx.outputs.get(name) for name in self.terminal_steps}
 
     def _resolve_dependencies(self) -> dict[str, tuple[str, ...]]:
         names: set[str] = set()

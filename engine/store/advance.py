@@ -10,26 +10,32 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, update
+from sqlalchemy import Connection, Row, bindparam, update
 
 from sasflow.errors import InvalidInputError, SasflowError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
+from sasflow.states import (
+    ACTIVE_RUN_STATES,
+    DONE_STEP_STATES,
+    NOT_STARTED_STEP_STATES,
+    OnFailure,
+    RunState,
+    StepKind,
+    StepState,
+)
 from sasflow.store import queries
 from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert, raise_alert
+from sasflow.store.commands import StoredError
 from sasflow.store.compensation import create_chain
 from sasflow.store.events import Event
 from sasflow.store.schema import runs, steps
 from sasflow.store.sqltime import now
 from sasflow.store.submit import build_step_input
 from sasflow.workflow import StepContext, Workflow
-
-ACTIVE_RUN_STATES = frozenset({"pending", "running"})
-DONE_STEP_STATES = frozenset({"processed", "skipped"})
 
 
 @dataclass
@@ -44,23 +50,23 @@ class Advance:
 
 _make_ready = (
     update(steps)
-    .where(steps.c.id == bindparam("b_id"), steps.c.state == "waiting")
-    .values(state="pending", input=bindparam("b_input"), not_before=now(), updated_at=now())
+    .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+    .values(state=StepState.PENDING, input=bindparam("b_input"), not_before=now(), updated_at=now())
 )
 _release_waiting = (
     update(steps)
-    .where(steps.c.id == bindparam("b_id"), steps.c.state == "waiting")
-    .values(state="pending", not_before=now(), updated_at=now())
+    .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+    .values(state=StepState.PENDING, not_before=now(), updated_at=now())
 )
 _fail_waiting = (
     update(steps)
-    .where(steps.c.id == bindparam("b_id"), steps.c.state == "waiting")
-    .values(state="error", error=bindparam("b_error"), updated_at=now())
+    .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+    .values(state=StepState.ERROR, error=bindparam("b_error"), updated_at=now())
 )
 _skip = (
     update(steps)
-    .where(steps.c.id == bindparam("b_id"), steps.c.state.in_(("waiting", "pending")))
-    .values(state="skipped", locked_by=None, updated_at=now())
+    .where(steps.c.id == bindparam("b_id"), steps.c.state.in_(NOT_STARTED_STEP_STATES))
+    .values(state=StepState.SKIPPED, locked_by=None, updated_at=now())
 )
 _set_run_state = (
     update(runs)
@@ -78,16 +84,6 @@ _finish_run = (
         finished_at=now(),
     )
 )
-
-
-@cache
-def _runs_by_id() -> Select[Any]:
-    return queries.runs_by_id()
-
-
-@cache
-def _steps_of_runs() -> Select[Any]:
-    return queries.steps_of_runs()
 
 
 def advance_runs(
@@ -110,20 +106,20 @@ def advance_runs(
     if not ids:
         return advancer.result
     if locked is None:
-        locked = conn.execute(_runs_by_id(), {"b_run_ids": ids})
+        locked = conn.execute(queries.runs_by_id(), {"b_run_ids": ids})
     wanted = set(ids)
     # Mutable copies: advancing a run updates the states it reasons about as it goes.
     run_rows = {r.id: SimpleNamespace(**r._asdict()) for r in locked if r.id in wanted}
     by_run: dict[int, list[Any]] = defaultdict(list)
-    for row in conn.execute(_steps_of_runs(), {"b_run_ids": ids}):
+    for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": ids}):
         by_run[row.run_id].append(SimpleNamespace(**row._asdict()))
     for run_id in ids:
         run = run_rows[run_id]
-        forward = [r for r in by_run[run_id] if r.kind == "forward"]
+        forward = [r for r in by_run[run_id] if r.kind == StepKind.FORWARD]
         if run.state in ACTIVE_RUN_STATES:
             advancer.advance(run, forward)
-        elif run.state == "compensating":
-            compensation = [r for r in by_run[run_id] if r.kind == "compensation"]
+        elif run.state == RunState.COMPENSATING:
+            compensation = [r for r in by_run[run_id] if r.kind == StepKind.COMPENSATION]
             advancer.compensate(run, forward, compensation)
     return advancer.result
 
@@ -171,7 +167,7 @@ class _Advancer:
     def advance(self, run: Any, rows: Sequence[Any]) -> None:
         state = {r.name: r.state for r in rows}
         errors = {r.name: r.error for r in rows}
-        outputs = {r.name: r.output for r in rows if r.state == "processed"}
+        outputs = {r.name: r.output for r in rows if r.state == StepState.PROCESSED}
         ctx = StepContext(
             run_input=run.input, outputs=outputs, run_id=run.id, business_key=run.business_key
         )
@@ -183,24 +179,24 @@ class _Advancer:
                 workflow = None
 
         for row in rows:
-            deps_done = all(state.get(d) == "processed" for d in row.depends_on)
-            if row.state != "waiting" or not deps_done or workflow is None:
+            deps_done = all(state.get(d) == StepState.PROCESSED for d in row.depends_on)
+            if row.state != StepState.WAITING or not deps_done or workflow is None:
                 continue
             try:
                 step_input = build_step_input(workflow, row.name, ctx)
             except InvalidInputError as exc:
-                error = {"type": "InvalidInputError", "message": str(exc)}
+                error = StoredError("InvalidInputError", str(exc)).to_json()
                 self.conn.execute(_fail_waiting, {"b_id": row.id, "b_error": error})
-                state[row.name] = "error"
+                state[row.name] = StepState.ERROR
                 errors[row.name] = error
-                self._event(run, row, "waiting", "error", str(exc))
+                self._event(run, row, StepState.WAITING, StepState.ERROR, str(exc))
                 continue
             self.conn.execute(_make_ready, {"b_id": row.id, "b_input": step_input})
-            state[row.name] = "pending"
+            state[row.name] = StepState.PENDING
             self.result.ready += 1
-            self._event(run, row, "waiting", "pending")
+            self._event(run, row, StepState.WAITING, StepState.PENDING)
 
-        failed = [r for r in rows if state[r.name] == "error"]
+        failed = [r for r in rows if state[r.name] == StepState.ERROR]
         if failed:
             first = failed[0]
             self._failed(run, rows, state, first, {"step": first.name, "error": errors[first.name]})
@@ -210,11 +206,11 @@ class _Advancer:
                 rows,
                 state,
                 None,
-                {
-                    "type": "UnknownWorkflowError",
-                    "message": f"workflow {run.workflow!r} version {run.version} is not loaded by "
+                StoredError(
+                    "UnknownWorkflowError",
+                    f"workflow {run.workflow!r} version {run.version} is not loaded by "
                     f"{self.actor}; deploy it to every scheduler, then resubmit the run",
-                },
+                ).to_json(),
             )
         elif all(s in DONE_STEP_STATES for s in state.values()):
             self._complete(run, rows, state, workflow, ctx)
@@ -228,44 +224,45 @@ class _Advancer:
         ctx: StepContext,
     ) -> None:
         if workflow is None:
-            self._finish(run, "completed", dict(ctx.outputs), None)
+            self._finish(run, RunState.COMPLETED, dict(ctx.outputs), None)
             return
         try:
             output = workflow.output(ctx)
             dumps(output)
         except Exception as exc:  # noqa: BLE001 - user code: the run's failure policy applies
             message = f"run output builder raised {type(exc).__name__}: {exc}"
-            self._failed(run, rows, state, None, {"type": "InvalidOutputError", "message": message})
+            error = StoredError("InvalidOutputError", message).to_json()
+            self._failed(run, rows, state, None, error)
             return
-        self._finish(run, "completed", output, None)
+        self._finish(run, RunState.COMPLETED, output, None)
 
     def _failed(
         self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any, error: Any
     ) -> None:
         """Apply the run's failure policy: compensation, or error and an alert."""
-        compensating = run.on_failure == "compensate"
+        compensating = run.on_failure == OnFailure.COMPENSATE
         for row in rows:
-            if state[row.name] not in ("waiting", "pending"):
+            if state[row.name] not in NOT_STARTED_STEP_STATES:
                 continue
             if compensating and _in_flight(row.kind, state[row.name], row.attempt):
                 continue  # a retry of an attempt with unknown outcome: it must finish first
             if self.conn.execute(_skip, {"b_id": row.id}).rowcount != 1:
-                state[row.name] = "processing"  # claimed meanwhile: in flight
+                state[row.name] = StepState.PROCESSING  # claimed meanwhile: in flight
                 continue
-            self._event(run, row, state[row.name], "skipped", "run failed")
-            state[row.name] = "skipped"
-        if run.on_failure == "compensate":
+            self._event(run, row, state[row.name], StepState.SKIPPED, "run failed")
+            state[row.name] = StepState.SKIPPED
+        if compensating:
             self.conn.execute(
-                _set_run_state, {"b_id": run.id, "b_state": "compensating", "b_error": error}
+                _set_run_state, {"b_id": run.id, "b_state": RunState.COMPENSATING, "b_error": error}
             )
-            self._run_event(run, run.state, "compensating", {"error": error}, "step failed")
+            self._run_event(run, run.state, RunState.COMPENSATING, {"error": error}, "step failed")
             self.result.compensations += 1
-            run.state, run.error = "compensating", error
+            run.state, run.error = RunState.COMPENSATING, error
             for row in rows:
                 row.state = state[row.name]
             self.compensate(run, rows, [])
             return
-        self._finish(run, "error", None, error)
+        self._finish(run, RunState.ERROR, None, error)
         where = f"step {step.name!r}" if step is not None else "the run level"
         message = (
             f"run {run.id} of {run.workflow} (key {run.business_key}) failed at {where}: "
@@ -290,7 +287,7 @@ class _Advancer:
         self.conn.execute(
             _finish_run, {"b_id": run.id, "b_state": to_state, "b_output": output, "b_error": error}
         )
-        detail = {"output": output} if to_state == "completed" else {"error": error}
+        detail = {"output": output} if to_state == RunState.COMPLETED else {"error": error}
         self._run_event(run, run.state, to_state, detail)
 
     # -- compensation ---------------------------------------------------------------------
@@ -303,7 +300,7 @@ class _Advancer:
         if not chain:
             created = create_chain(self.conn, run, forward)
             if not created:
-                self._finish(run, "compensated", None, run.error)
+                self._finish(run, RunState.COMPENSATED, None, run.error)
                 return
             for row in created:
                 self.result.events.append(
@@ -316,23 +313,23 @@ class _Advancer:
                         to_state=row["state"],
                         actor=self.actor,
                         reason="compensation",
-                        detail={"kind": "compensation", "action": row["action"]},
+                        detail={"kind": StepKind.COMPENSATION, "action": row["action"]},
                     )
                 )
             self.result.ready += 1
             return
         state = {r.name: r.state for r in chain}
-        failed = [r for r in chain if r.state == "error"]
+        failed = [r for r in chain if r.state == StepState.ERROR]
         if failed:
             step = failed[0]
             for row in chain:
                 if (
-                    row.state in ("waiting", "pending")
+                    row.state in NOT_STARTED_STEP_STATES
                     and self.conn.execute(_skip, {"b_id": row.id}).rowcount == 1
                 ):
-                    self._event(run, row, row.state, "skipped", "compensation failed")
+                    self._event(run, row, row.state, StepState.SKIPPED, "compensation failed")
             error = {"step": step.name, "compensation": True, "error": step.error}
-            self._finish(run, "compensation_failed", None, error)
+            self._finish(run, RunState.COMPENSATION_FAILED, None, error)
             message = (
                 f"run {run.id} of {run.workflow} (key {run.business_key}): compensating "
                 f"step {step.name!r} failed ({_describe(step.error)}); the run needs an "
@@ -352,19 +349,23 @@ class _Advancer:
             if alert_id is not None:
                 self.result.alerts.append(alert_id)
             return
-        if all(s == "processed" for s in state.values()):
-            self._finish(run, "compensated", None, run.error)  # keep why it was compensated
+        if all(s == StepState.PROCESSED for s in state.values()):
+            self._finish(run, RunState.COMPENSATED, None, run.error)  # keep why it was compensated
             return
         for row in chain:
-            if row.state == "waiting" and all(state.get(d) == "processed" for d in row.depends_on):
+            if row.state == StepState.WAITING and all(
+                state.get(d) == StepState.PROCESSED for d in row.depends_on
+            ):
                 self.conn.execute(_release_waiting, {"b_id": row.id})
                 self.result.ready += 1
-                self._event(run, row, "waiting", "pending", "compensation")
+                self._event(run, row, StepState.WAITING, StepState.PENDING, "compensation")
 
 
 def _in_flight(kind: str, state: str, attempt: int) -> bool:
     """Processing, or a forward step waiting to retry an attempt whose outcome is unknown."""
-    return state == "processing" or (kind == "forward" and state == "pending" and attempt > 0)
+    return state == StepState.PROCESSING or (
+        kind == StepKind.FORWARD and state == StepState.PENDING and attempt > 0
+    )
 
 
 def _describe(error: Any) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
 
 
@@ -61,7 +62,11 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
     )
     batch_events = [
         events.Event(
-            run_id=run_id, entity="run", from_state="pending", to_state="running", actor=locked_by
+            run_id=run_id,
+            entity="run",
+            from_state=RunState.PENDING,
+            to_state=RunState.RUNNING,
+            actor=locked_by,
         )
         for run_id in started
     ]
@@ -71,8 +76,8 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
             entity="step",
             step_id=c.id,
             step=c.name,
-            from_state="pending",
-            to_state="processing",
+            from_state=StepState.PENDING,
+            to_state=StepState.PROCESSING,
             attempt=c.attempt,
             actor=locked_by,
             detail={"agent": c.agent, "action": c.action},
@@ -110,8 +115,8 @@ def release_steps(
                 entity="step",
                 step_id=r.id,
                 step=r.name,
-                from_state="processing",
-                to_state="pending",
+                from_state=StepState.PROCESSING,
+                to_state=StepState.PENDING,
                 attempt=r.attempt,
                 actor=locked_by,
                 reason=reason,

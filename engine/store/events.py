@@ -11,12 +11,9 @@ import psycopg
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import DBAPIError
 
+from sasflow.states import QUIET_STEP_STATES
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
-
-# Step events that are not worth a status message: dispatches happen once per attempt and
-# are visible in the history; notifications cover what applications act on.
-QUIET_STEP_STATES = frozenset({"processing", "pending", "waiting"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,8 @@ class Event:
     detail: Any = None
 
     def row(self) -> dict[str, Any]:
+        # Step events not worth a status message (dispatches, retries): they are in the
+        # history; notifications cover what applications act on.
         quiet = self.entity == "step" and self.to_state in QUIET_STEP_STATES
         return {
             "run_id": self.run_id,

@@ -32,7 +32,7 @@ def test_steps_without_after_form_a_sequence() -> None:
 
     assert wf.dependencies == {"a": (), "b": ("a",), "c": ("b",)}
     assert wf.order == ("a", "b", "c")
-    assert wf.sinks == ("c",)
+    assert wf.terminal_steps == ("c",)
 
 
 def test_after_empty_tuple_makes_a_root() -> None:
@@ -40,7 +40,7 @@ def test_after_empty_tuple_makes_a_root() -> None:
     wf = Workflow("roots", [Step("a", "svc", "x"), Step("b", "svc", "x", after=())])
 
     assert wf.dependencies == {"a": (), "b": ()}
-    assert wf.sinks == ("a", "b")
+    assert wf.terminal_steps == ("a", "b")
 
 
 def test_fan_out_and_fan_in_dependencies_successors_and_sinks() -> None:
@@ -54,7 +54,7 @@ def test_fan_out_and_fan_in_dependencies_successors_and_sinks() -> None:
         "right": ("end",),
         "end": (),
     }
-    assert wf.sinks == ("end",)
+    assert wf.terminal_steps == ("end",)
 
 
 def test_topological_order_puts_dependencies_first_and_keeps_declaration_order() -> None:
@@ -83,7 +83,7 @@ def test_sinks_follow_topological_order() -> None:
         ],
     )
 
-    assert wf.sinks == ("b", "c")
+    assert wf.terminal_steps == ("b", "c")
     assert wf.successors["a"] == ("b", "c")
 
 
