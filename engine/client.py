@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pydantic import ValidationError
-from sqlalchemy import Connection
 
 from sasflow.errors import InvalidInputError
 from sasflow.messages import Submission
 from sasflow.registry import Registry
-from sasflow.store.submit import SubmitResult, submit
+from sasflow.store.commands import SubmitResult
+from sasflow.store.db import Connection
+from sasflow.store.submit import submit
 from sasflow.workflow import JSON
 
 

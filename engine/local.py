@@ -15,14 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import Engine
-
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import AgentWorker
 from sasflow.errors import SasflowError
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store import migrate
+from sasflow.store.db import Engine
 from sasflow.submitter import Submitter
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy import Connection, Engine
 
 from sasflow.appload import load_registry
 from sasflow.errors import ConfigurationError, SasflowError
@@ -19,7 +18,7 @@ from sasflow.redact import redact_url
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
-from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.db import Connection, Engine, make_engine, run_transaction
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker

@@ -6,11 +6,11 @@ import contextlib
 from collections.abc import Iterator
 
 import click
-from sqlalchemy import Engine
 
 from sasflow.cli.context import CliContext, fail
 from sasflow.errors import SasflowError
 from sasflow.store import migrate
+from sasflow.store.db import Engine
 
 
 @contextlib.contextmanager

@@ -64,3 +64,13 @@ class NewRun:
     priority: int = 0
     version: int | None = None
     reply_to: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The run a submission maps to; `created` is False for a duplicate (same workflow and key)."""
+
+    run_id: int
+    business_key: str
+    created: bool
+    state: str

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
@@ -14,7 +13,7 @@ from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState, StepKind
 from sasflow.store import events
-from sasflow.store.commands import NewRun
+from sasflow.store.commands import NewRun, SubmitResult
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import runs, steps
@@ -22,16 +21,6 @@ from sasflow.store.step_rows import policy_columns, step_row
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    """The run a submission maps to; `created` is False for a duplicate (same workflow and key)."""
-
-    run_id: int
-    business_key: str
-    created: bool
-    state: str
 
 
 def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> Any:

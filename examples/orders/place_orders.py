@@ -9,16 +9,12 @@ key prefix of the orders it placed (as JSON), to find them with `sasflow runs li
 from __future__ import annotations
 
 import json
-import uuid
 
 import click
 
 from sasflow import SasflowError, Settings
-from sasflow.demo.run import place_orders
-from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, MIN_ORDERS, Scenario
-from sasflow.transport.base import Transport
-from sasflow.transport.factory import make_transport
-from sasflow.transport.topology import Names
+from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, MIN_ORDERS
+from sasflow.demo.shop import place_scenario_orders
 
 
 @click.command()
@@ -38,15 +34,8 @@ from sasflow.transport.topology import Names
 )
 def main(orders: int, seed: int) -> None:
     """Publish the scenario's orders to the submission queue."""
-    settings = Settings()
-
-    def transports(role: str) -> Transport:
-        # RabbitMQ (amqp://, amqps://): the in-process bus cannot reach other processes.
-        return make_transport(settings.broker_url, process_name=f"orders-{role}")
-
-    prefix = f"shop-{uuid.uuid4().hex[:8]}-"
     try:
-        place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed), prefix)
+        prefix = place_scenario_orders(Settings(), orders, seed)
     except SasflowError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({"published": orders, "key_prefix": prefix}))

@@ -1,0 +1,86 @@
+"""The public API is exactly what `sasflow` and `sasflow.agents` export: adding or removing a
+name is a deliberate change of this list (and of the CHANGELOG)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import sasflow
+import sasflow.agents
+
+PUBLIC = {
+    "AppLoadError",
+    "Backoff",
+    "BreakerPolicy",
+    "BrokerUnavailableError",
+    "ConfigurationError",
+    "DefinitionError",
+    "ExternalAgent",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "PublishError",
+    "Registry",
+    "RetryPolicy",
+    "SasflowError",
+    "Settings",
+    "Step",
+    "StepContext",
+    "StepPolicy",
+    "StoreUnavailableError",
+    "SubmitResult",
+    "UnknownWorkflowError",
+    "Workflow",
+    "submit_run",
+}
+
+AGENTS_PUBLIC = {"Agent", "BreakerOpenError", "Call", "PermanentError", "TransientError"}
+
+
+def test_sasflow_exports_exactly_the_public_names() -> None:
+    assert set(sasflow.__all__) == PUBLIC
+
+
+def test_every_public_name_resolves_including_the_lazy_ones() -> None:
+    missing = [name for name in sorted(PUBLIC) if getattr(sasflow, name, None) is None]
+    assert missing == []
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    assert not hasattr(sasflow, "no_such_name")
+
+
+def test_sasflow_agents_exports_exactly_its_public_names() -> None:
+    assert set(sasflow.agents.__all__) == AGENTS_PUBLIC
+    assert [name for name in sorted(AGENTS_PUBLIC) if not hasattr(sasflow.agents, name)] == []
+
+
+ALLOWED_IN_EXAMPLES = {"sasflow", "sasflow.agents"}
+"""What examples and docs import: the public packages; and the demo's own package, whose
+scenario the orders example drives (`sasflow.demo.*`)."""
+
+IMPORT = re.compile(r"^\s*(?:from|import)\s+(sasflow[\w.]*)", re.MULTILINE)
+
+
+def _example_imports() -> list[tuple[str, str]]:
+    repo = Path(__file__).resolve().parents[2]
+    sources = [(p, p.read_text(encoding="utf-8")) for p in (repo / "examples").rglob("*.py")]
+    for doc in [repo / "README.md", *(repo / "docs").rglob("*.md")]:
+        blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)
+        sources += [(doc, block) for block in blocks]
+    return [
+        (path.relative_to(repo).as_posix(), match[1])
+        for path, text in sources
+        for match in IMPORT.finditer(text)
+    ]
+
+
+def test_examples_and_docs_use_only_public_names() -> None:
+    imports = _example_imports()
+    assert len({path for path, _ in imports}) > 5  # the scan reads the examples and the docs
+    internal = [
+        (path, module)
+        for path, module in imports
+        if module not in ALLOWED_IN_EXAMPLES and not module.startswith("sasflow.demo.")
+    ]
+    assert internal == []
