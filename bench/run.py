@@ -1,4 +1,4 @@
-"""The sasflow benchmark suite (issue 5): limits of this machine, then the engine against them.
+"""The sasflow benchmark suite: limits of this machine, then the engine against them.
 
     python bench/run.py [--quick] [--only W0,W1,W2,W3,sweep,recovery] [--repeat N]
 

@@ -1,1 +1,1 @@
-"""The sasflow supervisor: recovers expired steps, escalates and compensates (see issue 3)."""
+"""The sasflow supervisor: recovers expired steps, escalates and compensates ."""

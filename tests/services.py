@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 
 import pika
+import pika.exceptions
 import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
@@ -88,3 +89,13 @@ def delete_namespace(namespace: str, known_queues: list[str]) -> None:
 def broker_channel() -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker_url()))) as conn:
         yield conn.channel()
+
+
+def queue_exists(queue: str) -> bool:
+    """True once `queue` has been declared (a passive declare on a channel of its own)."""
+    try:
+        with broker_channel() as channel:
+            channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    return True

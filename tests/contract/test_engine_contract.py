@@ -26,9 +26,9 @@ from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import REASON_HEADER, Names
 from tests import services
 from tests.apps import basic
+from tests.apps.travel import travel
 from tests.contract.stack import PAIRS, Observer, Stack, sqlite_copy, sqlite_template
 from tests.integration import harness
-from tests.integration.test_compensation import travel
 
 pytestmark = [pytest.mark.contract, pytest.mark.integration]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 
-import pika.exceptions
 import pytest
 from sqlalchemy import Engine, func, select, update
 
@@ -107,7 +106,7 @@ def test_the_submitter_dedupes_and_dead_letters_poison_on_sqlite(
     role = harness.submitter(sqlite_engine, basic.registry, names)
     good = json.dumps({"workflow": "pipeline", "key": "o-1", "input": {"text": "a"}}).encode()
     with harness.running(role):
-        harness.wait_for(lambda: _queue_exists(names.submit), what="submit queue")
+        harness.wait_for(lambda: services.queue_exists(names.submit), what="submit queue")
         for body in (
             good,
             json.dumps({"workflow": "ghost"}).encode(),
@@ -126,12 +125,3 @@ def test_the_submitter_dedupes_and_dead_letters_poison_on_sqlite(
         step_count = conn.execute(select(func.count()).select_from(steps)).scalar_one()
     assert keys == ["o-1", "o-2"]
     assert step_count == 2 + 4
-
-
-def _queue_exists(queue: str) -> bool:
-    try:
-        with services.broker_channel() as channel:
-            channel.queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    return True

@@ -125,16 +125,6 @@ def publish_raw(queue: str, body: bytes, **properties: Any) -> None:
         channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, **properties))
 
 
-def queue_exists(queue: str) -> bool:
-    """True once `queue` has been declared (a passive declare on a channel of its own)."""
-    try:
-        with services.broker_channel() as channel:
-            channel.queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    return True
-
-
 def dead_letters(names: Names, expected: int, timeout: float = 15.0) -> list[dict[str, Any]]:
     """Wait for and take `expected` messages from the namespace's dead-letter queue."""
     found: list[dict[str, Any]] = []

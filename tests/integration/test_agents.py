@@ -14,6 +14,7 @@ from sasflow import BreakerPolicy, Registry, RetryPolicy, Step, StepPolicy, Work
 from sasflow.agents import Agent, Call, PermanentError, TransientError
 from sasflow.store.schema import events, runs
 from sasflow.transport.topology import SOURCE_HEADER, Names
+from tests import services
 from tests.integration import harness
 
 pytestmark = pytest.mark.integration
@@ -188,7 +189,8 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
     worker = harness.agent(echo, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
         harness.wait_for(
-            lambda: harness.queue_exists(names.agent("echoer")), what="the agent declared its queue"
+            lambda: services.queue_exists(names.agent("echoer")),
+            what="the agent declared its queue",
         )
         harness.publish_raw(names.agent("echoer"), b"[]")
         harness.publish_raw(names.agent("echoer"), b'{"step_id": 1}')

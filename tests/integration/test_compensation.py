@@ -4,55 +4,22 @@ a compensation that fails for good leaves the run for an operator, with an alert
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
-from sasflow.agents import Agent, Call, PermanentError
+from sasflow.agents import Agent
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.ops.resubmit import resubmit
 from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import claim_steps
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
+from tests.apps.travel import travel
 from tests.integration import harness
 
 pytestmark = pytest.mark.integration
-
-
-def travel(*broken_undo: str) -> tuple[Registry, list[tuple[str, Any]], set[str]]:
-    """Book a flight, a hotel, then a car (which fails); each booking has its cancellation."""
-    calls: list[tuple[str, Any]] = []
-    broken = set(broken_undo)
-    booking = Agent("booking")
-
-    @booking.handler("book")
-    def book(call: Call) -> dict[str, str]:
-        calls.append(("book", call.step))
-        if call.step == "car":
-            raise PermanentError("no cars left")
-        return {"reference": f"{call.step}-{call.idempotency_key[:6]}"}
-
-    @booking.handler("cancel")
-    def cancel(call: Call) -> dict[str, str]:
-        calls.append(("cancel", call.input))
-        if call.step in broken:
-            raise PermanentError(f"{call.step} cannot be cancelled")
-        return {"cancelled": call.input["output"]["reference"]}
-
-    quick = StepPolicy(timeout=5, max_failures=1)
-    flow = Workflow(
-        "trip",
-        [
-            Step("flight", "booking", "book", compensate="cancel", policy=quick),
-            Step("hotel", "booking", "book", compensate="cancel", policy=quick),
-            Step("car", "booking", "book", compensate="cancel", policy=quick),
-        ],
-        on_failure="compensate",
-    )
-    return Registry([flow], [booking]), calls, broken
 
 
 def _run(

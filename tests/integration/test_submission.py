@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pika.exceptions
 import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 
@@ -78,7 +77,8 @@ def test_submitter_inserts_dedupes_and_dead_letters_poison_while_serving(
     role = harness.submitter(engine, basic.registry, names)
     with harness.running(role):
         harness.wait_for(
-            lambda: role.stats is not None and _queue_exists(names.submit), what="submit queue"
+            lambda: role.stats is not None and services.queue_exists(names.submit),
+            what="submit queue",
         )
         good = json.dumps({"workflow": "pipeline", "key": "o-1", "input": {"text": "a"}})
         harness.publish_raw(names.submit, good.encode())
@@ -103,12 +103,3 @@ def test_submitter_inserts_dedupes_and_dead_letters_poison_while_serving(
     assert role.stats.created == 2
     assert role.stats.duplicates == 1
     assert role.stats.dead_lettered == 3
-
-
-def _queue_exists(queue: str) -> bool:
-    try:
-        with services.broker_channel() as channel:
-            channel.queue_declare(queue, passive=True)
-    except pika.exceptions.ChannelClosedByBroker:
-        return False
-    return True
