@@ -1,1 +1,1 @@
-"""The sasflow supervisor: recovers expired steps, escalates and compensates ."""
+"""The sasflow supervisor: recovers expired steps, escalates and compensates."""
