@@ -31,12 +31,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 
-from sqlalchemy import Engine, select, update
-
 from sasflow.errors import StoreUnavailableError
-from sasflow.store.db import transaction
-from sasflow.store.schema import alerts
-from sasflow.store.sqltime import now
+from sasflow.store.alerts import set_notified, take_unnotified
+from sasflow.store.db import Engine, transaction
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
 
 log = logging.getLogger(__name__)
@@ -159,14 +156,7 @@ class AlertDispatcher:
     def _dispatch_batch(self, deadline: float, *, interruptible: bool) -> tuple[int, bool]:
         """One batch in one transaction; returns (alerts marked, whether more may be waiting)."""
         with transaction(self._engine) as conn:
-            # Served by ix_alerts_unnotified (partial: only alerts not yet notified).
-            rows = conn.execute(
-                select(alerts)
-                .where(alerts.c.notified_at.is_(None))
-                .order_by(alerts.c.id)
-                .limit(BATCH)
-                .with_for_update(skip_locked=True)
-            ).all()
+            rows = take_unnotified(conn, limit=BATCH)
             records = [AlertRecord.from_row(r, self._namespace) for r in rows]
             self._forget_except({r.id for r in records}, complete=len(rows) < BATCH)
             attempts = {
@@ -177,7 +167,7 @@ class AlertDispatcher:
             )
             done = [alert_id for alert_id, fs in attempts.items() if all(f.done() for f in fs)]
             if done:
-                conn.execute(update(alerts).where(alerts.c.id.in_(done)).values(notified_at=now()))
+                set_notified(conn, done)
         for alert_id in done:
             for index in range(len(self._workers)):
                 self._attempts.pop((alert_id, index), None)

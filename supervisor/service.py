@@ -8,11 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import Engine
-
-from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
+from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavailableError
 from sasflow.runtime import process_id
-from sasflow.supervisor.lease import Lease, LeaseLostError
+from sasflow.store.db import Engine
+from sasflow.store.lease import Lease
 from sasflow.supervisor.sweep import (
     SweepReport,
     count_dead_requests,
@@ -25,6 +24,8 @@ from sasflow.transport.topology import Names, declare_common
 log = logging.getLogger(__name__)
 
 DEAD_REQUESTS_PER_SWEEP = 1000
+LEASE_NAME = "supervisor"
+"""The supervisor's lease row (`leases.name`): one supervisor acts at a time."""
 
 
 class Dispatcher(Protocol):
@@ -79,7 +80,7 @@ class Supervisor:
         self._dispatcher = dispatcher
         self._options = options or SupervisorOptions()
         self._stop = stop or threading.Event()
-        self.lease = Lease(self.id, ttl=self._options.ttl)
+        self.lease = Lease(self.id, name=LEASE_NAME, ttl=self._options.ttl)
         self._broker_ready = False
 
     @property

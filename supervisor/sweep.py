@@ -12,18 +12,15 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, Update, select
-
-from sasflow.store import events, queries
+from sasflow.states import StepState
+from sasflow.store import events, sweeps
 from sasflow.store.advance import advance_runs
 from sasflow.store.alerts import STALLED, Alert, raise_alert
-from sasflow.store.db import run_transaction, transaction
+from sasflow.store.db import Connection, Engine, run_transaction, transaction
+from sasflow.store.lease import Lease
 from sasflow.store.notify import notify_ready
-from sasflow.store.schema import steps
-from sasflow.supervisor.lease import Lease
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
 
@@ -58,36 +55,6 @@ class SweepReport:
         )
 
 
-@cache
-def _expired_runs() -> Select[Any]:
-    return queries.expired_runs()
-
-
-@cache
-def _lock_runs() -> Select[Any]:
-    return queries.lock_runs(skip_locked=True)
-
-
-@cache
-def _lock_runs_waiting() -> Select[Any]:
-    return queries.lock_runs(skip_locked=False)
-
-
-@cache
-def _sweep() -> Update:
-    return queries.sweep_expired()
-
-
-@cache
-def _count_failure() -> Update:
-    return queries.count_failure()
-
-
-@cache
-def _stalled() -> Select[Any]:
-    return queries.stalled_steps()
-
-
 def sweep_expired(
     engine: Engine,
     lease: Lease,
@@ -106,16 +73,12 @@ def sweep_expired(
 
     def one_batch(conn: Connection) -> int:
         lease.check(conn)
-        expired = list(conn.execute(_expired_runs(), {"b_batch": batch}).scalars())
+        expired = sweeps.expired_runs(conn, batch=batch)
         if not expired:
             return 0
         runs_of_expired = sorted(set(expired))  # several expired steps may share a run
-        locked = list(conn.execute(_lock_runs(), {"b_run_ids": runs_of_expired}).scalars())
-        rows = (
-            conn.execute(_sweep(), {"b_run_ids": locked, "b_error": TIMEOUT_ERROR}).all()
-            if locked
-            else []
-        )
+        locked = sweeps.lock_runs(conn, runs_of_expired, skip_locked=True)
+        rows = sweeps.count_expired(conn, locked, error=TIMEOUT_ERROR) if locked else []
         _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
         return len(expired)  # a full batch of expired steps: there may be more
 
@@ -146,20 +109,12 @@ def count_dead_requests(
 
     def count(conn: Connection) -> None:
         lease.check(conn)
-        run_ids = sorted(
-            set(
-                conn.execute(
-                    select(steps.c.run_id).where(steps.c.id.in_([f[0] for f in failures]))
-                ).scalars()
-            )
-        )
-        conn.execute(_lock_runs_waiting(), {"b_run_ids": run_ids}).all()
+        run_ids = sweeps.runs_of(conn, [f[0] for f in failures])
+        sweeps.lock_runs(conn, run_ids, skip_locked=False)
         rows = []
         for step_id, attempt, reason in failures:
             error = {"type": "RequestDeadLettered", "message": reason}
-            row = conn.execute(
-                _count_failure(), {"b_step_id": step_id, "b_attempt": attempt, "b_error": error}
-            ).first()
+            row = sweeps.count_failure(conn, step_id=step_id, attempt=attempt, error=error)
             if row is not None:
                 rows.append(row)
         report.dead_requests += len(rows)
@@ -171,6 +126,10 @@ def count_dead_requests(
 
 
 def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
+    """The (step id, attempt, reason) a dead-lettered request names, or None.
+
+    Only the fence is read, not a whole `Request` (`messages.parse`): an agent dead-letters
+    precisely the requests that fail to parse as one, and those too never reply."""
     try:
         body = json.loads(delivery.body)
         step_id, attempt = int(body["step_id"]), int(body["attempt"])
@@ -198,7 +157,7 @@ def _record(
             entity="step",
             step_id=r.id,
             step=r.name,
-            from_state="processing",
+            from_state=StepState.PROCESSING,
             to_state=r.state,
             attempt=r.attempt,
             actor=actor,
@@ -207,11 +166,11 @@ def _record(
         )
         for r in rows
     ]
-    reclaimed = sum(1 for r in rows if r.state == "pending")
+    reclaimed = sum(1 for r in rows if r.state == StepState.PENDING)
     report.reclaimed += reclaimed
-    report.escalated += sum(1 for r in rows if r.state == "error")
+    report.escalated += sum(1 for r in rows if r.state == StepState.ERROR)
     ready = 0
-    failed_runs = {r.run_id for r in rows if r.state == "error"}
+    failed_runs = {r.run_id for r in rows if r.state == StepState.ERROR}
     if failed_runs:
         advanced = advance_runs(conn, None, failed_runs, actor=actor)
         batch.extend(advanced.events)
@@ -231,7 +190,7 @@ def flag_stalled(
     (no scheduler alive, or none that can reach the broker)."""
     with transaction(engine) as conn:  # inserts alerts only: no lock on steps or runs
         lease.check(conn)
-        for row in conn.execute(_stalled(), {"b_stalled_after": stalled_after}):
+        for row in sweeps.stalled_agents(conn, stalled_after=stalled_after):
             message = (
                 f"{row.steps} ready step(s) for agent {row.agent!r} have not been claimed "
                 f"since {row.since.isoformat()}: is a scheduler running?"

@@ -4,39 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select, update
-
-from sasflow.errors import SasflowError
-from sasflow.store.schema import alerts
-from sasflow.store.sqltime import now
-
-
-class AlertNotFoundError(SasflowError):
-    """No alert with that id."""
-
-
-class AlertAlreadyAcknowledgedError(SasflowError):
-    """The alert was acknowledged already."""
-
-
-class InvalidAcknowledgementError(SasflowError):
-    """An acknowledgement needs a reason and an actor of at most 200 characters."""
-
+from sasflow.errors import (
+    AlertAlreadyAcknowledgedError,
+    AlertNotFoundError,
+    InvalidAcknowledgementError,
+)
+from sasflow.store import alerts as store
+from sasflow.store.db import Connection
 
 ACTOR_MAX = 200
-
-
-LIST_COLUMNS = (
-    alerts.c.id,
-    alerts.c.kind,
-    alerts.c.run_id,
-    alerts.c.step_id,
-    alerts.c.message,
-    alerts.c.acknowledged,
-    alerts.c.acknowledged_by,
-    alerts.c.created_at,
-    alerts.c.notified_at,
-)
 
 
 def list_alerts(
@@ -47,20 +23,17 @@ def list_alerts(
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     """Alerts, newest first: open ones only unless `include_acknowledged`."""
-    query = select(*LIST_COLUMNS).order_by(alerts.c.id.desc()).limit(limit)
-    if not include_acknowledged:
-        query = query.where(alerts.c.acknowledged.is_(False))
-    if kind is not None:
-        query = query.where(alerts.c.kind == kind)
-    return [dict(r._mapping) for r in conn.execute(query)]
+    return store.find_alerts(
+        conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+    )
 
 
 def show_alert(conn: Connection, alert_id: int) -> dict[str, Any]:
     """Every column of one alert."""
-    row = conn.execute(select(alerts).where(alerts.c.id == alert_id)).first()
-    if row is None:
+    alert = store.alert_by_id(conn, alert_id)
+    if alert is None:
         raise AlertNotFoundError(f"no alert with id {alert_id}")
-    return dict(row._mapping)
+    return alert
 
 
 def acknowledge(conn: Connection, alert_id: int, *, actor: str, reason: str) -> dict[str, Any]:
@@ -68,24 +41,15 @@ def acknowledge(conn: Connection, alert_id: int, *, actor: str, reason: str) -> 
     returns the alert as it is now."""
     if not reason.strip() or not actor.strip() or len(actor) > ACTOR_MAX:
         raise InvalidAcknowledgementError
-    row = conn.execute(select(alerts).where(alerts.c.id == alert_id).with_for_update()).first()
-    if row is None:
+    # Locked: two operators acknowledging at once, the second is told who was first.
+    alert = store.alert_by_id(conn, alert_id, lock=True)
+    if alert is None:
         raise AlertNotFoundError(f"no alert with id {alert_id}")
-    if row.acknowledged:
-        when = row.acknowledged_at.isoformat(timespec="seconds") if row.acknowledged_at else "?"
+    if alert["acknowledged"]:
+        at = alert["acknowledged_at"]
+        when = at.isoformat(timespec="seconds") if at else "?"
         raise AlertAlreadyAcknowledgedError(
-            f"alert {alert_id} is already acknowledged (by {row.acknowledged_by} at {when}: "
-            f"{row.acknowledge_reason})"
+            f"alert {alert_id} is already acknowledged (by {alert['acknowledged_by']} at {when}: "
+            f"{alert['acknowledge_reason']})"
         )
-    updated = conn.execute(
-        update(alerts)
-        .where(alerts.c.id == alert_id)
-        .values(
-            acknowledged=True,
-            acknowledged_by=actor,
-            acknowledge_reason=reason,
-            acknowledged_at=now(),
-        )
-        .returning(*alerts.c)
-    ).one()
-    return dict(updated._mapping)
+    return store.set_acknowledged(conn, alert_id, actor=actor, reason=reason)

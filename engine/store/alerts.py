@@ -1,18 +1,35 @@
-"""Raise operator alerts: one open alert per subject and kind, delivered later by the sinks."""
+"""Alerts in the store: raise them (one open alert per subject and kind), hand them to the
+dispatcher (the `alerts` table is the sinks' outbox, `notified_at` its mark), and list, show
+and acknowledge them for operators."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, Select, Update, bindparam, select, text, update
 
-from sasflow.store.dialect import upsert_insert
+from sasflow.store.dialect import one_of, upsert_insert
 from sasflow.store.schema import alerts
+from sasflow.store.sqltime import now
 
 STEP_FAILED = "step_failed"
 COMPENSATION_FAILED = "compensation_failed"
 STALLED = "stalled"
+
+LIST_COLUMNS = (
+    alerts.c.id,
+    alerts.c.kind,
+    alerts.c.run_id,
+    alerts.c.step_id,
+    alerts.c.message,
+    alerts.c.acknowledged,
+    alerts.c.acknowledged_by,
+    alerts.c.created_at,
+    alerts.c.notified_at,
+)
+"""What `sasflow alerts list` shows of an alert."""
 
 
 @dataclass(frozen=True)
@@ -49,3 +66,77 @@ def raise_alert(conn: Connection, alert: Alert) -> int | None:
         )
         .returning(alerts.c.id)
     ).scalar_one_or_none()
+
+
+# -- the outbox: what the dispatcher sends -------------------------------------------------
+
+
+def unnotified_alerts() -> Select[Any]:
+    """The oldest :limit alerts not yet notified, locked for one dispatcher
+    (ix_alerts_unnotified)."""
+    return (
+        select(alerts)
+        .where(alerts.c.notified_at.is_(None))
+        .order_by(alerts.c.id)
+        .limit(bindparam("b_limit"))
+        .with_for_update(skip_locked=True)
+    )
+
+
+def mark_notified() -> Update:
+    """Mark alerts every sink has attempted (primary key)."""
+    return update(alerts).where(one_of(alerts.c.id, "b_alert_ids")).values(notified_at=now())
+
+
+def take_unnotified(conn: Connection, *, limit: int) -> Sequence[Row[Any]]:
+    """Up to `limit` alerts to send, oldest first, locked until the caller's transaction ends;
+    alerts another dispatcher holds are skipped."""
+    return conn.execute(unnotified_alerts(), {"b_limit": limit}).all()
+
+
+def set_notified(conn: Connection, alert_ids: Sequence[int]) -> None:
+    """Record that the sinks have attempted these alerts: they are not sent again."""
+    conn.execute(mark_notified(), {"b_alert_ids": list(alert_ids)})
+
+
+# -- operators: list, show, acknowledge ----------------------------------------------------
+
+
+def find_alerts(
+    conn: Connection, *, include_acknowledged: bool, kind: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The LIST_COLUMNS of up to `limit` alerts, newest first (primary key): open ones only
+    unless `include_acknowledged`, of one kind when `kind` is given."""
+    query = select(*LIST_COLUMNS).order_by(alerts.c.id.desc()).limit(limit)
+    if not include_acknowledged:
+        query = query.where(alerts.c.acknowledged.is_(False))
+    if kind is not None:
+        query = query.where(alerts.c.kind == kind)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def alert_by_id(conn: Connection, alert_id: int, *, lock: bool = False) -> dict[str, Any] | None:
+    """Every column of one alert (primary key), its row locked when `lock`; None if there is
+    no such alert."""
+    query = select(alerts).where(alerts.c.id == alert_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    return None if row is None else dict(row._mapping)
+
+
+def set_acknowledged(conn: Connection, alert_id: int, *, actor: str, reason: str) -> dict[str, Any]:
+    """Mark one alert acknowledged by `actor` for `reason` (primary key); returns every column
+    as it is now. The caller has checked that the alert exists and is open."""
+    row = conn.execute(
+        update(alerts)
+        .where(alerts.c.id == alert_id)
+        .values(
+            acknowledged=True,
+            acknowledged_by=actor,
+            acknowledge_reason=reason,
+            acknowledged_at=now(),
+        )
+        .returning(*alerts.c)
+    ).one()
+    return dict(row._mapping)

@@ -25,14 +25,15 @@ from sasflow import submit_run
 from sasflow.cli.main import cli
 from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
 from sasflow.messages import ErrorInfo, Reply
+from sasflow.states import StepState
 from sasflow.store import migrate, queries, sqlite
 from sasflow.store.alerts import Alert, raise_alert
 from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import ClaimedStep, claim_steps
 from sasflow.store.db import make_engine, run_transaction, transaction
+from sasflow.store.lease import Lease
 from sasflow.store.schema import events, leases, runs, schedulers, steps
 from sasflow.store.sqltime import now, plus_seconds
-from sasflow.supervisor.lease import Lease
 from tests.apps import basic
 
 SQLALCHEMY_SQLITE_DATETIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$")
@@ -310,14 +311,16 @@ def test_eight_threads_claim_2000_ready_steps_each_exactly_once(sqlite_engine: E
     with sqlite_engine.connect() as conn:
         rows = conn.execute(
             select(steps.c.id, steps.c.locked_by, steps.c.attempt).where(
-                steps.c.state == "processing"
+                steps.c.state == StepState.PROCESSING
             )
         ).all()
         left = conn.execute(
-            select(func.count()).select_from(steps).where(steps.c.state == "pending")
+            select(func.count()).select_from(steps).where(steps.c.state == StepState.PENDING)
         ).scalar_one()
         dispatched = conn.execute(
-            select(func.count()).select_from(events).where(events.c.to_state == "processing")
+            select(func.count())
+            .select_from(events)
+            .where(events.c.to_state == StepState.PROCESSING)
         ).scalar_one()
     assert left == 0
     assert {r.id: r.locked_by for r in rows} == owner
@@ -360,7 +363,7 @@ def test_three_processes_claim_900_ready_steps_each_exactly_once(
     with sqlite_engine.connect() as conn:
         owners = dict(
             conn.execute(
-                select(steps.c.id, steps.c.locked_by).where(steps.c.state == "processing")
+                select(steps.c.id, steps.c.locked_by).where(steps.c.state == StepState.PROCESSING)
             ).all()
         )
     assert owners == {i: f"p{n}" for n, claimed in enumerate(results) for i in claimed}
@@ -402,7 +405,7 @@ def test_replies_are_fenced_by_attempt(sqlite_engine: Engine) -> None:
         conn.execute(
             update(steps)
             .where(steps.c.id == step.id)
-            .values(state="pending", locked_by=None, complete_by=None)
+            .values(state=StepState.PENDING, locked_by=None, complete_by=None)
         )
         (again,) = claim_steps(conn, locked_by="s2", batch=1)
     assert (again.id, again.attempt) == (step.id, 2)
@@ -430,8 +433,8 @@ def test_replies_are_fenced_by_attempt(sqlite_engine: Engine) -> None:
     )
     with sqlite_engine.connect() as conn:
         rows = {r.name: r for r in conn.execute(select(steps).where(steps.c.run_id == run_id))}
-    assert (rows["a"].state, rows["a"].output) == ("processed", {"text": "X"})
-    assert (rows["b"].state, rows["b"].input) == ("pending", {"text": "X"})
+    assert (rows["a"].state, rows["a"].output) == (StepState.PROCESSED, {"text": "X"})
+    assert (rows["b"].state, rows["b"].input) == (StepState.PENDING, {"text": "X"})
 
 
 def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
@@ -446,7 +449,7 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
             update(steps)
             .where(steps.c.name == "a")
             .values(
-                state="processing",
+                state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="gone",
                 max_failures=20,
@@ -495,14 +498,14 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
         ).all()
         db_now = conn.execute(select(now())).scalar_one()
     assert {r.id: r.failure_count for r in rows} == {i: n + 1 for i, n in earlier.items()}
-    assert {r.state for r in rows} == {"pending"}
+    assert {r.state for r in rows} == {StepState.PENDING}
     for row in rows:
         expected = min(300.0, 2.0 ** earlier[row.id])
         assert (row.not_before - db_now).total_seconds() == pytest.approx(expected, abs=2), row
 
 
-def test_a_lease_is_held_by_one_supervisor_until_it_expires(sqlite_engine: Engine) -> None:
-    first, second = Lease("first", ttl=0.3), Lease("second", ttl=0.3)
+def test_a_lease_is_held_by_one_holder_until_it_expires(sqlite_engine: Engine) -> None:
+    first, second = Lease("first", name="role", ttl=0.3), Lease("second", name="role", ttl=0.3)
     assert first.acquire(sqlite_engine)
     assert not second.acquire(sqlite_engine)
     assert first.acquire(sqlite_engine)  # renewal
@@ -511,6 +514,20 @@ def test_a_lease_is_held_by_one_supervisor_until_it_expires(sqlite_engine: Engin
     assert second.token == 2
     with sqlite_engine.connect() as conn:
         assert conn.execute(select(leases.c.holder, leases.c.token)).one() == ("second", 2)
+
+
+def test_leases_of_different_roles_are_independent_and_release_frees_one(
+    sqlite_engine: Engine,
+) -> None:
+    one, other = Lease("a", name="one", ttl=60), Lease("a", name="other", ttl=60)
+    assert one.acquire(sqlite_engine)
+    assert other.acquire(sqlite_engine)  # same holder, another role: its own row
+    one.release(sqlite_engine)
+    assert one.token is None
+    taker = Lease("b", name="one", ttl=60)
+    assert taker.acquire(sqlite_engine)  # released: no need to wait for the TTL
+    assert taker.token == 2
+    assert not Lease("b", name="other", ttl=60).acquire(sqlite_engine)
 
 
 def test_an_open_alert_is_raised_once(sqlite_engine: Engine) -> None:

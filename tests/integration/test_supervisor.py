@@ -15,12 +15,14 @@ from sqlalchemy import Engine, func, select, text, update
 
 from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
+from sasflow.errors import LeaseLostError
+from sasflow.states import RunState, StepState
 from sasflow.store import queries
 from sasflow.store.db import transaction
+from sasflow.store.lease import Lease
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.supervisor.dispatch import AlertDispatcher
-from sasflow.supervisor.lease import Lease, LeaseLostError
-from sasflow.supervisor.service import Supervisor, SupervisorOptions
+from sasflow.supervisor.service import LEASE_NAME, Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, WebhookSink
 from sasflow.supervisor.sweep import SweepReport, sweep_expired
 from sasflow.transport.topology import REASON_HEADER, Names
@@ -89,7 +91,7 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
             supervisors(dispatcher=dispatcher, interval=0.1),
         ):
             harness.wait_for(
-                lambda: harness.run_states(engine) == {run.run_id: "error"},
+                lambda: harness.run_states(engine) == {run.run_id: RunState.ERROR},
                 timeout=30,
                 what="run errors after 3 expiries",
             )
@@ -103,7 +105,7 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
     assert gaps[1] > 0.4 + 0.9
     assert gaps[1] > gaps[0] + 0.4, f"backoff did not grow: {gaps}"
     (step,) = harness.step_rows(engine)
-    assert (step.state, step.failure_count, step.attempt) == ("error", 3, 3)
+    assert (step.state, step.failure_count, step.attempt) == (StepState.ERROR, 3, 3)
     assert step.error == {"type": "Timeout", "message": "no reply before the step's deadline"}
     with engine.connect() as conn:
         raised = conn.execute(select(alerts.c.kind, alerts.c.step_id, alerts.c.run_id)).all()
@@ -122,7 +124,7 @@ def _expired_steps(engine: Engine, count: int) -> list[int]:
             update(steps)
             .where(steps.c.name == "a")
             .values(
-                state="processing",
+                state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="gone",
                 complete_by=func.now() - text("interval '1 minute'"),
@@ -166,7 +168,9 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
         conn.execute(
             update(steps)
             .where(steps.c.id.in_(ids))
-            .values(state="processing", complete_by=func.now() - text("interval '1 minute'"))
+            .values(
+                state=StepState.PROCESSING, complete_by=func.now() - text("interval '1 minute'")
+            )
         )
     swept: list[int] = []
     lock = threading.Lock()
@@ -208,7 +212,10 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
 def test_a_paused_leader_is_replaced_and_cannot_act_after_losing_its_lease(
     engine: Engine,
 ) -> None:
-    paused, standby = Lease("paused", ttl=1.0), Lease("standby", ttl=1.0)
+    paused, standby = (
+        Lease("paused", name=LEASE_NAME, ttl=1.0),
+        Lease("standby", name=LEASE_NAME, ttl=1.0),
+    )
     assert paused.acquire(engine)
     first_token = paused.token
     assert not standby.acquire(engine)
@@ -231,7 +238,7 @@ def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
             submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"s{i}")
         conn.execute(
             update(steps)
-            .where(steps.c.state == "pending")
+            .where(steps.c.state == StepState.PENDING)
             .values(not_before=func.now() - text("interval '10 minutes'"))
         )
     role = supervisors(stalled_after=60)
@@ -258,7 +265,7 @@ def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
             update(steps)
             .where(steps.c.name == "a")
             .values(
-                state="processing",
+                state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="s",
                 complete_by=func.now() + text("interval '1 hour'"),
@@ -280,7 +287,7 @@ def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
     assert report is not None
     assert report.dead_requests == 1
     (row,) = [r for r in harness.step_rows(engine) if r.id == step_id]
-    assert (row.state, row.failure_count) == ("pending", 1)
+    assert (row.state, row.failure_count) == (StepState.PENDING, 1)
     assert row.error == {"type": "RequestDeadLettered", "message": "Request: budget_ms: missing"}
     assert harness.dead_letters(names, 1)[0]["body"] == body  # the operator's copy stays
 
@@ -297,9 +304,13 @@ def test_events_record_each_expiry_with_the_backoff(
             select(events).where(events.c.step_id == step_id, events.c.reason == "expired")
         ).one()
         run = conn.execute(select(runs.c.state)).scalar_one()
-    assert (event.from_state, event.to_state, event.attempt) == ("processing", "pending", 1)
+    assert (event.from_state, event.to_state, event.attempt) == (
+        StepState.PROCESSING,
+        StepState.PENDING,
+        1,
+    )
     assert event.detail["failure_count"] == 1
-    assert run == "pending"
+    assert run == RunState.PENDING
 
 
 def test_expired_steps_sharing_runs_are_all_swept_across_batches(
@@ -313,7 +324,7 @@ def test_expired_steps_sharing_runs_are_all_swept_across_batches(
             update(steps)
             .where(steps.c.name.in_(("left", "right")))
             .values(
-                state="processing",
+                state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="gone",
                 complete_by=func.now() - text("interval '1 minute'"),

@@ -1,37 +1,43 @@
-"""Leader election for the supervisor: a lease row with a fencing token.
+"""Leader election for a singleton role: a lease row with a fencing token, on the database clock.
 
-At most one supervisor acts at a time. The holder renews its lease every sweep; a paused or
-dead holder's lease expires (database clock) and another supervisor takes it over with the
-token incremented. Every sweep transaction first locks the lease row and checks that it still
-holds the token it acquired, so a leader that wakes up after losing its lease does nothing,
-and a takeover waits for the current sweep transaction to end.
+Any number of processes may compete for one role (the supervisor, a leading scheduler...);
+the one holding the role's lease acts. Each role names its own lease (the row's primary key);
+this module knows no role.
+
+- **Acquire or renew** (`acquire`, in its own transaction): the holder pushes `expires_at` out
+  by the TTL while its token is current and unexpired; anyone else takes the row only once
+  `expires_at <= now()`, and taking it increments the token.
+- **Check** (`check`, first statement of each transaction that acts for the role, in the
+  caller's transaction): lock the row and make sure it still holds the token it acquired, and
+  extend it (a long stretch of work renews its lease transaction by transaction). A holder
+  that wakes up after losing its lease (GC pause, SIGSTOP, VM migration) finds its token stale
+  and raises `LeaseLostError` instead of acting; because the check locks the row, a takeover
+  also waits for the transaction in progress to end.
+- **Release** (`release`, on shutdown): expire the lease now, so the next holder need not wait.
+
+Every time comparison uses the database clock, so the holders' clocks need not agree.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, update
+from sqlalchemy import update
 
-from sasflow.errors import SasflowError
-from sasflow.store.db import transaction
+from sasflow.errors import LeaseLostError
+from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.schema import leases
 from sasflow.store.sqltime import now, plus_seconds
 
-SUPERVISOR = "supervisor"
-
-
-class LeaseLostError(SasflowError):
-    """Another supervisor holds the lease now; this one must stop acting."""
-
 
 class Lease:
-    """This process's claim on a singleton role."""
+    """This process's claim on the singleton role `name` (a lease row, keyed by its name)."""
 
-    def __init__(self, holder: str, *, ttl: float, name: str = SUPERVISOR) -> None:
+    def __init__(self, holder: str, *, name: str, ttl: float) -> None:
         self.holder = holder
         self.name = name
         self.ttl = ttl
         self.token: int | None = None
+        """The fencing token while we hold the lease (None when we do not)."""
 
     def acquire(self, engine: Engine) -> bool:
         """Renew the lease, or take it if it is free or expired; True when we hold it."""
@@ -60,15 +66,15 @@ class Lease:
         return taken is not None
 
     def check(self, conn: Connection) -> None:
-        """Inside a sweep transaction: lock the lease row, make sure it is still ours, and
-        extend it (a long sweep renews its lease batch by batch)."""
+        """Inside a transaction acting for the role: lock the lease row, make sure it is still
+        ours, and extend it; LeaseLostError (and the token forgotten) when it is not."""
         if self._extend(conn) is None:
             self.token = None
             raise LeaseLostError(f"{self.holder} no longer holds the {self.name} lease")
 
     def _extend(self, conn: Connection) -> int | None:
-        """Push our unexpired lease's end out by the TTL (locking its row); its token, or None
-        when the lease is no longer ours."""
+        """Push our unexpired lease's end out by the TTL (locking its row, by primary key); its
+        token, or None when the lease is no longer ours."""
         return conn.execute(
             update(leases)
             .where(
@@ -82,7 +88,7 @@ class Lease:
         ).scalar_one_or_none()
 
     def release(self, engine: Engine) -> None:
-        """Give the lease up (on shutdown) so another supervisor need not wait for it."""
+        """Give the lease up (on shutdown) so another process need not wait for it to expire."""
         if self.token is None:
             return
         with transaction(engine) as conn:
