@@ -77,6 +77,15 @@ class Request(_Message):
     """ISO-8601 deadline on the database clock (informative; agents time the budget locally)."""
 
 
+class Fence(_Message):
+    """The attempt a request names, read from a body that need not be a whole valid `Request`:
+    an agent dead-letters exactly the requests it cannot parse, and the supervisor still counts
+    them as a failure of that attempt."""
+
+    step_id: int = Field(ge=1, le=2**63 - 1)
+    attempt: int = Field(ge=1, le=2**31 - 1)
+
+
 class ErrorInfo(_Message):
     type: str = "Error"
     message: str = ""

@@ -7,17 +7,19 @@ back to pending after a backoff, or to error at its threshold); what a failed ru
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.errors import InvalidMessageError
+from sasflow.messages import Fence, parse
 from sasflow.states import StepState
 from sasflow.store import events, sweeps
 from sasflow.store.advance import advance_runs
 from sasflow.store.alerts import STALLED, Alert, raise_alert
+from sasflow.store.commands import StoredError
 from sasflow.store.db import Connection, Engine, run_transaction, transaction
 from sasflow.store.lease import Lease
 from sasflow.store.notify import notify_ready
@@ -26,7 +28,7 @@ from sasflow.transport.topology import REASON_HEADER
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_ERROR = {"type": "Timeout", "message": "no reply before the step's deadline"}
+TIMEOUT_ERROR = StoredError("Timeout", "no reply before the step's deadline").to_json()
 
 
 @dataclass
@@ -113,7 +115,7 @@ def count_dead_requests(
         sweeps.lock_runs(conn, run_ids, skip_locked=False)
         rows = []
         for step_id, attempt, reason in failures:
-            error = {"type": "RequestDeadLettered", "message": reason}
+            error = StoredError("RequestDeadLettered", reason).to_json()
             row = sweeps.count_failure(conn, step_id=step_id, attempt=attempt, error=error)
             if row is not None:
                 rows.append(row)
@@ -126,20 +128,18 @@ def count_dead_requests(
 
 
 def _fence_of(delivery: Delivery) -> tuple[int, int, str] | None:
-    """The (step id, attempt, reason) a dead-lettered request names, or None.
-
-    Only the fence is read, not a whole `Request` (`messages.parse`): an agent dead-letters
-    precisely the requests that fail to parse as one, and those too never reply."""
+    """The (step id, attempt, reason) a dead-lettered request names, or None (`Fence`: not a
+    whole `Request`, since an agent dead-letters precisely the requests that fail to parse as
+    one, and those too never reply)."""
     try:
-        body = json.loads(delivery.body)
-        step_id, attempt = int(body["step_id"]), int(body["attempt"])
-    except (ValueError, TypeError, KeyError, RecursionError):
+        fence = parse(Fence, delivery.body)
+    except InvalidMessageError:
         return None  # not provably a request of ours: the operator's copy stays in <ns>.dead
     reason = delivery.headers.get(REASON_HEADER)
     if reason is None:
         deaths = delivery.headers.get("x-death") or [{}]
         reason = f"broker dead-lettered the request ({deaths[0].get('reason', 'unknown')})"
-    return step_id, attempt, str(reason)
+    return fence.step_id, fence.attempt, str(reason)
 
 
 def _record(

@@ -1,7 +1,7 @@
 """The supervisor sweep's statements: expired steps, dead-lettered attempts, stalled agents.
 
-Most are the engine's hot statements (`sasflow.store.queries`), built once per process here;
-these functions run them with their parameters, so the sweep (`sasflow.supervisor.sweep`)
+Most are the engine's hot statements (`sasflow.store.queries`); these functions run them with
+their parameters, so the sweep (`sasflow.supervisor.sweep`)
 decides what to do and names no table.
 """
 
@@ -11,82 +11,55 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, Update, select
+from sqlalchemy import Connection, Row, Select, select
 
 from sasflow.store import queries
 from sasflow.store.dialect import one_of
 from sasflow.store.schema import steps
 
 
+@cache
 def runs_of_steps() -> Select[Any]:
     """The run of each of the given steps, once per step (primary key)."""
     return select(steps.c.run_id).where(one_of(steps.c.id, "b_step_ids"))
 
 
-@cache
-def _expired_runs() -> Select[Any]:
-    return queries.expired_runs()
-
-
-@cache
-def _lock_runs(*, skip_locked: bool) -> Select[Any]:
-    return queries.lock_runs(skip_locked=skip_locked)
-
-
-@cache
-def _sweep() -> Update:
-    return queries.sweep_expired()
-
-
-@cache
-def _count_failure() -> Update:
-    return queries.count_failure()
-
-
-@cache
-def _stalled() -> Select[Any]:
-    return queries.stalled_steps()
-
-
-@cache
-def _runs_of_steps() -> Select[Any]:
-    return runs_of_steps()
-
-
 def expired_runs(conn: Connection, *, batch: int) -> list[int]:
     """The runs of up to `batch` expired steps, oldest deadline first (a run once per expired
     step it holds)."""
-    return list(conn.execute(_expired_runs(), {"b_batch": batch}).scalars())
+    return list(conn.execute(queries.expired_runs(), {"b_batch": batch}).scalars())
 
 
 def lock_runs(conn: Connection, run_ids: Sequence[int], *, skip_locked: bool) -> list[int]:
     """Lock the runs `run_ids` in id order; with `skip_locked`, only those no other transaction
     holds (returned), else waiting for each."""
     return list(
-        conn.execute(_lock_runs(skip_locked=skip_locked), {"b_run_ids": list(run_ids)}).scalars()
+        conn.execute(queries.lock_runs(skip_locked), {"b_run_ids": list(run_ids)}).scalars()
     )
 
 
 def count_expired(conn: Connection, run_ids: Sequence[int], *, error: Any) -> Sequence[Row[Any]]:
     """Count one failure, with `error`, for every expired step of the (locked) runs `run_ids`;
     the steps changed (queries.sweep_expired)."""
-    return conn.execute(_sweep(), {"b_run_ids": list(run_ids), "b_error": error}).all()
+    return conn.execute(
+        queries.sweep_expired(), {"b_run_ids": list(run_ids), "b_error": error}
+    ).all()
 
 
 def count_failure(conn: Connection, *, step_id: int, attempt: int, error: Any) -> Row[Any] | None:
     """Fenced: count one failure of attempt `attempt` of step `step_id` if it is still
     processing; the step changed, or None (queries.count_failure)."""
     return conn.execute(
-        _count_failure(), {"b_step_id": step_id, "b_attempt": attempt, "b_error": error}
+        queries.count_failure(), {"b_step_id": step_id, "b_attempt": attempt, "b_error": error}
     ).first()
 
 
 def runs_of(conn: Connection, step_ids: Sequence[int]) -> list[int]:
     """The runs owning the steps `step_ids`, each once, in id order (not locked)."""
-    return sorted(set(conn.execute(_runs_of_steps(), {"b_step_ids": list(step_ids)}).scalars()))
+    return sorted(set(conn.execute(runs_of_steps(), {"b_step_ids": list(step_ids)}).scalars()))
 
 
 def stalled_agents(conn: Connection, *, stalled_after: float) -> Sequence[Row[Any]]:
     """Per agent, its ready steps nobody claimed for `stalled_after` seconds: `agent`, `steps`
     (how many) and `since` (the oldest's ready time)."""
-    return conn.execute(_stalled(), {"b_stalled_after": stalled_after}).all()
+    return conn.execute(queries.stalled_steps(), {"b_stalled_after": stalled_after}).all()
