@@ -17,17 +17,17 @@ from rich.table import Table
 from rich.text import Text
 
 from sasflow.demo.feed import News
-from sasflow.demo.summary import TERMINAL_RUN_STATES
+from sasflow.states import TERMINAL_RUN_STATES, RunState
 
 STATE_ORDER = (
-    "pending",
-    "running",
-    "compensating",
-    "completed",
-    "compensated",
-    "error",
-    "compensation_failed",
-    "cancelled",
+    RunState.PENDING,
+    RunState.RUNNING,
+    RunState.COMPENSATING,
+    RunState.COMPLETED,
+    RunState.COMPENSATED,
+    RunState.ERROR,
+    RunState.COMPENSATION_FAILED,
+    RunState.CANCELLED,
 )
 STYLES = {
     "breaker": "yellow",

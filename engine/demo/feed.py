@@ -5,21 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, func, select
-
 from sasflow.demo.services import Happenings
-from sasflow.store.schema import alerts, events, runs
+from sasflow.states import RunState
+from sasflow.store import inspect
+from sasflow.store.db import Engine
 
 STEP_NEWS = {
     "failed": "failed: retries exhausted; tried again after a backoff",
     "expired": "expired (no reply before its deadline); the supervisor made it pending again",
 }
 RUN_NEWS = {
-    "compensating": "failed; compensating (refund, release)",
-    "compensated": "compensated",
-    "error": "ended in error",
-    "compensation_failed": "compensation failed",
+    RunState.COMPENSATING: "failed; compensating (refund, release)",
+    RunState.COMPENSATED: "compensated",
+    RunState.ERROR: "ended in error",
+    RunState.COMPENSATION_FAILED: "compensation failed",
 }
+FAILED_RUN_STATES = frozenset({RunState.ERROR, RunState.COMPENSATION_FAILED})
 
 
 @dataclass(frozen=True)
@@ -56,32 +57,15 @@ class StoreFeed:
                         "transient", f"payment gateway errors retried inside the agent: {transient}"
                     )
                 )
-        demo = runs.c.business_key.startswith(self._prefix, autoescape=True)
         with self._engine.connect() as conn:
-            top = conn.execute(select(func.max(events.c.id))).scalar_one() or 0
-            rows = conn.execute(
-                select(
-                    events.c.entity,
-                    events.c.step,
-                    events.c.to_state,
-                    events.c.reason,
-                    events.c.attempt,
-                    events.c.run_id,
-                    runs.c.business_key,
-                )
-                .join(runs, runs.c.id == events.c.run_id)
-                .where(
-                    events.c.id > self._last_event,
-                    events.c.id <= top,
-                    demo,
-                    (
-                        (events.c.entity == "step")
-                        & (events.c.to_state == "pending")
-                        & events.c.reason.in_([*STEP_NEWS, "deferred"])
-                    )
-                    | ((events.c.entity == "run") & events.c.to_state.in_(list(RUN_NEWS))),
-                )
-                .order_by(events.c.id)
+            top = inspect.last_event_id(conn)
+            rows = inspect.prefix_events(
+                conn,
+                self._prefix,
+                after=self._last_event,
+                up_to=top,
+                step_reasons=[*STEP_NEWS, "deferred"],
+                run_states=list(RUN_NEWS),
             )
             deferred: list[str] = []
             for row in rows:
@@ -90,11 +74,7 @@ class StoreFeed:
                     deferred.append(order)  # many at once while a breaker is open: one line
                     continue
                 if row.entity == "run":
-                    kind = (
-                        "error"
-                        if row.to_state in ("error", "compensation_failed")
-                        else "compensation"
-                    )
+                    kind = "error" if row.to_state in FAILED_RUN_STATES else "compensation"
                     news.append(
                         News(kind, f"order {order} (run {row.run_id}) {RUN_NEWS[row.to_state]}")
                     )
@@ -116,12 +96,7 @@ class StoreFeed:
                     )
                 )
             self._last_event = top
-            for alert in conn.execute(
-                select(alerts.c.id, alerts.c.kind, alerts.c.message, alerts.c.run_id)
-                .join(runs, runs.c.id == alerts.c.run_id)
-                .where(alerts.c.id > self._last_alert, demo)
-                .order_by(alerts.c.id)
-            ):
+            for alert in inspect.prefix_alerts(conn, self._prefix, after=self._last_alert):
                 self._last_alert = alert.id
                 news.append(
                     News("alert", f"ALERT {alert.kind} for run {alert.run_id}: {alert.message}")

@@ -14,24 +14,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine
-
 from sasflow.agents.worker import AgentWorker
 from sasflow.demo.app import build_registry, inventory_agent, payments_agent, shipping_agent
 from sasflow.demo.feed import News, StoreFeed
 from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, Scenario
 from sasflow.demo.services import Happenings, RemoteServices
-from sasflow.demo.summary import (
-    TERMINAL_RUN_STATES,
-    Summary,
-    missing_phenomena,
-    run_states,
-    summarize,
-)
+from sasflow.demo.summary import Summary, missing_phenomena, summarize
 from sasflow.errors import PublishError
 from sasflow.local import LocalOptions, LocalRunner, TransportFactory, add_roles, prepare_store
 from sasflow.messages import Submission
 from sasflow.scheduler import SchedulerOptions
+from sasflow.states import TERMINAL_RUN_STATES
+from sasflow.store.db import Engine
+from sasflow.store.inspect import runs_by_state
 from sasflow.supervisor.service import SupervisorOptions
 from sasflow.supervisor.sinks import LogSink
 from sasflow.transport.base import Outgoing
@@ -167,7 +162,7 @@ class Demo:
             while True:
                 runner.check()
                 with self._engine.connect() as conn:
-                    states = run_states(conn, self.key_prefix)
+                    states = runs_by_state(conn, self.key_prefix)
                 tick(states, feed.poll())
                 finished = sum(n for s, n in states.items() if s in TERMINAL_RUN_STATES)
                 if finished >= self.scenario.orders:
@@ -184,7 +179,7 @@ class Demo:
         seconds = time.monotonic() - started
         summary = summarize(self._engine, self.key_prefix)
         with self._engine.connect() as conn:
-            states = run_states(conn, self.key_prefix)
+            states = runs_by_state(conn, self.key_prefix)
         tick(states, feed.poll())  # one connection at a time: SQLite locks on BEGIN
         if not problems:
             problems = missing_phenomena(summary, self.scenario.orders)

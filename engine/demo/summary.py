@@ -9,13 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
-
-from sasflow.store.schema import alerts, events, runs, steps
-
-TERMINAL_RUN_STATES = frozenset(
-    {"completed", "error", "compensated", "compensation_failed", "cancelled"}
-)
+from sasflow.states import TERMINAL_RUN_STATES, RunState
+from sasflow.store import inspect
+from sasflow.store.db import Engine
 
 
 @dataclass(frozen=True)
@@ -49,85 +45,23 @@ class Summary:
         return asdict(self)
 
 
-def _demo_runs(prefix: str) -> Any:
-    return select(runs.c.id).where(runs.c.business_key.startswith(prefix, autoescape=True))
-
-
-def run_states(conn: Connection, prefix: str) -> dict[str, int]:
-    rows = conn.execute(
-        select(runs.c.state, func.count())
-        .where(runs.c.business_key.startswith(prefix, autoescape=True))
-        .group_by(runs.c.state)
-    )
-    return {str(state): int(count) for state, count in rows}
-
-
 def summarize(engine: Engine, prefix: str) -> Summary:
     """The summary of the runs whose business key starts with `prefix`, in one snapshot-free
     read (the demo calls it once every role has stopped)."""
-    ids = _demo_runs(prefix).scalar_subquery()
     with engine.connect() as conn:
-        by_state = run_states(conn, prefix)
-        retried = conn.execute(
-            select(func.count())
-            .select_from(steps)
-            .where(steps.c.run_id.in_(ids), steps.c.attempt > 1)
-        ).scalar_one()
-        failures = conn.execute(
-            select(func.coalesce(func.sum(steps.c.failure_count), 0)).where(steps.c.run_id.in_(ids))
-        ).scalar_one()
-
-        def step_events(reason: str) -> int:
-            return int(
-                conn.execute(
-                    select(func.count())
-                    .select_from(events)
-                    .where(
-                        events.c.run_id.in_(ids),
-                        events.c.entity == "step",
-                        events.c.reason == reason,
-                        events.c.to_state == "pending",
-                    )
-                ).scalar_one()
-            )
-
-        compensations = conn.execute(
-            select(func.count())
-            .select_from(steps)
-            .where(
-                steps.c.run_id.in_(ids),
-                steps.c.kind == "compensation",
-                steps.c.state == "processed",
-            )
-        ).scalar_one()
-        raised = conn.execute(
-            select(func.count()).select_from(alerts).where(alerts.c.run_id.in_(ids))
-        ).scalar_one()
-
-        def ids_in(state: str) -> list[int]:
-            return list(
-                conn.execute(
-                    select(runs.c.id)
-                    .where(
-                        runs.c.business_key.startswith(prefix, autoescape=True),
-                        runs.c.state == state,
-                    )
-                    .order_by(runs.c.id)
-                ).scalars()
-            )
-
-        return Summary(
-            orders=sum(by_state.values()),
-            runs_by_state=dict(sorted(by_state.items())),
-            steps_retried=int(retried),
-            failures_counted=int(failures),
-            deferred=step_events("deferred"),
-            expired_recovered=step_events("expired"),
-            compensations_processed=int(compensations),
-            alerts_raised=int(raised),
-            error_runs=ids_in("error"),
-            compensated_runs=ids_in("compensated"),
-        )
+        counts = inspect.count_prefix(conn, prefix)
+    return Summary(
+        orders=sum(counts.runs_by_state.values()),
+        runs_by_state=dict(sorted(counts.runs_by_state.items())),
+        steps_retried=counts.steps_retried,
+        failures_counted=counts.failures_counted,
+        deferred=counts.deferred,
+        expired_recovered=counts.expired_recovered,
+        compensations_processed=counts.compensations_processed,
+        alerts_raised=counts.alerts_raised,
+        error_runs=counts.error_runs,
+        compensated_runs=counts.compensated_runs,
+    )
 
 
 def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:
@@ -137,7 +71,11 @@ def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:
         problems.append(f"{summary.orders} runs recorded, {expected_orders} orders placed")
     if summary.finished != summary.orders:
         problems.append(f"{summary.orders - summary.finished} runs did not finish")
-    expected_states = {"completed": expected_orders - 2, "error": 1, "compensated": 1}
+    expected_states = {
+        RunState.COMPLETED: expected_orders - 2,
+        RunState.ERROR: 1,
+        RunState.COMPENSATED: 1,
+    }
     for state, count in expected_states.items():
         if summary.state(state) != count:
             problems.append(f"expected {count} {state} runs, found {summary.state(state)}")

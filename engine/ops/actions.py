@@ -1,24 +1,17 @@
-"""What every operator action shares: locking the run, the audit trail, closing its alerts."""
+"""What every operator action shares: locking the run, closing its alerts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select, update
-
-from sasflow.errors import SasflowError
-from sasflow.ops.runs import RunNotFoundError
-from sasflow.store.schema import alerts, runs
-from sasflow.store.sqltime import now
-
-
-class InvalidActionError(SasflowError):
-    """The run is not in a state where this action makes sense."""
+from sasflow.errors import RunNotFoundError
+from sasflow.store import operator
+from sasflow.store.db import Connection
 
 
 def lock_run(conn: Connection, run_id: int) -> Any:
     """The run's row, locked against schedulers and other operators until commit."""
-    run = conn.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
+    run = operator.lock_run(conn, run_id)
     if run is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     return run
@@ -26,13 +19,4 @@ def lock_run(conn: Connection, run_id: int) -> Any:
 
 def close_alerts(conn: Connection, run_id: int, *, actor: str, reason: str) -> int:
     """Acknowledge the run's open alerts: the operator acted on them."""
-    return conn.execute(
-        update(alerts)
-        .where(alerts.c.run_id == run_id, alerts.c.acknowledged.is_(False))
-        .values(
-            acknowledged=True,
-            acknowledged_by=actor,
-            acknowledge_reason=reason,
-            acknowledged_at=now(),
-        )
-    ).rowcount
+    return operator.acknowledge_run_alerts(conn, run_id, actor=actor, reason=reason)

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select, update
-
-from sasflow.ops.actions import InvalidActionError, close_alerts, lock_run
-from sasflow.store import events
+from sasflow.errors import InvalidActionError
+from sasflow.ops.actions import close_alerts, lock_run
+from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, StepState
+from sasflow.store import events, operator
 from sasflow.store.advance import advance_runs
+from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
-from sasflow.store.schema import runs, steps
-from sasflow.store.sqltime import now
-
-CANCELLABLE = frozenset({"pending", "running"})
 
 
 @dataclass(frozen=True)
@@ -36,37 +33,30 @@ def cancel(
     *,
     actor: str,
     reason: str,
+    namespace: str,
     compensate: bool = False,
-    namespace: str = "sasflow",
 ) -> Cancelled:
+    """Cancel one run inside the caller's transaction (see the module docstring)."""
     run = lock_run(conn, run_id)
-    if run.state not in CANCELLABLE:
+    if run.state not in CANCELLABLE_RUN_STATES:
         raise InvalidActionError(
             f"run {run_id} is {run.state}: only pending or running runs can be cancelled"
         )
-    stop_states = ("waiting", "pending") if compensate else ("waiting", "pending", "processing")
-    candidates = conn.execute(
-        select(steps.c.id, steps.c.name, steps.c.state, steps.c.attempt)
-        .where(steps.c.run_id == run_id, steps.c.state.in_(stop_states))
-        .with_for_update()
-    ).all()
+    stop_states = (
+        NOT_STARTED_STEP_STATES if compensate else NOT_STARTED_STEP_STATES | {StepState.PROCESSING}
+    )
+    candidates = operator.lock_steps_in(conn, run_id, stop_states)
     # To compensate, an earlier attempt with an unknown outcome must be known first: retried.
-    stopped = [s for s in candidates if not (compensate and s.state == "pending" and s.attempt > 0)]
-    if stopped:
-        conn.execute(
-            update(steps)
-            .where(steps.c.id.in_([s.id for s in stopped]))
-            .values(state="cancelled", locked_by=None, complete_by=None, updated_at=now())
-        )
-    to_state = "compensating" if compensate else "cancelled"
-    values: dict[str, object] = {
-        "state": to_state,
-        "updated_at": now(),
-        "error": {"type": "Cancelled", "message": reason, "by": actor},
-    }
-    if not compensate:
-        values["finished_at"] = now()
-    conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+    stopped = [
+        s for s in candidates if not (compensate and s.state == StepState.PENDING and s.attempt > 0)
+    ]
+    operator.cancel_steps(conn, [s.id for s in stopped])
+    to_state = operator.cancel_run(
+        conn,
+        run_id,
+        compensate=compensate,
+        error={"type": "Cancelled", "message": reason, "by": actor},
+    )
     batch = [
         events.Event(
             run_id=run_id,
@@ -84,17 +74,17 @@ def cancel(
             step_id=s.id,
             step=s.name,
             from_state=s.state,
-            to_state="cancelled",
+            to_state=StepState.CANCELLED,
             actor=actor,
             reason=f"cancelled: {reason}",
         )
         for s in stopped
     ]
-    final = to_state
+    final: str = to_state
     if compensate:
         advanced = advance_runs(conn, None, [run_id], actor=actor)
         batch += advanced.events
-        final = conn.execute(select(runs.c.state).where(runs.c.id == run_id)).scalar_one()
+        final = operator.run_state(conn, run_id)
         notify_ready(conn, namespace)
     events.record(conn, batch)
     close_alerts(conn, run_id, actor=actor, reason=f"run cancelled: {reason}")

@@ -16,26 +16,29 @@ keep growing, so a late reply of an attempt from before the resubmission is fenc
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
-
-from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.errors import InvalidActionError, InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
-from sasflow.ops.actions import InvalidActionError, close_alerts, lock_run
-from sasflow.ops.runs import RunFilter
+from sasflow.ops.actions import close_alerts, lock_run
 from sasflow.registry import Registry
-from sasflow.store import events
+from sasflow.states import (
+    RESTART_FROM_SCRATCH_RUN_STATES,
+    RESUBMITTABLE_RUN_STATES,
+    RunState,
+    StepKind,
+    StepState,
+)
+from sasflow.store import events, inspect, operator
+from sasflow.store.db import Connection
+from sasflow.store.inspect import RunFilter
 from sasflow.store.notify import notify_ready
-from sasflow.store.schema import runs, steps
-from sasflow.store.sqltime import now
+from sasflow.store.operator import StepReset
 from sasflow.store.submit import build_step_input
 from sasflow.workflow import StepContext
-
-RESUBMITTABLE = frozenset({"error", "compensation_failed", "compensated", "cancelled"})
-RESTART_FROM_SCRATCH = frozenset({"compensated"})
 
 
 @dataclass(frozen=True)
@@ -52,31 +55,28 @@ def resubmit(
     *,
     actor: str,
     reason: str,
+    namespace: str,
     from_step: str | None = None,
     new_input: Any = None,
-    namespace: str = "sasflow",
 ) -> Resubmitted:
     """Resubmit one run inside the caller's transaction (see the module docstring)."""
     run = lock_run(conn, run_id)
-    if run.state == "compensation_failed":
+    if run.state == RunState.COMPENSATION_FAILED:
         if from_step is not None or new_input is not None:
             raise InvalidActionError(
                 f"run {run_id} failed while compensating: resubmitting it "
                 "retries the compensation (no --from-step or --input)"
             )
         return _retry_compensation(conn, run, actor=actor, reason=reason, namespace=namespace)
-    if run.state not in RESUBMITTABLE and not (run.state == "completed" and from_step):
+    if run.state not in RESUBMITTABLE_RUN_STATES and not (
+        run.state == RunState.COMPLETED and from_step
+    ):
         raise InvalidActionError(
-            f"run {run_id} is {run.state}: only {', '.join(sorted(RESUBMITTABLE))} runs can be "
-            "resubmitted (a completed one only with --from-step)"
+            f"run {run_id} is {run.state}: only {', '.join(sorted(RESUBMITTABLE_RUN_STATES))} "
+            "runs can be resubmitted (a completed one only with --from-step)"
         )
     workflow = registry.workflow(run.workflow, run.version)
-    rows = {
-        r.name: r
-        for r in conn.execute(
-            select(steps).where(steps.c.run_id == run_id, steps.c.kind == "forward")
-        )
-    }
+    rows = {r.name: r for r in operator.forward_steps(conn, run_id)}
     run_input = run.input
     if new_input is not None:
         try:
@@ -88,10 +88,13 @@ def resubmit(
     if not reset:
         raise InvalidActionError(f"run {run_id} has no step to run again")
 
-    outputs = {n: r.output for n, r in rows.items() if r.state == "processed" and n not in reset}
+    outputs = {
+        n: r.output for n, r in rows.items() if r.state == StepState.PROCESSED and n not in reset
+    }
     ctx = StepContext(
         run_input=run_input, outputs=outputs, run_id=run_id, business_key=run.business_key
     )
+    resets: list[StepReset] = []
     ready: list[str] = []
     batch: list[events.Event] = []
     for name in workflow.order:
@@ -100,52 +103,14 @@ def resubmit(
         row = rows[name]
         deps_done = all(d in outputs for d in row.depends_on)
         step_input = build_step_input(workflow, name, ctx) if deps_done else None
-        to_state = "pending" if deps_done else "waiting"
-        conn.execute(
-            update(steps)
-            .where(steps.c.id == row.id)
-            .values(
-                state=to_state,
-                input=step_input,
-                output=None,
-                error=None,
-                failure_count=0,
-                locked_by=None,
-                complete_by=None,
-                deferred_since=None,
-                not_before=now(),
-                idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
-                updated_at=now(),
-            )
-        )
+        resets.append(_reset(row, deps_done, step_input))
         if deps_done:
             ready.append(name)
-        batch.append(
-            events.Event(
-                run_id=run_id,
-                entity="step",
-                step_id=row.id,
-                step=name,
-                from_state=row.state,
-                to_state=to_state,
-                actor=actor,
-                reason=f"resubmitted: {reason}",
-            )
-        )
+        batch.append(_step_event(row, resets[-1], actor=actor, reason=f"resubmitted: {reason}"))
+    operator.reset_steps(conn, resets)
     # A new forward attempt: a previous compensation chain is history (kept in events).
-    conn.execute(delete(steps).where(steps.c.run_id == run_id, steps.c.kind == "compensation"))
-    conn.execute(
-        update(runs)
-        .where(runs.c.id == run_id)
-        .values(
-            state="running",
-            input=run_input,
-            output=None,
-            error=None,
-            finished_at=None,
-            updated_at=now(),
-        )
-    )
+    operator.delete_compensation_chain(conn, run_id)
+    operator.restart_run(conn, run_id, run_input=run_input)
     detail: dict[str, Any] = {"reset": sorted(reset), "from_step": from_step}
     if new_input is not None:
         detail["previous_input"] = run.input
@@ -155,7 +120,7 @@ def resubmit(
             run_id=run_id,
             entity="run",
             from_state=run.state,
-            to_state="running",
+            to_state=RunState.RUNNING,
             actor=actor,
             reason=f"resubmitted: {reason}",
             detail=detail,
@@ -167,78 +132,79 @@ def resubmit(
     return Resubmitted(run_id, tuple(n for n in workflow.order if n in reset), tuple(ready))
 
 
+def _reset(row: Any, deps_done: bool, step_input: Any = None) -> StepReset:
+    """How `row` runs again: pending when its dependencies are processed, else waiting; with a
+    fresh idempotency key unless its earlier outcome is unknown."""
+    return StepReset(
+        step_id=row.id,
+        kind=StepKind(row.kind),
+        to_state=StepState.PENDING if deps_done else StepState.WAITING,
+        idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
+        input=step_input,
+    )
+
+
+def _step_event(
+    row: Any, reset: StepReset, *, actor: str, reason: str, detail: Any = None
+) -> events.Event:
+    return events.Event(
+        run_id=row.run_id,
+        entity="step",
+        step_id=row.id,
+        step=row.name,
+        from_state=row.state,
+        to_state=reset.to_state,
+        actor=actor,
+        reason=reason,
+        detail=detail,
+    )
+
+
 def _outcome_unknown(row: Any) -> bool:
     """The step never got a definite answer: it ran out of failures (timeouts, transient
     errors), or never ran, or was cancelled in flight."""
-    if row.state == "processed":
+    if row.state == StepState.PROCESSED:
         return False
-    return not (row.state == "error" and row.failure_count < row.max_failures)
+    return not (row.state == StepState.ERROR and row.failure_count < row.max_failures)
 
 
 def _retry_compensation(
     conn: Connection, run: Any, *, actor: str, reason: str, namespace: str
 ) -> Resubmitted:
-    chain = list(
-        conn.execute(
-            select(steps)
-            .where(steps.c.run_id == run.id, steps.c.kind == "compensation")
-            .order_by(steps.c.id)
-        )
-    )
-    done = {r.name for r in chain if r.state == "processed"}
+    chain = operator.compensation_chain(conn, run.id)
+    done = {r.name for r in chain if r.state == StepState.PROCESSED}
     batch: list[events.Event] = []
+    resets: list[StepReset] = []
     reset: list[str] = []
     ready: list[str] = []
     for row in chain:
-        if row.state not in ("error", "skipped"):
+        if row.state not in (StepState.ERROR, StepState.SKIPPED):
             continue
         deps_done = all(d in done for d in row.depends_on)
-        to_state = "pending" if deps_done else "waiting"
-        conn.execute(
-            update(steps)
-            .where(steps.c.id == row.id)
-            .values(
-                state=to_state,
-                error=None,
-                failure_count=0,
-                locked_by=None,
-                complete_by=None,
-                deferred_since=None,
-                not_before=now(),
-                idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
-                updated_at=now(),
-            )
-        )
+        resets.append(_reset(row, deps_done))
         reset.append(row.name)
         if deps_done:
             ready.append(row.name)
         batch.append(
-            events.Event(
-                run_id=run.id,
-                entity="step",
-                step_id=row.id,
-                step=row.name,
-                from_state=row.state,
-                to_state=to_state,
+            _step_event(
+                row,
+                resets[-1],
                 actor=actor,
                 reason=f"compensation resubmitted: {reason}",
-                detail={"kind": "compensation"},
+                detail={"kind": StepKind.COMPENSATION},
             )
         )
     if not reset:
         raise InvalidActionError(f"run {run.id} has no failed compensation step")
-    conn.execute(
-        update(runs)
-        .where(runs.c.id == run.id)
-        .values(state="compensating", finished_at=None, updated_at=now())
-    )
+    operator.reset_steps(conn, resets)
+    operator.restart_compensation(conn, run.id)
     batch.insert(
         0,
         events.Event(
             run_id=run.id,
             entity="run",
             from_state=run.state,
-            to_state="compensating",
+            to_state=RunState.COMPENSATING,
             actor=actor,
             reason=f"resubmitted: {reason}",
             detail={"reset": reset, "compensation": True},
@@ -255,30 +221,23 @@ def _steps_to_reset(
 ) -> set[str]:
     if from_step is not None and from_step not in rows:
         raise InvalidActionError(f"the run has no step {from_step!r} (it has: {', '.join(rows)})")
-    if state in RESTART_FROM_SCRATCH:
+    if state in RESTART_FROM_SCRATCH_RUN_STATES:
         return set(rows)  # their effects were undone: everything runs again
-    if from_step is not None:
-        reset, todo = set(), [from_step]
-        while todo:
-            name = todo.pop()
-            if name not in reset:
-                reset.add(name)
-                todo.extend(successors.get(name, ()))
-        return reset | {n for n, r in rows.items() if r.state != "processed"}
-    if state in RESTART_FROM_SCRATCH:
-        return set(rows)
-    return {n for n, r in rows.items() if r.state != "processed"}
+    not_processed = {n for n, r in rows.items() if r.state != StepState.PROCESSED}
+    if from_step is None:
+        return not_processed
+    reset, todo = set(), [from_step]
+    while todo:
+        name = todo.pop()
+        if name not in reset:
+            reset.add(name)
+            todo.extend(successors.get(name, ()))
+    return reset | not_processed
 
 
 def select_runs(conn: Connection, where: RunFilter) -> list[int]:
     """The ids a bulk action would touch, oldest first (what --dry-run prints)."""
-    query = (
-        select(runs.c.id)
-        .where(*where.conditions())
-        .order_by(runs.c.created_at, runs.c.id)
-        .limit(where.limit)
-    )
-    return list(conn.execute(query).scalars())
+    return inspect.select_run_ids(conn, where)
 
 
 def resubmit_many(
@@ -289,19 +248,12 @@ def resubmit_many(
     actor: str,
     reason: str,
     dry_run: bool,
-    namespace: str = "sasflow",
+    namespace: str,
 ) -> list[int]:
     """Resubmit every run `where` selects (default: from their failed steps); with `dry_run`
     only say which."""
     if not where.states:
-        where = RunFilter(
-            states=("error",),
-            workflow=where.workflow,
-            key=where.key,
-            since=where.since,
-            until=where.until,
-            limit=where.limit,
-        )
+        where = dataclasses.replace(where, states=(RunState.ERROR,))
     ids = select_runs(conn, where)
     if not dry_run:
         for run_id in ids:
