@@ -30,6 +30,7 @@ from sasflow import (
 from sasflow.agents import Agent, Call
 from sasflow.demo.scenario import AGENT_CRASH, Scenario
 from sasflow.demo.services import Happenings, RemoteServices
+from sasflow.states import OnFailure
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def _steps() -> list[Step]:
 def workflows() -> list[Workflow]:
     return [
         Workflow("order", _steps(), on_failure="compensate"),
-        Workflow("b2b-order", _steps(), on_failure="error"),
+        Workflow("b2b-order", _steps(), on_failure=OnFailure.ERROR),
     ]
 
 

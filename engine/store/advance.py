@@ -132,7 +132,12 @@ class _Advancer:
         self.result = Advance()
 
     def _event(
-        self, run: Any, row: Any, from_state: str, to_state: str, reason: str | None = None
+        self,
+        run: Any,
+        row: Any,
+        from_state: StepState,
+        to_state: StepState,
+        reason: str | None = None,
     ) -> None:
         self.result.events.append(
             Event(
@@ -148,7 +153,12 @@ class _Advancer:
         )
 
     def _run_event(
-        self, run: Any, from_state: str, to_state: str, detail: Any, reason: str | None = None
+        self,
+        run: Any,
+        from_state: RunState,
+        to_state: RunState,
+        detail: Any,
+        reason: str | None = None,
     ) -> None:
         self.result.events.append(
             Event(
@@ -165,7 +175,7 @@ class _Advancer:
     # -- the forward flow -------------------------------------------------------------------
 
     def advance(self, run: Any, rows: Sequence[Any]) -> None:
-        state = {r.name: r.state for r in rows}
+        state = {r.name: StepState(r.state) for r in rows}
         errors = {r.name: r.error for r in rows}
         outputs = {r.name: r.output for r in rows if r.state == StepState.PROCESSED}
         ctx = StepContext(
@@ -219,7 +229,7 @@ class _Advancer:
         self,
         run: Any,
         rows: Sequence[Any],
-        state: dict[str, str],
+        state: dict[str, StepState],
         workflow: Workflow | None,
         ctx: StepContext,
     ) -> None:
@@ -237,7 +247,7 @@ class _Advancer:
         self._finish(run, RunState.COMPLETED, output, None)
 
     def _failed(
-        self, run: Any, rows: Sequence[Any], state: dict[str, str], step: Any, error: Any
+        self, run: Any, rows: Sequence[Any], state: dict[str, StepState], step: Any, error: Any
     ) -> None:
         """Apply the run's failure policy: compensation, or error and an alert."""
         compensating = run.on_failure == OnFailure.COMPENSATE
@@ -283,7 +293,7 @@ class _Advancer:
         if alert_id is not None:
             self.result.alerts.append(alert_id)
 
-    def _finish(self, run: Any, to_state: str, output: Any, error: Any) -> None:
+    def _finish(self, run: Any, to_state: RunState, output: Any, error: Any) -> None:
         self.conn.execute(
             _finish_run, {"b_id": run.id, "b_state": to_state, "b_output": output, "b_error": error}
         )
@@ -318,7 +328,7 @@ class _Advancer:
                 )
             self.result.ready += 1
             return
-        state = {r.name: r.state for r in chain}
+        state = {r.name: StepState(r.state) for r in chain}
         failed = [r for r in chain if r.state == StepState.ERROR]
         if failed:
             step = failed[0]

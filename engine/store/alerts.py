@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Row, Select, Update, bindparam, select, text, update
@@ -14,9 +15,18 @@ from sasflow.store.dialect import one_of, upsert_insert
 from sasflow.store.schema import alerts
 from sasflow.store.sqltime import now
 
-STEP_FAILED = "step_failed"
-COMPENSATION_FAILED = "compensation_failed"
-STALLED = "stalled"
+
+class AlertKind(StrEnum):
+    """What an alert is about (the alert document's `kind`, docs/alerts.md)."""
+
+    STEP_FAILED = "step_failed"
+    COMPENSATION_FAILED = "compensation_failed"
+    STALLED = "stalled"
+
+
+STEP_FAILED = AlertKind.STEP_FAILED
+COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
+STALLED = AlertKind.STALLED
 
 LIST_COLUMNS = (
     alerts.c.id,

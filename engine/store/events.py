@@ -11,7 +11,7 @@ import psycopg
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.states import QUIET_STEP_STATES
+from sasflow.states import QUIET_STEP_STATES, RunState, StepState
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
 
@@ -22,9 +22,9 @@ class Event:
 
     run_id: int
     entity: str
-    to_state: str
+    to_state: RunState | StepState
     actor: str
-    from_state: str | None = None
+    from_state: RunState | StepState | None = None
     step_id: int | None = None
     step: str | None = None
     attempt: int | None = None

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sasflow import submit_run
 from sasflow.errors import ConflictError
+from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
 from sasflow.store.db import is_disconnect, transaction, translated
 from sasflow.store.schema import events as events_table
@@ -41,9 +42,9 @@ def _varied(run_ids: list[int], actor: str) -> list[events.Event]:
         events.Event(
             run_id=run_ids[i % len(run_ids)],
             entity="step" if i % 3 else "run",
-            to_state=("pending", "processed", "error")[i % 3],
+            to_state=(StepState.PENDING, StepState.PROCESSED, StepState.ERROR)[i % 3],
             actor=actor,
-            from_state=None if i % 4 == 0 else "processing",
+            from_state=None if i % 4 == 0 else StepState.PROCESSING,
             step_id=None if i % 5 == 0 else 1000 + i,
             step=None if i % 6 == 0 else "b",
             attempt=None if i % 7 == 0 else i,
@@ -92,7 +93,7 @@ def test_a_copy_that_fails_leaves_nothing_and_the_transaction_rolls_back(engine:
     run_ids = _runs(engine, 1)
     batch = _varied(run_ids, "bad")
     batch[-1] = events.Event(
-        run_id=run_ids[0] + 10_000, entity="run", to_state="completed", actor="bad"
+        run_id=run_ids[0] + 10_000, entity="run", to_state=RunState.COMPLETED, actor="bad"
     )  # no such run: the foreign key refuses it
     with pytest.raises(IntegrityError), transaction(engine) as conn:  # as an INSERT's would
         events.record(conn, batch)
