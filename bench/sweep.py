@@ -68,7 +68,9 @@ def measure(rows: int, expired: int, repeat: int) -> list[float]:
                 raise SystemExit("could not take the supervisor lease of the scratch database")
             report = SweepReport()
             started = time.monotonic()
-            sweep_expired(engine, lease, batch=500, budget=60, actor="bench", report=report)
+            sweep_expired(
+                engine, lease, batch=500, budget=60, actor="bench", report=report, namespace="bench"
+            )
             timings.append(time.monotonic() - started)
             if report.reclaimed != expired:
                 raise SystemExit(f"swept {report.reclaimed}, expected {expired}")

@@ -23,7 +23,7 @@ def submit_run(
     priority: int = 0,
     version: int | None = None,
     reply_to: str | None = None,
-    namespace: str = "sasflow",
+    namespace: str,
 ) -> SubmitResult:
     """Record a run of `workflow` on `conn`, in the caller's transaction.
 

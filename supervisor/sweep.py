@@ -65,7 +65,7 @@ def sweep_expired(
     budget: float,
     actor: str,
     report: SweepReport,
-    namespace: str = "sasflow",
+    namespace: str,
 ) -> None:
     """Count a failure for every expired step, `batch` at a time, within `budget` seconds.
 
@@ -97,7 +97,7 @@ def count_dead_requests(
     *,
     actor: str,
     report: SweepReport,
-    namespace: str = "sasflow",
+    namespace: str,
 ) -> None:
     """Requests that were dead-lettered (rejected by an agent, or expired unconsumed) provably
     did not produce a reply for their attempt: count the failure now, fenced by the attempt."""

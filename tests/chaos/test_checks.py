@@ -34,7 +34,7 @@ def _complete_history(engine: Engine) -> Observed:
     ledger = Ledger()
     with engine.begin() as conn:
         for key in KEYS:
-            submit_run(conn, app.registry, app.order.name, {"work": 0}, key=key)
+            submit_run(conn, app.registry, app.order.name, {"work": 0}, key=key, namespace="t")
         for row in conn.execute(
             select(steps.c.id, steps.c.run_id, steps.c.name, steps.c.idempotency_key)
         ).all():

@@ -43,7 +43,12 @@ def _submit_many(engine: Engine, count: int, prefix: str = "r") -> list[int]:
     with transaction(engine) as conn:
         return [
             submit_run(
-                conn, basic.registry, "pipeline", {"text": f"t{i}"}, key=f"{prefix}{i}"
+                conn,
+                basic.registry,
+                "pipeline",
+                {"text": f"t{i}"},
+                key=f"{prefix}{i}",
+                namespace="t",
             ).run_id
             for i in range(count)
         ]
@@ -120,7 +125,9 @@ def test_a_lock_held_past_the_busy_timeout_is_a_conflict_and_is_retried(
 
 def _submit_many_on(conn: Connection, count: int, prefix: str) -> list[int]:
     return [
-        submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"{prefix}{i}").run_id
+        submit_run(
+            conn, basic.registry, "pipeline", {"text": "x"}, key=f"{prefix}{i}", namespace="t"
+        ).run_id
         for i in range(count)
     ]
 
@@ -379,7 +386,9 @@ def test_submitting_the_same_key_from_four_threads_creates_one_run(sqlite_engine
         barrier.wait()
         result = run_transaction(
             sqlite_engine,
-            lambda conn: submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="same"),
+            lambda conn: submit_run(
+                conn, basic.registry, "pipeline", {"text": "x"}, key="same", namespace="t"
+            ),
         )
         with lock:
             created.append(result.created)

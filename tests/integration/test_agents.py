@@ -55,7 +55,7 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one
     )
     registry = Registry([flow], [flaky])
     with engine.begin() as conn:
-        submit_run(conn, registry, "solo", {}, key="k")
+        submit_run(conn, registry, "solo", {}, key="k", namespace=names.namespace)
     worker = harness.agent(flaky, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
         harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="run fails")
@@ -81,7 +81,7 @@ def test_handler_still_running_at_the_deadline_produces_no_reply(
 
     registry = _one_step(slow, "crawl", timeout=0.5)
     with engine.begin() as conn:
-        submit_run(conn, registry, "solo", {}, key="k")
+        submit_run(conn, registry, "solo", {}, key="k", namespace=names.namespace)
     worker = harness.agent(slow, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
         harness.wait_for(finished.is_set, what="handler returns")
@@ -114,7 +114,7 @@ def test_permanent_error_fails_the_step_and_the_run_with_the_reason(
     )
     registry = Registry([flow], [payments])
     with engine.begin() as conn:
-        run = submit_run(conn, registry, "pay", {"amount": 5}, key="k")
+        run = submit_run(conn, registry, "pay", {"amount": 5}, key="k", namespace=names.namespace)
     with harness.running(
         harness.scheduler(engine, database_url, registry, names), harness.agent(payments, names)
     ):
@@ -154,7 +154,9 @@ def test_open_breaker_defers_steps_without_counting_failures_then_they_complete(
     registry = _one_step(shipping, "ship", timeout=5)
     with engine.begin() as conn:
         for i in range(6):
-            submit_run(conn, registry, "solo", {"parcel": i}, key=f"p{i}")
+            submit_run(
+                conn, registry, "solo", {"parcel": i}, key=f"p{i}", namespace=names.namespace
+            )
     worker = harness.agent(shipping, names, concurrency=3)
     with harness.running(
         harness.scheduler(engine, database_url, registry, names, rescan_interval=0.2), worker
@@ -204,7 +206,9 @@ def test_malformed_and_misrouted_requests_are_dead_lettered_and_the_agent_keeps_
         )
         dead = harness.dead_letters(names, 3)
         with engine.begin() as conn:
-            submit_run(conn, registry, "solo", {"still": "serving"}, key="k")
+            submit_run(
+                conn, registry, "solo", {"still": "serving"}, key="k", namespace=names.namespace
+            )
         harness.wait_for(harness.all_runs_in(engine, {"completed"}, 1), what="run completes")
     reasons = [str(d["reason"]) for d in dead]
     assert "must be a JSON object" in reasons[0]
@@ -243,7 +247,7 @@ def test_unstorable_handler_output_fails_the_step_with_the_reason_and_the_agent_
     )
     registry = Registry([flow], [odd])
     with engine.begin() as conn:
-        submit_run(conn, registry, "odd", {}, key="k")
+        submit_run(conn, registry, "odd", {}, key="k", namespace=names.namespace)
     worker = harness.agent(odd, names)
     with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
         harness.wait_for(

@@ -28,6 +28,7 @@ def _submit_many(
                 {"text": f"t{i}"},
                 key=f"{prefix}{i}",
                 priority=priority,
+                namespace="t",
             ).run_id
             for i in range(count)
         ]

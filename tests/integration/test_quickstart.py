@@ -20,8 +20,22 @@ def test_quickstart_order_completes_and_a_too_large_order_fails_permanently(
 ) -> None:
     registry = load_registry("examples.quickstart")
     with engine.begin() as conn:
-        ok = submit_run(conn, registry, "order", {"sku": "A-1", "qty": 2}, key="order-1001")
-        bad = submit_run(conn, registry, "order", {"sku": "A-1", "qty": 500}, key="order-1002")
+        ok = submit_run(
+            conn,
+            registry,
+            "order",
+            {"sku": "A-1", "qty": 2},
+            key="order-1001",
+            namespace=names.namespace,
+        )
+        bad = submit_run(
+            conn,
+            registry,
+            "order",
+            {"sku": "A-1", "qty": 500},
+            key="order-1002",
+            namespace=names.namespace,
+        )
     agents = [harness.agent(a, names) for a in registry.agents if isinstance(a, Agent)]
     assert len(agents) == 2
     with harness.running(harness.scheduler(engine, database_url, registry, names), *agents):

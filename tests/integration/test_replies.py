@@ -47,7 +47,9 @@ def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
     engine: Engine, names: Names
 ) -> None:
     with engine.begin() as conn:
-        run = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k")
+        run = submit_run(
+            conn, basic.registry, "pipeline", {"text": "x"}, key="k", namespace=names.namespace
+        )
     with transaction(engine) as conn:
         (step,) = claim_steps(conn, locked_by="s1", batch=1)
     assert _reclaim(engine, step.id) == 2
@@ -74,7 +76,9 @@ def _pipeline_and_scheduler(
     engine: Engine, database_url: str, names: Names
 ) -> tuple[SubmitResult, Scheduler]:
     with engine.begin() as conn:
-        run = submit_run(conn, basic.registry, "pipeline", {"text": "abc"}, key="k1")
+        run = submit_run(
+            conn, basic.registry, "pipeline", {"text": "abc"}, key="k1", namespace=names.namespace
+        )
     return run, harness.scheduler(engine, database_url, basic.registry, names)
 
 

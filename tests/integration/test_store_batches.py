@@ -24,7 +24,9 @@ pytestmark = pytest.mark.integration
 def _runs(engine: Engine, count: int) -> list[int]:
     with engine.begin() as conn:
         return [
-            submit_run(conn, basic.registry, "pipeline", {"text": f"t{i}"}, key=f"k{i}").run_id
+            submit_run(
+                conn, basic.registry, "pipeline", {"text": f"t{i}"}, key=f"k{i}", namespace="t"
+            ).run_id
             for i in range(count)
         ]
 

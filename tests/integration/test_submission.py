@@ -32,12 +32,14 @@ def test_run_commits_and_rolls_back_with_the_callers_own_rows(engine: Engine) ->
     business.create_all(engine)
     with engine.begin() as conn:
         conn.execute(insert(orders).values(id=1, item="book"))
-        submit_run(conn, basic.registry, "pipeline", {"text": "book"}, key="order-1")
+        submit_run(conn, basic.registry, "pipeline", {"text": "book"}, key="order-1", namespace="t")
 
     def place_order_then_fail() -> None:
         with engine.begin() as conn:
             conn.execute(insert(orders).values(id=2, item="lamp"))
-            submit_run(conn, basic.registry, "pipeline", {"text": "lamp"}, key="order-2")
+            submit_run(
+                conn, basic.registry, "pipeline", {"text": "lamp"}, key="order-2", namespace="t"
+            )
             raise RuntimeError("payment declined")
 
     with pytest.raises(RuntimeError, match="payment declined"):
@@ -52,9 +54,9 @@ def test_run_commits_and_rolls_back_with_the_callers_own_rows(engine: Engine) ->
 def test_same_key_twice_is_one_run(engine: Engine) -> None:
     """A duplicate submission returns the existing run and inserts nothing."""
     with engine.begin() as conn:
-        first = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k")
+        first = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k", namespace="t")
     with engine.begin() as conn:
-        second = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k")
+        second = submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="k", namespace="t")
     assert (first.created, second.created) == (True, False)
     assert first.run_id == second.run_id
     assert (_count(engine, runs), _count(engine, steps)) == (1, 2)
@@ -62,9 +64,9 @@ def test_same_key_twice_is_one_run(engine: Engine) -> None:
 
 def test_unknown_workflow_and_non_json_input_are_rejected(engine: Engine) -> None:
     with engine.begin() as conn, pytest.raises(UnknownWorkflowError, match="nope"):
-        submit_run(conn, basic.registry, "nope", {})
+        submit_run(conn, basic.registry, "nope", {}, namespace="t")
     with engine.begin() as conn, pytest.raises(InvalidInputError):
-        submit_run(conn, basic.registry, "pipeline", {"when": object()})
+        submit_run(conn, basic.registry, "pipeline", {"when": object()}, namespace="t")
     assert _count(engine, runs) == 0
 
 

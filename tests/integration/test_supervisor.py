@@ -119,7 +119,7 @@ def _expired_steps(engine: Engine, count: int) -> list[int]:
     """`count` one-step runs whose step is processing with a deadline in the past."""
     with engine.begin() as conn:
         for i in range(count):
-            submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"e{i}")
+            submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"e{i}", namespace="t")
         conn.execute(
             update(steps)
             .where(steps.c.name == "a")
@@ -224,7 +224,9 @@ def test_a_paused_leader_is_replaced_and_cannot_act_after_losing_its_lease(
     assert standby.token == (first_token or 0) + 1
     report = SweepReport()
     with pytest.raises(LeaseLostError):
-        sweep_expired(engine, paused, batch=10, budget=1, actor="paused", report=report)
+        sweep_expired(
+            engine, paused, batch=10, budget=1, actor="paused", report=report, namespace="t"
+        )
     assert paused.token is None
 
 
@@ -235,7 +237,14 @@ def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
 ) -> None:
     with engine.begin() as conn:
         for i in range(3):
-            submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key=f"s{i}")
+            submit_run(
+                conn,
+                basic.registry,
+                "pipeline",
+                {"text": "x"},
+                key=f"s{i}",
+                namespace=names.namespace,
+            )
         conn.execute(
             update(steps)
             .where(steps.c.state == StepState.PENDING)
@@ -260,7 +269,9 @@ def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
     """An agent that dead-letters a request proves the attempt will never reply: the failure
     is counted at the next sweep rather than when the (long) deadline passes."""
     with engine.begin() as conn:
-        submit_run(conn, basic.registry, "pipeline", {"text": "x"}, key="d")
+        submit_run(
+            conn, basic.registry, "pipeline", {"text": "x"}, key="d", namespace=names.namespace
+        )
         conn.execute(
             update(steps)
             .where(steps.c.name == "a")
@@ -319,7 +330,7 @@ def test_expired_steps_sharing_runs_are_all_swept_across_batches(
     """Both steps of each run expired, swept in batches smaller than their number."""
     with engine.begin() as conn:
         for i in range(30):
-            submit_run(conn, basic.registry, "diamond", {"text": "x"}, key=f"d{i}")
+            submit_run(conn, basic.registry, "diamond", {"text": "x"}, key=f"d{i}", namespace="t")
         conn.execute(
             update(steps)
             .where(steps.c.name.in_(("left", "right")))
