@@ -111,8 +111,13 @@ class AgentWorker:
         self._concurrency = concurrency
         self._stop = stop or threading.Event()
         self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
+        self._threads: set[threading.Thread] = set()
+        self._busy: set[threading.Thread] = set()
+        self._threads_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(
-            max_workers=concurrency, thread_name_prefix=f"{agent.name}-worker"
+            max_workers=concurrency,
+            thread_name_prefix=f"{agent.name}-worker",
+            initializer=self._thread_started,
         )
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._jobs: dict[tuple[int, int], Job] = {}
@@ -133,7 +138,21 @@ class AgentWorker:
                 job.call.cancelled.set()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._transport.close()
+            self._join_idle_threads()
         log.info("%s stopped: %s", self.id, self.stats)
+
+    def _thread_started(self) -> None:
+        with self._threads_lock:
+            self._threads.add(threading.current_thread())
+
+    def _join_idle_threads(self, timeout: float = 5.0) -> None:
+        """Wait for the pool threads that run no handler to exit, which they do at once after
+        the shutdown: the CLI counts every thread still alive at exit as a hung handler."""
+        with self._threads_lock:
+            idle = self._threads - self._busy
+        deadline = time.monotonic() + timeout
+        for thread in idle:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- the owner thread -------------------------------------------------------------------
 
@@ -385,6 +404,8 @@ class AgentWorker:
         return self._reply(request, "failed", error=error)
 
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
+        with self._threads_lock:
+            self._busy.add(threading.current_thread())
         outcome = Outcome(job, None)
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0:
@@ -397,6 +418,9 @@ class AgentWorker:
                 job.request.attempt,
             )
         finally:
+            # Idle before the owner can see the outcome, so it never waits on this thread.
+            with self._threads_lock:
+                self._busy.discard(threading.current_thread())
             self._outcomes.put(outcome)
             # Wake the owner thread; while it reconnects the outcome waits in the queue.
             with contextlib.suppress(BrokerUnavailableError):

@@ -18,7 +18,7 @@ from sasflow.messages import Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store.db import is_disconnect, transaction
+from sasflow.store.db import is_message_fault, transaction
 from sasflow.store.submit import submit
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
@@ -110,7 +110,9 @@ class Submitter:
                         rejected.append((delivery, str(exc)))
                         continue
                     except DBAPIError as exc:
-                        if is_disconnect(exc):
+                        if not is_message_fault(exc):
+                            # Not this message's fault (read-only, gone, a bug): hold the
+                            # batch; a submission is dead-lettered only for its own content.
                             raise
                         rejected.append((delivery, f"database rejected the submission: {exc.orig}"))
                         continue

@@ -38,6 +38,7 @@ DRIVERS = ("sqlite", "sqlite+pysqlite")
 # Primary result codes (https://sqlite.org/rescode.html); extended codes keep them in the low byte.
 _BUSY, _LOCKED = 5, 6
 _IOERR, _FULL, _CANTOPEN = 10, 13, 14
+_TOOBIG, _CONSTRAINT, _MISMATCH = 18, 19, 20
 
 
 def make_sqlite_engine(url: URL, *, pool_size: int) -> Engine:
@@ -127,3 +128,11 @@ def is_conflict(exc: BaseException | None) -> bool:
 def is_unavailable(exc: BaseException | None) -> bool:
     """The file cannot be opened, read or written (gone, unmounted, disk full)."""
     return _code(exc) in (_IOERR, _FULL, _CANTOPEN)
+
+
+def is_message_fault(exc: BaseException | None) -> bool:
+    """The statement was refused for the data it carries (a constraint, a value too big or of
+    the wrong type): the message that brought the data may be dead-lettered."""
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):
+        return True
+    return _code(exc) in (_TOOBIG, _CONSTRAINT, _MISMATCH)

@@ -12,6 +12,7 @@ from typing import Any, cast
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.utils import connection_workflow
 from pika.channel import Channel
 from pika.exchange_type import ExchangeType
 from pika.frame import Method
@@ -30,13 +31,48 @@ PRECONDITION_FAILED = 406
 JSON = "application/json"
 
 
+MESSAGE_REFUSED: tuple[type[Exception], ...] = (
+    pika.exceptions.UnroutableError,
+    pika.exceptions.NackError,
+    # Raised while encoding a frame, before a byte is sent: this message (or name) cannot be
+    # carried by AMQP at all, so reconnecting would only fail the same way.
+    pika.exceptions.ShortStringTooLong,
+    pika.exceptions.BodyTooLongError,
+    pika.exceptions.UnsupportedAMQPFieldException,
+)
+"""The broker, or AMQP itself, refuses this one message: PublishError (the caller fails or
+reports that message; the connection is fine)."""
+
+PROGRAMMING_ERRORS: tuple[type[Exception], ...] = (
+    pika.exceptions.DuplicateConsumerTag,
+    pika.exceptions.ChannelError,  # the base of DuplicateGetOkCallback only
+    pika.exceptions.ReentrancyError,
+    pika.exceptions.InvalidChannelNumber,
+)
+"""pika's checks of how it is called, raised before anything reaches the network: a bug in
+sasflow, which a reconnect would repeat forever. Not translated, so it ends the role loudly."""
+
+BROKER_FAILURES: tuple[type[BaseException], ...] = (
+    pika.exceptions.AMQPError,
+    # Raised by BlockingConnection() as they are (only socket-connect and phase errors are
+    # unwrapped), e.g. AMQPConnectorStackTimeout, "Timeout during AMQP handshake".
+    connection_workflow.AMQPConnectorException,
+    OSError,
+)
+"""Every other failure to reach or talk to the broker: BrokerUnavailableError (reconnect with
+backoff). That includes a channel or connection the broker closed, a heartbeat or handshake
+timeout, a stream lost, refused credentials and frames that make no sense."""
+
+
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:
     try:
         yield
-    except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as exc:
+    except PROGRAMMING_ERRORS:
+        raise
+    except MESSAGE_REFUSED as exc:
         raise PublishError(f"broker refused the message: {exc!r}") from exc
-    except (pika.exceptions.AMQPError, OSError) as exc:
+    except BROKER_FAILURES as exc:
         raise BrokerUnavailableError(f"broker unavailable: {exc!r}") from exc
 
 
