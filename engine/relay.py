@@ -8,29 +8,15 @@ marked published only after the broker confirmed it, so consumers dedupe on `eve
 from __future__ import annotations
 
 import logging
-from functools import cache
-from typing import Any
-
-from sqlalchemy import Engine, Select, Update
 
 from sasflow.errors import BrokerUnavailableError
 from sasflow.messages import StatusEvent
-from sasflow.store import queries
-from sasflow.store.db import transaction
+from sasflow.store import events
+from sasflow.store.db import Engine, transaction
 from sasflow.transport.base import Outgoing, Transport
 from sasflow.transport.topology import Names
 
 log = logging.getLogger(__name__)
-
-
-@cache
-def _select() -> Select[Any]:
-    return queries.unpublished_events()
-
-
-@cache
-def _mark() -> Update:
-    return queries.mark_published()
 
 
 def routing_key(workflow: str, entity: str, state: str) -> str:
@@ -44,7 +30,7 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
     The rows stay locked until the batch is confirmed and they are marked, in one transaction.
     """
     with transaction(engine) as conn:
-        rows = conn.execute(_select(), {"b_limit": limit}).all()
+        rows = events.take_unpublished(conn, limit=limit)
         if not rows:
             return 0
         messages: list[Outgoing] = []
@@ -81,5 +67,5 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
             if result is not None:
                 # Refused for good (e.g. too large): one bad event must not block the others.
                 log.error("status event %s not published: %s", event_id, result)
-        conn.execute(_mark(), {"b_event_ids": [r.id for r in rows]})
+        events.mark_published(conn, [r.id for r in rows])
     return len(rows)

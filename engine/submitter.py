@@ -10,15 +10,12 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
-
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.messages import Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store.db import is_message_fault, transaction
+from sasflow.store.db import Engine, transaction
 from sasflow.store.submit import submit
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
@@ -108,13 +105,6 @@ class Submitter:
                             )
                     except (InvalidMessageError, UnknownWorkflowError, InvalidInputError) as exc:
                         rejected.append((delivery, str(exc)))
-                        continue
-                    except DBAPIError as exc:
-                        if not is_message_fault(exc):
-                            # Not this message's fault (read-only, gone, a bug): hold the
-                            # batch; a submission is dead-lettered only for its own content.
-                            raise
-                        rejected.append((delivery, f"database rejected the submission: {exc.orig}"))
                         continue
                     if result.created:
                         self.stats.created += 1

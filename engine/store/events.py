@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.states import QUIET_STEP_STATES, RunState, StepState
+from sasflow.store import queries
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
 
@@ -106,3 +107,14 @@ def driver_error(statement: str, exc: psycopg.Error) -> Exception:
     path as the INSERT path (a lost connection is StoreUnavailableError, a deadlock a
     ConflictError to retry, a foreign key violation an IntegrityError)."""
     return DBAPIError.instance(statement, None, exc, psycopg.Error)
+
+
+def take_unpublished(conn: Connection, *, limit: int) -> Sequence[Row[Any]]:
+    """The oldest events not yet published, with their run's key, workflow and reply_to,
+    locked for this relay until its transaction ends (queries.unpublished_events)."""
+    return conn.execute(queries.unpublished_events(), {"b_limit": limit}).all()
+
+
+def mark_published(conn: Connection, event_ids: Sequence[int]) -> None:
+    """Mark relayed events (queries.mark_published)."""
+    conn.execute(queries.mark_published(), {"b_event_ids": list(event_ids)})

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
+from sqlalchemy.exc import DBAPIError
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
@@ -14,6 +15,7 @@ from sasflow.registry import Registry
 from sasflow.states import RunState, StepKind
 from sasflow.store import events
 from sasflow.store.commands import NewRun, SubmitResult
+from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import runs, steps
@@ -47,9 +49,22 @@ def submit(
 ) -> SubmitResult:
     """Record a run inside the caller's transaction on `conn` (commit or roll back with it).
 
-    Raises UnknownWorkflowError for an unregistered workflow and InvalidInputError when the
-    input is not JSON or a first step's input cannot be built.
+    Raises UnknownWorkflowError for an unregistered workflow, and InvalidInputError when the
+    input is not JSON, a first step's input cannot be built, or the database refuses the data
+    the submission carries (`db.is_message_fault`); any other database error is raised as is
+    (the database cannot take it now, or a bug), never blamed on the submission.
     """
+    try:
+        return _insert(conn, registry, submission, namespace=namespace, actor=actor)
+    except DBAPIError as exc:
+        if is_message_fault(exc):
+            raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
+        raise
+
+
+def _insert(
+    conn: Connection, registry: Registry, submission: NewRun, *, namespace: str, actor: str
+) -> SubmitResult:
     workflow = registry.workflow(submission.workflow, submission.version)
     try:
         dumps(submission.input)

@@ -95,7 +95,7 @@ def test_submissions_replies_and_sweeps_wait_out_a_read_only_database(
     )
     try:
         with harness.running(submitter, scheduler, agent, supervisor):
-            harness.wait_for(lambda: harness.queue_exists(names.submit), what="submit queue")
+            harness.wait_for(lambda: services.queue_exists(names.submit), what="submit queue")
             for i in range(5):  # their first step replies ~1.5 s into the window
                 _submit(names, "sleepy", f"before-{i}", {"delay": 1.5})
             harness.wait_for(
