@@ -27,6 +27,9 @@ from sasflow.transport.topology import Names, declare_agent_queue, declare_commo
 
 log = logging.getLogger(__name__)
 
+DEFAULT_CONCURRENCY = 4
+"""Worker threads of an agent process, and requests it takes from its queue at once."""
+
 
 MAX_DEFER_SECONDS = 86400.0
 """Longest deferral an agent asks for; the step's give-up age bounds the total anyway."""
@@ -99,7 +102,7 @@ class AgentWorker:
         transport: Transport,
         names: Names,
         *,
-        concurrency: int = 4,
+        concurrency: int = DEFAULT_CONCURRENCY,
         stop: threading.Event | None = None,
     ) -> None:
         if concurrency < 1:

@@ -43,10 +43,9 @@ from sasflow.agents import Agent, Call
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.acceptance.processes import Processes
 from tests.apps import ops
-from tests.integration import harness
 
 WORKLOADS = ("W0", "W1", "W2", "W3", "sweep", "recovery")
 SUBMIT_BATCH = 500

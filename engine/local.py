@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sasflow.agents.agent import Agent
-from sasflow.agents.worker import AgentWorker
+from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.errors import SasflowError
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store import migrate
 from sasflow.store.db import Engine
-from sasflow.submitter import Submitter
+from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, Sink
@@ -55,8 +55,8 @@ class LocalOptions:
     schedulers: int = 1
     agent_instances: int = 1
     """AgentWorkers per agent of the registry."""
-    agent_concurrency: int = 4
-    submitter_prefetch: int = 200
+    agent_concurrency: int = DEFAULT_CONCURRENCY
+    submitter_prefetch: int = DEFAULT_PREFETCH
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     supervisor: SupervisorOptions = field(default_factory=SupervisorOptions)
 

@@ -22,6 +22,9 @@ from sasflow.transport.topology import Names, declare_common
 
 log = logging.getLogger(__name__)
 
+DEFAULT_PREFETCH = 200
+"""Submissions held, and inserted in one transaction, at once."""
+
 
 @dataclass
 class SubmitterStats:
@@ -40,7 +43,7 @@ class Submitter:
         registry: Registry,
         names: Names,
         *,
-        prefetch: int = 200,
+        prefetch: int = DEFAULT_PREFETCH,
         stop: threading.Event | None = None,
     ) -> None:
         self.id = process_id("submitter")

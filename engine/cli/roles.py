@@ -9,19 +9,19 @@ import threading
 import click
 
 from sasflow.agents.agent import Agent
-from sasflow.agents.worker import AgentWorker
+from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.appload import load_object
 from sasflow.cli.context import CliContext, fail, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
-from sasflow.submitter import Submitter
+from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 
 
 @click.command()
 @click.option(
     "--prefetch",
     type=click.IntRange(1, 10000),
-    default=200,
+    default=DEFAULT_PREFETCH,
     show_default=True,
     envvar="SASFLOW_SUBMITTER_PREFETCH",
     show_envvar=True,
@@ -49,7 +49,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
 @click.option(
     "--batch",
     type=click.IntRange(1, 10000),
-    default=100,
+    default=SchedulerOptions.claim_batch,
     show_default=True,
     envvar="SASFLOW_SCHEDULER_BATCH",
     show_envvar=True,
@@ -58,7 +58,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
 @click.option(
     "--reply-prefetch",
     type=click.IntRange(1, 10000),
-    default=500,
+    default=SchedulerOptions.reply_prefetch,
     show_default=True,
     envvar="SASFLOW_SCHEDULER_REPLY_PREFETCH",
     show_envvar=True,
@@ -115,7 +115,7 @@ def exit_despite_hung_handlers() -> None:
     "--concurrency",
     "-c",
     type=click.IntRange(1, 1000),
-    default=4,
+    default=DEFAULT_CONCURRENCY,
     show_default=True,
     envvar="SASFLOW_AGENT_CONCURRENCY",
     show_envvar=True,

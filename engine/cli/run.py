@@ -18,7 +18,7 @@ from sasflow.transport.base import Transport
 @click.option(
     "--schedulers",
     type=click.IntRange(1, 64),
-    default=1,
+    default=LocalOptions.schedulers,
     show_default=True,
     help="Scheduler threads.",
 )
@@ -26,14 +26,14 @@ from sasflow.transport.base import Transport
     "--concurrency",
     "-c",
     type=click.IntRange(1, 1000),
-    default=4,
+    default=LocalOptions.agent_concurrency,
     show_default=True,
     help="Worker threads of each agent.",
 )
 @click.option(
     "--supervisor-interval",
     type=click.FloatRange(0.1, 3600),
-    default=5.0,
+    default=SupervisorOptions.interval,
     show_default=True,
     help="Seconds between the supervisor's sweeps.",
 )

@@ -26,7 +26,7 @@ EXIT_COULD_NOT_RUN = 1
 @click.option(
     "--interval",
     type=click.FloatRange(0.1, 3600),
-    default=5.0,
+    default=SupervisorOptions.interval,
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_INTERVAL",
     show_envvar=True,
@@ -35,7 +35,7 @@ EXIT_COULD_NOT_RUN = 1
 @click.option(
     "--budget",
     type=click.FloatRange(0.1, 3600),
-    default=30.0,
+    default=SupervisorOptions.budget,
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_BUDGET",
     show_envvar=True,
@@ -44,7 +44,7 @@ EXIT_COULD_NOT_RUN = 1
 @click.option(
     "--batch",
     type=click.IntRange(1, 100_000),
-    default=500,
+    default=SupervisorOptions.batch,
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_BATCH",
     show_envvar=True,
@@ -53,7 +53,7 @@ EXIT_COULD_NOT_RUN = 1
 @click.option(
     "--stalled-after",
     type=click.FloatRange(1, 86400 * 7),
-    default=300.0,
+    default=SupervisorOptions.stalled_after,
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_STALLED_AFTER",
     show_envvar=True,

@@ -14,9 +14,9 @@ from sqlalchemy import Engine, select
 from sasflow import submit_run
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
+from tests import harness
 from tests.acceptance.processes import Processes
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 
 from sasflow import submit_run
 from sasflow.transport.topology import Names
+from tests import harness
 from tests.acceptance.processes import Processes
 from tests.apps import ops
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

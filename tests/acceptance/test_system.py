@@ -13,9 +13,8 @@ from sqlalchemy import Engine, func, select
 
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.acceptance.processes import Processes
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

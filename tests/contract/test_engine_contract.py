@@ -24,11 +24,10 @@ from sasflow.store.db import make_engine
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import REASON_HEADER, Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
 from tests.apps.travel import travel
 from tests.contract.stack import PAIRS, Observer, Stack, sqlite_copy, sqlite_template
-from tests.integration import harness
 
 pytestmark = [pytest.mark.contract, pytest.mark.integration]
 

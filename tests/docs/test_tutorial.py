@@ -23,10 +23,9 @@ from sqlalchemy.engine import make_url
 from sasflow.store.db import make_engine
 from sasflow.store.schema import alerts, events, steps
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.docs.markdown import REPO, doc_run_blocks
 from tests.docs.shell import DocShell
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

@@ -23,9 +23,8 @@ from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.topology import Names, declare_common
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,8 @@ from sasflow.store.sqltime import now, plus_seconds
 from sasflow.store.submit import submit
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
+from tests import harness
 from tests.acceptance.processes import processes
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

@@ -16,9 +16,8 @@ from sqlalchemy import Engine, func, select
 from sasflow.demo.scenario import Scenario
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.acceptance.processes import REPO
-from tests.integration import harness
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 

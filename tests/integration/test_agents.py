@@ -14,8 +14,7 @@ from sasflow import BreakerPolicy, Registry, RetryPolicy, Step, StepPolicy, Work
 from sasflow.agents import Agent, Call, PermanentError, TransientError
 from sasflow.store.schema import events, runs
 from sasflow.transport.topology import SOURCE_HEADER, Names
-from tests import services
-from tests.integration import harness
+from tests import harness, services
 
 pytestmark = pytest.mark.integration
 

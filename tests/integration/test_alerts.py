@@ -36,8 +36,7 @@ from sasflow.supervisor.sinks import (
 from sasflow.transport.base import Transport
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
-from tests import services
-from tests.integration import harness
+from tests import harness, services
 from tests.integration.webhook import bodies, serving, url_of, webhook_server
 
 pytestmark = pytest.mark.integration

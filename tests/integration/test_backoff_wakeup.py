@@ -14,7 +14,7 @@ from sasflow import Backoff, Registry, RetryPolicy, Step, StepPolicy, Workflow, 
 from sasflow.agents import Agent, Call, TransientError
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
-from tests.integration import harness
+from tests import harness
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,8 @@ from sasflow.store.schema import runs
 from sasflow.submitter import Submitter
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from sasflow.store.apply import apply_outcomes
 from sasflow.store.claim import claim_steps
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
+from tests import harness
 from tests.apps.travel import travel
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

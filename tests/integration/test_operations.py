@@ -17,8 +17,8 @@ from sasflow import submit_run
 from sasflow.cli.main import cli
 from sasflow.store.schema import alerts, events
 from sasflow.transport.topology import Names
+from tests import harness
 from tests.apps import ops
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,8 @@ from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs
 from sasflow.store.submit import submit
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,7 @@ from sasflow.transport.base import Outgoing
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
-from tests import services
-from tests.integration import harness
+from tests import harness, services
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from sasflow.agents import Agent
 from sasflow.appload import load_registry
 from sasflow.store.schema import runs
 from sasflow.transport.topology import Names
-from tests.integration import harness
+from tests import harness
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,8 @@ from sasflow.store.listen import libpq_dsn
 from sasflow.store.schema import runs, steps
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

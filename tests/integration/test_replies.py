@@ -16,8 +16,8 @@ from sasflow.store.claim import claim_steps
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, steps
 from sasflow.transport.topology import SOURCE_HEADER, Names
+from tests import harness
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

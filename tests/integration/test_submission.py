@@ -10,9 +10,8 @@ from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, i
 from sasflow import InvalidInputError, UnknownWorkflowError, submit_run
 from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import REASON_HEADER, SOURCE_HEADER, Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 
 pytestmark = pytest.mark.integration
 

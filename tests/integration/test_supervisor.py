@@ -26,9 +26,8 @@ from sasflow.supervisor.service import LEASE_NAME, Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, WebhookSink
 from sasflow.supervisor.sweep import SweepReport, sweep_expired
 from sasflow.transport.topology import REASON_HEADER, Names
-from tests import services
+from tests import harness, services
 from tests.apps import basic
-from tests.integration import harness
 from tests.integration.webhook import bodies, url_of, webhook_server
 
 pytestmark = pytest.mark.integration
