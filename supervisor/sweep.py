@@ -152,13 +152,10 @@ def _record(
     namespace: str,
 ) -> None:
     batch = [
-        events.Event(
-            run_id=r.run_id,
-            entity="step",
-            step_id=r.id,
-            step=r.name,
-            from_state=StepState.PROCESSING,
-            to_state=r.state,
+        events.step_event(
+            r,
+            StepState.PROCESSING,
+            r.state,
             attempt=r.attempt,
             actor=actor,
             reason=reason,

@@ -6,7 +6,7 @@ against a shared database counts only its own orders.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sasflow.states import TERMINAL_RUN_STATES, RunState
@@ -15,24 +15,12 @@ from sasflow.store.db import Engine
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(inspect.PrefixCounts):
     """Counts of the demo's runs, steps, events and alerts, as the store holds them."""
 
-    orders: int
-    runs_by_state: dict[str, int]
-    steps_retried: int
-    """Steps dispatched more than once (attempt > 1): failed, deferred or expired before."""
-    failures_counted: int
-    """Sum of the steps' failure counts (expiries and exhausted retries)."""
-    deferred: int
-    """Step deferrals by an open circuit breaker (events with reason `deferred`)."""
-    expired_recovered: int
-    """Steps the supervisor found past their deadline and made pending again."""
-    compensations_processed: int
-    """Compensating steps (release, refund) that ran."""
-    alerts_raised: int
-    error_runs: list[int] = field(default_factory=list)
-    compensated_runs: list[int] = field(default_factory=list)
+    @property
+    def orders(self) -> int:
+        return sum(self.runs_by_state.values())
 
     def state(self, name: str) -> int:
         return self.runs_by_state.get(name, 0)
@@ -42,7 +30,7 @@ class Summary:
         return sum(n for s, n in self.runs_by_state.items() if s in TERMINAL_RUN_STATES)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"orders": self.orders, **asdict(self)}
 
 
 def summarize(engine: Engine, prefix: str) -> Summary:
@@ -50,18 +38,9 @@ def summarize(engine: Engine, prefix: str) -> Summary:
     read (the demo calls it once every role has stopped)."""
     with engine.connect() as conn:
         counts = inspect.count_prefix(conn, prefix)
-    return Summary(
-        orders=sum(counts.runs_by_state.values()),
-        runs_by_state=dict(sorted(counts.runs_by_state.items())),
-        steps_retried=counts.steps_retried,
-        failures_counted=counts.failures_counted,
-        deferred=counts.deferred,
-        expired_recovered=counts.expired_recovered,
-        compensations_processed=counts.compensations_processed,
-        alerts_raised=counts.alerts_raised,
-        error_runs=counts.error_runs,
-        compensated_runs=counts.compensated_runs,
-    )
+    fields = asdict(counts)
+    fields["runs_by_state"] = dict(sorted(counts.runs_by_state.items()))
+    return Summary(**fields)
 
 
 def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:

@@ -16,6 +16,7 @@ from sasflow.ops.actions import close_alerts, lock_run
 from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, StepState
 from sasflow.store import events, operator
 from sasflow.store.advance import advance_runs
+from sasflow.store.commands import StoredError
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
 
@@ -55,7 +56,7 @@ def cancel(
         conn,
         run_id,
         compensate=compensate,
-        error={"type": "Cancelled", "message": reason, "by": actor},
+        error=StoredError("Cancelled", reason, {"by": actor}).to_json(),
     )
     batch = [
         events.Event(
@@ -68,15 +69,8 @@ def cancel(
         )
     ]
     batch += [
-        events.Event(
-            run_id=run_id,
-            entity="step",
-            step_id=s.id,
-            step=s.name,
-            from_state=s.state,
-            to_state=StepState.CANCELLED,
-            actor=actor,
-            reason=f"cancelled: {reason}",
+        events.step_event(
+            s, s.state, StepState.CANCELLED, actor=actor, reason=f"cancelled: {reason}"
         )
         for s in stopped
     ]

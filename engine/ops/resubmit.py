@@ -147,16 +147,8 @@ def _reset(row: Any, deps_done: bool, step_input: Any = None) -> StepReset:
 def _step_event(
     row: Any, reset: StepReset, *, actor: str, reason: str, detail: Any = None
 ) -> events.Event:
-    return events.Event(
-        run_id=row.run_id,
-        entity="step",
-        step_id=row.id,
-        step=row.name,
-        from_state=row.state,
-        to_state=reset.to_state,
-        actor=actor,
-        reason=reason,
-        detail=detail,
+    return events.step_event(
+        row, row.state, reset.to_state, actor=actor, reason=reason, detail=detail
     )
 
 

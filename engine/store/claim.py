@@ -110,13 +110,10 @@ def release_steps(
     events.record(
         conn,
         [
-            events.Event(
-                run_id=r.run_id,
-                entity="step",
-                step_id=r.id,
-                step=r.name,
-                from_state=StepState.PROCESSING,
-                to_state=StepState.PENDING,
+            events.step_event(
+                r,
+                StepState.PROCESSING,
+                StepState.PENDING,
                 attempt=r.attempt,
                 actor=locked_by,
                 reason=reason,

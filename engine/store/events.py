@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from sqlalchemy import Connection, Row, insert
@@ -71,6 +71,42 @@ _COLUMNS = (
     "detail",
     "published",
 )
+
+
+class StepRow(Protocol):
+    """What a step event needs of a step row: its run, id and name."""
+
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+
+
+def step_event(
+    row: StepRow,
+    from_state: StepState | None,
+    to_state: StepState,
+    *,
+    actor: str,
+    reason: str | None = None,
+    attempt: int | None = None,
+    detail: Any = None,
+) -> Event:
+    """The event of one step's change, from a row holding its run id, id and name."""
+    return Event(
+        run_id=row.run_id,
+        entity="step",
+        step_id=row.id,
+        step=row.name,
+        from_state=from_state,
+        to_state=to_state,
+        attempt=attempt,
+        actor=actor,
+        reason=reason,
+        detail=detail,
+    )
 
 
 def record(conn: Connection, batch: Sequence[Event]) -> None:
