@@ -22,7 +22,15 @@ PROCESS_FAULTS = (
     "stop_supervisor",
     "kill_submitter",
 )
-SERVICE_FAULTS = ("rabbit_stop_app", "rabbit_kill", "pg_restart")
+SERVICE_FAULTS = (
+    "rabbit_stop_app",
+    "rabbit_kill",
+    "rabbit_freeze",
+    "rabbit_disk_alarm",
+    "pg_restart",
+    "pg_read_only",
+    "pg_connection_limit",
+)
 MESSAGE_FAULTS = ("poison", "duplicates", "stale_replies")
 ALL_FAULTS = PROCESS_FAULTS + SERVICE_FAULTS + MESSAGE_FAULTS
 WEIGHTS = {

@@ -34,6 +34,8 @@ class Exit:
 class Slot:
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables added to the fleet's for this slot (e.g. a skewed clock)."""
     process: subprocess.Popen[bytes] | None = None
     exits: list[Exit] = field(default_factory=list)
     starts: int = 0
@@ -61,8 +63,8 @@ class Fleet:
         self.stopping = threading.Event()
         self.watcher = threading.Thread(target=self._watch, name="chaos-fleet", daemon=True)
 
-    def add(self, name: str, *args: str) -> None:
-        self.slots[name] = Slot(name, [sys.executable, "-m", "sasflow", *args])
+    def add(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.slots[name] = Slot(name, [sys.executable, "-m", "sasflow", *args], env or {})
 
     def start(self) -> None:
         with self.lock:
@@ -74,7 +76,7 @@ class Fleet:
         with (self.logs / f"{slot.name}.log").open("ab") as log:
             slot.process = subprocess.Popen(
                 slot.argv,
-                env=self.env,
+                env={**self.env, **slot.env},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,

@@ -16,7 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 PG_ROOT = Path("/usr/lib/postgresql")
+APP_ROLE = "sasflow_app"
+"""The roles connect as this owner of the database, not as a superuser: superusers are exempt
+from the connection limits the `pg_connection_limit` fault sets."""
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 
 
@@ -84,6 +90,9 @@ class PostgresInstance:
         self.sockets = root / "pgsock"
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/sasflow"
+        """The superuser's: the suite's own checks and fault actions."""
+        self.app_url = f"postgresql+psycopg://{APP_ROLE}@127.0.0.1:{self.port}/sasflow"
+        """The sasflow processes'."""
         self.started = False
 
     def _as_postgres(self, *argv: str, timeout: float = 120) -> None:
@@ -131,8 +140,44 @@ class PostgresInstance:
             str(self.port),
             "-U",
             "postgres",
+            "-O",
+            "postgres",
             "sasflow",
         )
+        self.admin(f"CREATE ROLE {APP_ROLE} LOGIN", f"ALTER DATABASE sasflow OWNER TO {APP_ROLE}")
+
+    def admin(self, *statements: str) -> None:
+        """Run statements as the superuser, each in its own transaction, whatever the server's
+        default_transaction_read_only says."""
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute("SET default_transaction_read_only = off")
+            for statement in statements:
+                conn.execute(sql.SQL(statement))
+
+    def read_only_for(self, seconds: float) -> None:
+        """Every session refuses writes (a standby after a failover, a disk-full guard), then
+        the server is writable again: ALTER SYSTEM and a reload reach the open sessions too."""
+        self.admin("ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
+        try:
+            time.sleep(seconds)
+        finally:
+            self.admin(
+                "ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"
+            )
+
+    def connection_limit_for(self, seconds: float) -> None:
+        """The roles' connections are cut and no new one is accepted ("too many connections
+        for role", SQLSTATE 53300) for `seconds`."""
+        self.admin(
+            f"ALTER ROLE {APP_ROLE} CONNECTION LIMIT 0",
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{APP_ROLE}'",
+        )
+        try:
+            time.sleep(seconds)
+        finally:
+            self.admin(f"ALTER ROLE {APP_ROLE} CONNECTION LIMIT -1")
 
     def restart_immediate(self) -> None:
         self._as_postgres(
@@ -295,6 +340,27 @@ class RabbitInstance:
         _wait(lambda: not Path(f"/proc/{self.os_pid}").exists(), 30, "the beam to die")
         time.sleep(down_for)
         self._boot()
+
+    def freeze_for(self, seconds: float) -> None:
+        """SIGSTOP the node (a network hang: connections open, nothing answers, handshakes
+        stall), then SIGCONT."""
+        if self.os_pid is None:
+            raise ServiceError("RabbitMQ node pid unknown")
+        self._check_ours(self.os_pid)
+        os.kill(self.os_pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(self.os_pid, signal.SIGCONT)
+
+    def disk_alarm_for(self, seconds: float) -> None:
+        """Raise the free-disk limit above the disk's size: the disk alarm blocks every
+        publishing connection until the limit is back to RabbitMQ's default."""
+        self.ctl("set_disk_free_limit", "1000000GB")
+        try:
+            time.sleep(seconds)
+        finally:
+            self.ctl("set_disk_free_limit", "50MB")
 
     def ensure_running(self) -> None:
         if self.ctl("await_startup", "--timeout", "5", check=False).returncode != 0:

@@ -38,6 +38,15 @@ AGENTS = ["alpha", "beta"]
 SUPERVISOR_INTERVAL = 0.5
 PROBE_TIMEOUT = 60.0
 """Seconds a fault's recovery is waited for before it is reported as `never`."""
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+"""Debian's `libfaketime` (installed by scripts/test with `faketime`): with it, some processes
+run with skewed clocks, as on hosts whose clocks drifted."""
+CLOCK_SKEW = {"scheduler-2": "+90s", "alpha-2": "-90s", "supervisor-2": "+30s"}
+"""Offsets of the processes' clocks from the database's: every deadline and backoff is
+computed on the database clock, so none of them may matter."""
+FREEZE_BASE = 12.0
+"""Seconds a `rabbit_freeze` lasts at least: past pika's socket and handshake timeouts, so a
+role reconnecting meanwhile meets a stalled AMQP handshake."""
 PAST_DEADLINE_SLACK = 2.0
 """Seconds past `complete_by + sweep interval` before a `processing` step counts as left
 behind: one sweep may be running when the deadline passes."""
@@ -86,7 +95,7 @@ class ChaosRun:
     def _env(self) -> dict[str, str]:
         return {
             **os.environ,
-            "SASFLOW_DATABASE_URL": self.postgres.url,
+            "SASFLOW_DATABASE_URL": self.postgres.app_url,
             "SASFLOW_BROKER_URL": self.rabbit.url,
             "SASFLOW_NAMESPACE": self.names.namespace,
             "SASFLOW_APP": "tests.chaos.app",
@@ -116,9 +125,16 @@ class ChaosRun:
         )
         self.engine = make_engine(self.postgres.url, application_name="sasflow-chaos", pool_size=2)
         fleet = Fleet(self.logs, env, REPO)
+        skews = self.skews()
         fleet.add("submitter", "submitter")
         for n in (1, 2):
-            fleet.add(f"scheduler-{n}", "scheduler", "--rescan-interval", "0.5")
+            fleet.add(
+                f"scheduler-{n}",
+                "scheduler",
+                "--rescan-interval",
+                "0.5",
+                env=skews.get(f"scheduler-{n}"),
+            )
             fleet.add(
                 f"supervisor-{n}",
                 "supervisor",
@@ -126,17 +142,40 @@ class ChaosRun:
                 str(SUPERVISOR_INTERVAL),
                 "--lease-ttl",
                 "3",
+                env=skews.get(f"supervisor-{n}"),
             )
         for agent in AGENTS:
             for n in range(1, self.config.agents_per_name + 1):
-                fleet.add(f"{agent}-{n}", "agent", agent, "--concurrency", "4")
+                fleet.add(
+                    f"{agent}-{n}",
+                    "agent",
+                    agent,
+                    "--concurrency",
+                    "4",
+                    env=skews.get(f"{agent}-{n}"),
+                )
         self.fleet = fleet
         fleet.start()
         self.say(
             f"[chaos] services and {len(fleet.slots)} processes up in "
             f"{time.monotonic() - started:.1f}s (postgres :{self.postgres.port}, "
-            f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace})"
+            f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace}); "
+            f"clock skew: {self.skew_note()}"
         )
+
+    def skews(self) -> dict[str, dict[str, str]]:
+        """The environment that skews each skewed slot's clock (none without libfaketime)."""
+        if not LIBFAKETIME.exists():
+            return {}
+        return {
+            slot: {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_NO_CACHE": "1"}
+            for slot, offset in CLOCK_SKEW.items()
+        }
+
+    def skew_note(self) -> str:
+        if not LIBFAKETIME.exists():
+            return "none (libfaketime not installed)"
+        return ", ".join(f"{slot} {offset}" for slot, offset in CLOCK_SKEW.items())
 
     # -- faults --------------------------------------------------------------------------
 
@@ -224,10 +263,33 @@ class ChaosRun:
             self.postgres.restart_immediate()
             return "pg_ctl restart -m immediate"
 
+        def pg_read_only(fault: Fault) -> str:
+            self.postgres.read_only_for(fault.hold * 2)
+            return f"read-only for {fault.hold * 2:.1f}s"
+
+        def pg_connection_limit(fault: Fault) -> str:
+            self.postgres.connection_limit_for(fault.hold)
+            return f"role connection limit 0, its sessions cut, for {fault.hold}s"
+
+        def rabbit_freeze(fault: Fault) -> str:
+            # A scheduler restarting now must connect to a node that does not answer.
+            victim = f"scheduler-{1 + int(fault.hold) % 2}"
+            fleet.kill(victim)
+            self.rabbit.freeze_for(FREEZE_BASE + fault.hold)
+            return f"beam SIGSTOP for {FREEZE_BASE + fault.hold:.1f}s, {victim} killed first"
+
+        def rabbit_disk_alarm(fault: Fault) -> str:
+            self.rabbit.disk_alarm_for(fault.hold)
+            return f"disk alarm for {fault.hold}s"
+
         actions: dict[str, Callable[[Fault], str]] = {
             "rabbit_stop_app": rabbit_stop_app,
             "rabbit_kill": rabbit_kill,
             "pg_restart": pg_restart,
+            "pg_read_only": pg_read_only,
+            "pg_connection_limit": pg_connection_limit,
+            "rabbit_freeze": rabbit_freeze,
+            "rabbit_disk_alarm": rabbit_disk_alarm,
             "poison": poison,
             "duplicates": duplicates,
             "stale_replies": stale,
