@@ -20,7 +20,17 @@ from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError
-from sasflow.messages import ErrorInfo, Reply, Request, dumps, parse, safe_text
+from sasflow.messages import (
+    DEFAULT_LIMITS,
+    ErrorInfo,
+    Limits,
+    Reply,
+    Request,
+    dumps,
+    encode_within,
+    parse,
+    safe_text,
+)
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
@@ -53,18 +63,23 @@ class Outcome:
     """The encoded reply, made in the worker thread so a bad value never reaches the owner."""
 
     @classmethod
-    def of(cls, job: Job, reply: Reply | None) -> Outcome:
+    def of(cls, job: Job, reply: Reply | None, limits: Limits = DEFAULT_LIMITS) -> Outcome:
         if reply is None:
             return cls(job, None)
         try:
-            return cls(job, reply, reply.encode())
-        except ValueError as exc:  # pydantic could not serialise it: say so instead
+            return cls(job, reply, encode_within(reply, limits))
+        except InvalidMessageError as exc:
+            # Not serialisable, or beyond the limits the scheduler would dead-letter it for:
+            # fail the step now with the reason instead of leaving it to its deadline.
             fallback = reply.model_copy(
                 update={
                     "status": "error",
                     "output": None,
                     "defer_seconds": None,
-                    "error": ErrorInfo(type="InvalidOutputError", message=safe_text(str(exc))),
+                    "error": ErrorInfo(
+                        type="InvalidOutputError",
+                        message=safe_text(f"the reply could not be sent: {exc}"),
+                    ),
                 }
             )
             return cls(job, fallback, fallback.encode())
@@ -103,8 +118,11 @@ class AgentWorker:
         names: Names,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
+        limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
     ) -> None:
+        """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
+        sent (beyond them: an `error` reply saying so); keep them within the scheduler's."""
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.id = process_id(f"agent-{agent.name}")
@@ -112,6 +130,7 @@ class AgentWorker:
         self._transport = transport
         self._names = names
         self._concurrency = concurrency
+        self._limits = limits
         self._stop = stop or threading.Event()
         self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
         self._threads: set[threading.Thread] = set()
@@ -194,7 +213,7 @@ class AgentWorker:
     def _on_request(self, delivery: Delivery) -> None:
         received = time.monotonic()
         try:
-            request = parse(Request, delivery.body)
+            request = parse(Request, delivery.body, self._limits)
         except InvalidMessageError as exc:
             self._dead_letter(delivery, str(exc))
             return
@@ -243,7 +262,7 @@ class AgentWorker:
                     f"(it has: {known})",
                 ),
             )
-            self._outcomes.put(Outcome.of(job, reply))
+            self._outcomes.put(Outcome.of(job, reply, self._limits))
             return
         self._pool.submit(self._execute, job, spec)
 
@@ -413,7 +432,7 @@ class AgentWorker:
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0:
                 return  # waited in the pool past its deadline: never call the remote late
-            outcome = Outcome.of(job, self._run_handler(job, spec))
+            outcome = Outcome.of(job, self._run_handler(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
             log.exception(
                 "step %s attempt %s: the agent failed to run the handler",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from sasflow.errors import InvalidInputError
-from sasflow.messages import Submission
+from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, encode_within
 from sasflow.registry import Registry
 from sasflow.store.commands import SubmitResult
 from sasflow.store.db import Connection
@@ -24,13 +24,15 @@ def submit_run(
     version: int | None = None,
     reply_to: str | None = None,
     namespace: str,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> SubmitResult:
     """Record a run of `workflow` on `conn`, in the caller's transaction.
 
     The run and its step records commit or roll back with the caller's own rows (the order row
     and its workflow are one fact). Idempotent on (workflow, key): submitting the same key again
     returns the existing run with `created=False`. Schedulers of `namespace` are woken at commit.
-    `conn` may be `session.connection()` of an ORM Session.
+    `conn` may be `session.connection()` of an ORM Session. The input must be a JSON object,
+    and the submission as a message within `limits` (what the submitter would accept).
     """
     try:
         submission = Submission(
@@ -41,6 +43,9 @@ def submit_run(
             version=version,
             reply_to=reply_to,
         )
+        encode_within(submission, limits)
     except ValidationError as exc:
+        raise InvalidInputError(f"invalid submission: {exc}") from exc
+    except InvalidMessageError as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
     return submit(conn, registry, submission.new_run(), namespace=namespace, actor="python")

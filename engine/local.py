@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.errors import SasflowError
+from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store import migrate
@@ -59,6 +60,9 @@ class LocalOptions:
     submitter_prefetch: int = DEFAULT_PREFETCH
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     supervisor: SupervisorOptions = field(default_factory=SupervisorOptions)
+    limits: Limits = DEFAULT_LIMITS
+    """Message limits of every role here (they replace `scheduler.limits`): one process, one
+    setting."""
 
 
 @dataclass
@@ -185,7 +189,12 @@ def add_roles(
     runner.add(
         "submitter",
         Submitter(
-            engine, transports("submitter"), registry, names, prefetch=options.submitter_prefetch
+            engine,
+            transports("submitter"),
+            registry,
+            names,
+            prefetch=options.submitter_prefetch,
+            limits=options.limits,
         ),
     )
     for number in range(1, options.schedulers + 1):
@@ -197,7 +206,7 @@ def add_roles(
                 registry,
                 names,
                 database_url=database_url,
-                options=options.scheduler,
+                options=replace(options.scheduler, limits=options.limits),
             ),
         )
     served = agents if agents is not None else [a for a in registry.agents if isinstance(a, Agent)]
@@ -206,7 +215,13 @@ def add_roles(
             name = f"agent-{agent.name}-{number}"
             runner.add(
                 name,
-                AgentWorker(agent, transports(name), names, concurrency=options.agent_concurrency),
+                AgentWorker(
+                    agent,
+                    transports(name),
+                    names,
+                    concurrency=options.agent_concurrency,
+                    limits=options.limits,
+                ),
             )
     dispatcher = AlertDispatcher(
         engine, list(sinks) if sinks is not None else [LogSink()], namespace=names.namespace

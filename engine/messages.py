@@ -1,17 +1,20 @@
 """The wire protocol: the JSON messages exchanged over RabbitMQ (docs/protocol.md describes them).
 
 Every message is UTF-8 JSON; parsing raises InvalidMessageError with a readable reason, which the
-consumer puts on the dead-lettered copy.
+consumer puts on the dead-lettered copy. Each consumer parses within its `Limits` (the largest
+body, the deepest nesting), checked before the body is decoded.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sasflow.errors import InvalidMessageError
+from sasflow.errors import ConfigurationError, InvalidMessageError
 from sasflow.store.commands import NewRun, OutcomeKind, StepOutcome, StoredError
 from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
 
@@ -19,6 +22,52 @@ PROTOCOL_VERSION = 1
 
 _NAME = NAME_PATTERN.pattern
 _WORKFLOW = WORKFLOW_NAME_PATTERN.pattern
+
+MAX_MESSAGE_BYTES_VARIABLE = "SASFLOW_MAX_MESSAGE_BYTES"
+MAX_JSON_DEPTH_VARIABLE = "SASFLOW_MAX_JSON_DEPTH"
+# json.loads recurses once per level on the C stack, bounded by the interpreter's recursion
+# limit (1000 by default): a configured depth stays well below it.
+_DEPTH_CEILING = 500
+_SIZE_FLOOR = 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The largest message and the deepest JSON nesting a process accepts (docs/protocol.md,
+    section 3). The depth counts the message's own object as level 1, so a submission's input
+    object is level 2."""
+
+    max_message_bytes: int = 1024 * 1024
+    max_json_depth: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes < _SIZE_FLOOR:
+            raise ConfigurationError(
+                f"{MAX_MESSAGE_BYTES_VARIABLE} must be at least {_SIZE_FLOOR}, "
+                f"got {self.max_message_bytes}"
+            )
+        if not 2 <= self.max_json_depth <= _DEPTH_CEILING:
+            raise ConfigurationError(
+                f"{MAX_JSON_DEPTH_VARIABLE} must be 2..{_DEPTH_CEILING}, got {self.max_json_depth}"
+            )
+
+    def check_size(self, size: int) -> None:
+        """InvalidMessageError if a body of `size` bytes is too large."""
+        if size > self.max_message_bytes:
+            raise InvalidMessageError(
+                f"message of {size} bytes exceeds the limit of {self.max_message_bytes} bytes "
+                f"({MAX_MESSAGE_BYTES_VARIABLE})"
+            )
+
+    def check_depth(self, depth: int) -> None:
+        if depth > self.max_json_depth:
+            raise InvalidMessageError(
+                f"JSON nested deeper than the limit of {self.max_json_depth} levels "
+                f"({MAX_JSON_DEPTH_VARIABLE})"
+            )
+
+
+DEFAULT_LIMITS = Limits()
 
 
 class _Message(BaseModel):
@@ -32,11 +81,20 @@ class Submission(_Message):
     """Asks for a new run of `workflow` (idempotent on workflow + key)."""
 
     workflow: str = Field(pattern=_WORKFLOW)
-    input: Any = Field(default_factory=dict)
+    input: dict[str, Any] = Field(default_factory=dict)
     key: str | None = Field(default=None, min_length=1, max_length=200)
     priority: int = Field(default=0, ge=-1000, le=1000)
     reply_to: str | None = Field(default=None, min_length=1, max_length=255)
     version: int | None = Field(default=None, ge=1)
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_object(cls, value: Any) -> Any:
+        # Refused here, not by the store's NOT NULL: input builders read fields of the input.
+        if not isinstance(value, dict):
+            shown = "null" if value is None else type(value).__name__
+            raise ValueError(f"the run input must be a JSON object, got {shown}")  # noqa: TRY004
+        return value
 
     @field_validator("reply_to")
     @classmethod
@@ -156,14 +214,13 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse(model: type[M], body: bytes) -> M:
-    """Decode and validate one message body; InvalidMessageError says what is wrong."""
+def parse(model: type[M], body: bytes, limits: Limits = DEFAULT_LIMITS) -> M:
+    """Decode and validate one message body within `limits`; InvalidMessageError says what is
+    wrong (the limit and its setting, for a body too large or too deep)."""
     try:
-        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
-        raise InvalidMessageError(f"{model.__name__}: body is not UTF-8 JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise InvalidMessageError(f"{model.__name__}: JSON nested too deeply") from exc
+        data = loads(body, limits)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"{model.__name__}: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidMessageError(
             f"{model.__name__}: body must be a JSON object, got {type(data).__name__}"
@@ -178,6 +235,88 @@ def parse(model: type[M], body: bytes) -> M:
             for err in exc.errors()
         )
         raise InvalidMessageError(f"{model.__name__}: {problems}") from exc
+
+
+def loads(body: bytes, limits: Limits = DEFAULT_LIMITS, *, what: str = "body") -> Any:
+    """UTF-8 JSON within `limits`, or InvalidMessageError. The size is checked before anything
+    is decoded, the depth by a scan before json.loads recurses into the body."""
+    limits.check_size(len(body))
+    limits.check_depth(nesting(body, limits.max_json_depth))
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise InvalidMessageError(f"{what} is not UTF-8 JSON: {exc}") from exc
+    except RecursionError as exc:  # unreachable after nesting(); kept as the last resort
+        raise InvalidMessageError("JSON nested too deeply") from exc
+
+
+# UTF-8 continuation bytes are >= 0x80, so scanning the bytes never mistakes part of a character
+# for a quote, a backslash or a bracket.
+_KEEP = b'[]{}"'
+_NOT_KEPT = bytes(b for b in range(256) if b not in _KEEP)
+_STRING = re.compile(rb'"[^"]*"')
+_ONE_BRACKET = bytes.maketrans(b"{}", b"[]")
+
+
+def nesting(body: bytes, cap: int) -> int:
+    """The deepest nesting of arrays and objects in JSON text, counting as far as `cap` + 1.
+
+    Linear and in C: escaped backslashes and quotes are dropped, then everything but quotes and
+    brackets, then the strings (with the brackets they hold); each round then removes the
+    innermost `[]` pairs (one level), at most `cap` + 1 rounds. For text that is not JSON the
+    answer is an upper bound of how deep json.loads would recurse before failing.
+    """
+    marks = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_KEPT)
+    # Two adjacent quotes have no bracket between them, whether they end and start a string or
+    # enclose one: dropping them changes nothing, and leaves the regex only strings that hold
+    # brackets (few, in real data).
+    marks = marks.replace(b'""', b"")
+    brackets = _STRING.sub(b"", marks).translate(_ONE_BRACKET, b'"')
+    if b"[" * (cap + 1) in brackets:  # the usual attack, answered without the rounds
+        return cap + 1
+    depth = 0
+    while brackets and depth <= cap:
+        inner = brackets.replace(b"[]", b"")
+        if len(inner) == len(brackets):
+            # Unbalanced: "]]][[[" is left; json.loads fails, entering at most those "[".
+            return depth + inner.count(b"[")
+        brackets = inner
+        depth += 1
+    return depth + (1 if brackets else 0)
+
+
+def value_depth(value: Any, cap: int) -> int:
+    """The nesting of a Python value as JSON (a scalar is 0), counting as far as `cap` + 1,
+    without recursion (the value may come from anywhere)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, BaseModel):
+            item = dict(item)
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > cap:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def encode_within(message: _Message, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """`message` encoded, or InvalidMessageError if a consumer with `limits` would refuse it:
+    a sender's check, so the refusal comes back to the caller instead of a dead-letter queue."""
+    limits.check_depth(value_depth(message, limits.max_json_depth))
+    try:
+        body = message.encode()
+    except ValueError as exc:  # pydantic cannot serialise a value
+        raise InvalidMessageError(f"value is not JSON: {exc}") from exc
+    limits.check_size(len(body))
+    return body
 
 
 def dumps(value: Any) -> str:

@@ -22,7 +22,7 @@ from sasflow.errors import (
     PublishError,
     StoreUnavailableError,
 )
-from sasflow.messages import Reply, Request, parse, safe_text
+from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
@@ -51,6 +51,9 @@ class SchedulerOptions:
     SQLite, see store.dialect)."""
     heartbeat_interval: float = 5.0
     relay_interval: float = 1.0
+    limits: Limits = DEFAULT_LIMITS
+    """Largest and deepest reply accepted; a reply beyond them is dead-lettered with the limit
+    in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
 
 
 @dataclass
@@ -188,7 +191,7 @@ class Scheduler:
 
     def _on_reply(self, delivery: Delivery) -> None:
         try:
-            reply = parse(Reply, delivery.body)
+            reply = parse(Reply, delivery.body, self._options.limits)
         except InvalidMessageError as exc:
             self._transport.dead_letter(
                 delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.redact import redact_url
 
 # The embedded default: a SQLite file in the working directory and the in-process bus, so that
@@ -66,6 +67,25 @@ class Settings(BaseSettings):
         default=True, description="Publish alerts to the <namespace>.alerts topic exchange."
     )
 
+    # -- message limits (docs/protocol.md, section 3) ------------------------------------------
+    max_message_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_message_bytes,
+        ge=1024,
+        description="Largest message body accepted (a submission, a request, a reply), in bytes; "
+        "larger ones are dead-lettered or refused with this limit in the reason.",
+    )
+    max_json_depth: int = Field(
+        default=DEFAULT_LIMITS.max_json_depth,
+        ge=2,
+        le=500,
+        description="Deepest JSON nesting accepted in a message (the message's own object is "
+        "level 1, a submission's input level 2).",
+    )
+
+    def limits(self) -> Limits:
+        """The message limits every role of this process parses within."""
+        return Limits(max_message_bytes=self.max_message_bytes, max_json_depth=self.max_json_depth)
+
     @field_validator("alert_email_to", mode="before")
     @classmethod
     def _split_recipients(cls, value: Any) -> Any:
@@ -93,4 +113,6 @@ class Settings(BaseSettings):
             "alert_email_from": self.alert_email_from,
             "alert_email_to": list(self.alert_email_to),
             "alert_exchange": self.alert_exchange,
+            "max_message_bytes": self.max_message_bytes,
+            "max_json_depth": self.max_json_depth,
         }

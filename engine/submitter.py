@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
-from sasflow.messages import Submission, parse
+from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
@@ -44,6 +44,7 @@ class Submitter:
         names: Names,
         *,
         prefetch: int = DEFAULT_PREFETCH,
+        limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
     ) -> None:
         self.id = process_id("submitter")
@@ -52,6 +53,7 @@ class Submitter:
         self._registry = registry
         self._names = names
         self._prefetch = prefetch
+        self._limits = limits
         self._stop = stop or threading.Event()
         self._held: list[Delivery] = []
         self.stats = SubmitterStats()
@@ -92,7 +94,7 @@ class Submitter:
             with transaction(self._engine) as conn:
                 for delivery in held:
                     try:
-                        submission = parse(Submission, delivery.body)
+                        submission = parse(Submission, delivery.body, self._limits)
                         if submission.key is None and delivery.message_id:
                             # Keyless: the AMQP message id keeps a redelivery idempotent.
                             submission = submission.model_copy(

@@ -38,6 +38,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
             obj.registry(),
             obj.names,
             prefetch=prefetch,
+            limits=obj.settings.limits(),
             stop=stop_event(),
         )
         role.run()
@@ -78,10 +79,13 @@ def scheduler(
     obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float | None
 ) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies."""
-    options = SchedulerOptions(
-        claim_batch=batch, reply_prefetch=reply_prefetch, rescan_interval=rescan_interval
-    )
     try:
+        options = SchedulerOptions(
+            claim_batch=batch,
+            reply_prefetch=reply_prefetch,
+            rescan_interval=rescan_interval,
+            limits=obj.settings.limits(),
+        )
         engine = obj.engine("scheduler")
         role = Scheduler(
             engine,
@@ -133,6 +137,7 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
             obj.transport(f"agent-{target.name}"),
             obj.names,
             concurrency=concurrency,
+            limits=obj.settings.limits(),
             stop=stop_event(),
         )
         role.run()

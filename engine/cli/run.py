@@ -78,6 +78,7 @@ def run_command(
                 agent_concurrency=concurrency,
                 scheduler=SchedulerOptions(),
                 supervisor=SupervisorOptions(interval=supervisor_interval),
+                limits=obj.settings.limits(),
             ),
             sinks=build_sinks(obj.settings, lambda: obj.transport("alerts")),
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,7 +10,8 @@ import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
 from sasflow.cli.output import OUTPUT_OPTION, parse_moment, print_table, to_json
-from sasflow.errors import SasflowError
+from sasflow.errors import InvalidMessageError, SasflowError
+from sasflow.messages import Limits, loads, value_depth
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
@@ -235,7 +235,7 @@ def resubmit_command(
             raise click.UsageError(
                 "filters, --dry-run and --yes are for bulk resubmission (without RUN_ID)"
             )
-        new_input = _read_input(input_file) if input_file else None
+        new_input = _read_input(input_file, obj.settings.limits()) if input_file else None
         done = obj.in_transaction(
             lambda conn: resubmit_ops.resubmit(
                 conn,
@@ -285,11 +285,20 @@ def resubmit_command(
         )
 
 
-def _read_input(path: Path) -> Any:
+def _read_input(path: Path, limits: Limits) -> dict[str, Any]:
+    """A corrected run input: a JSON object within the message limits, like a submission's."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise click.BadParameter(f"{path} is not UTF-8 JSON: {exc}", param_hint="--input") from exc
+        value = loads(path.read_bytes(), limits, what="the input")
+        # The input as it would travel in a submission (the envelope is one level more).
+        limits.check_depth(value_depth(value, limits.max_json_depth) + 1)
+    except InvalidMessageError as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--input") from exc
+    if not isinstance(value, dict):
+        raise click.BadParameter(
+            f"{path}: the run input must be a JSON object, got {type(value).__name__}",
+            param_hint="--input",
+        )
+    return value
 
 
 @runs.command("cancel")

@@ -10,20 +10,21 @@ from typing import Any
 import click
 
 from sasflow.cli.context import CliContext, fail
-from sasflow.errors import SasflowError
-from sasflow.messages import Submission
+from sasflow.errors import InvalidMessageError, SasflowError
+from sasflow.messages import Limits, Submission, encode_within, loads
 from sasflow.store.db import transaction
 from sasflow.store.submit import submit
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import declare_common
 
 
-def _parse_input(raw: str) -> Any:
-    text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
+def _parse_input(raw: str, limits: Limits) -> Any:
+    # Bytes, checked within the limits before json.loads sees them (a file may be huge).
+    body = Path(raw[1:]).read_bytes() if raw.startswith("@") else raw.encode("utf-8", "replace")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input") from exc
+        return loads(body, limits, what="the input")
+    except InvalidMessageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--input") from exc
 
 
 @click.command("submit")
@@ -67,10 +68,11 @@ def submit_command(
     via_broker: bool,
 ) -> None:
     """Submit a run of WORKFLOW and print its id (or, with --via-broker, its key)."""
+    limits = obj.settings.limits()
     try:
         submission = Submission(
             workflow=workflow,
-            input=_parse_input(input_),
+            input=_parse_input(input_, limits),
             key=key or uuid.uuid4().hex,
             priority=priority,
             version=version,
@@ -79,14 +81,16 @@ def submit_command(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
+        body = encode_within(submission, limits)  # what the submitter would accept
+    except InvalidMessageError as exc:
+        raise click.BadParameter(str(exc), param_hint="--input") from exc
+    try:
         if via_broker:
             transport = obj.transport("submit")
             transport.connect()
             try:
                 declare_common(transport, obj.names)
-                transport.publish(
-                    Outgoing("", obj.names.submit, submission.encode(), mandatory=True)
-                )
+                transport.publish(Outgoing("", obj.names.submit, body, mandatory=True))
             finally:
                 transport.close()
             click.echo(json.dumps({"published": True, "workflow": workflow, "key": submission.key}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from io import StringIO
+from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -12,6 +13,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Engine, Index
 
+import sasflow
 from alembic import command
 from sasflow.errors import ConfigurationError
 from sasflow.store.db import translated
@@ -19,11 +21,27 @@ from sasflow.store.schema import metadata
 
 
 def script_location() -> str:
-    """The folder holding env.py and versions/, wherever sasflow is installed."""
-    spec = importlib.util.find_spec("sasflow.migrations")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigurationError("the sasflow.migrations package is missing from this install")
-    return str(next(iter(spec.submodule_search_locations)))
+    """The folder holding env.py and versions/, wherever sasflow is installed.
+
+    A wheel, an sdist and a strict editable install ship `alembic/` as the namespace package
+    `sasflow.migrations`. A plain (lenient) editable install cannot import it: setuptools'
+    editable finder maps a namespace package only below another namespace package, and
+    `sasflow` is a regular one. There `sasflow` is imported from the checkout's `engine/`, so
+    the migrations are the checkout's `alembic/`, next to it.
+    """
+    try:
+        spec = importlib.util.find_spec("sasflow.migrations")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return str(next(iter(spec.submodule_search_locations)))
+    checkout = Path(sasflow.__file__).resolve().parent.parent / "alembic"
+    if (checkout / "env.py").is_file() and (checkout / "versions").is_dir():
+        return str(checkout)
+    raise ConfigurationError(
+        "the sasflow.migrations package is missing from this install "
+        f"(nor is there a checkout's alembic/ folder at {checkout})"
+    )
 
 
 def _config() -> Config:

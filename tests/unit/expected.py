@@ -16,3 +16,9 @@ ALERT_DEFAULTS: dict[str, Any] = {
     "alert_exchange": True,
 }
 """The alert settings as `Settings.redacted()` shows them when none is configured."""
+
+LIMIT_DEFAULTS: dict[str, Any] = {
+    "max_message_bytes": 1048576,
+    "max_json_depth": 64,
+}
+"""The message limits as `Settings.redacted()` shows them when none is configured."""

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from sasflow.cli.main import COMMANDS, cli
-from tests.unit.expected import ALERT_DEFAULTS
+from tests.unit.expected import ALERT_DEFAULTS, LIMIT_DEFAULTS
 
 
 @pytest.mark.parametrize("command", [[], ["scheduler"], ["agent"], ["submitter"]])
@@ -60,6 +60,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         "namespace": "from-option",
         "app": None,
         **ALERT_DEFAULTS,
+        **LIMIT_DEFAULTS,
     }
     table = CliRunner().invoke(cli, ["config", "show"], env=env)
     assert "hunter2" not in table.output
@@ -75,7 +76,7 @@ def test_invalid_namespace_is_a_usage_error() -> None:
 def test_submit_rejects_non_json_input_and_missing_app() -> None:
     bad = CliRunner().invoke(cli, ["submit", "order", "--input", "{nope"])
     assert bad.exit_code == 2
-    assert "not JSON" in bad.output
+    assert "the input is not UTF-8 JSON" in bad.output
     no_app = CliRunner().invoke(cli, ["submit", "order", "--input", "{}"], env={"SASFLOW_APP": ""})
     assert no_app.exit_code == 1
     assert "--app" in no_app.output
