@@ -16,3 +16,9 @@ ALERT_DEFAULTS: dict[str, Any] = {
     "alert_exchange": True,
 }
 """The alert settings as `Settings.redacted()` shows them when none is configured."""
+
+RETENTION_DEFAULTS: dict[str, Any] = {
+    "retain_completed_days": 30,
+    "retain_failed_days": 90,
+}
+"""The retention settings as `Settings.redacted()` shows them when none is configured."""
