@@ -65,6 +65,10 @@ class InvalidActionError(SasflowError):
     """The run is not in a state where this action makes sense."""
 
 
+class DeadLetterNotFoundError(SasflowError):
+    """No dead letter with that id (matching the filters)."""
+
+
 class AlertNotFoundError(SasflowError):
     """No alert with that id."""
 

@@ -86,6 +86,21 @@ class Settings(BaseSettings):
         """The message limits every role of this process parses within."""
         return Limits(max_message_bytes=self.max_message_bytes, max_json_depth=self.max_json_depth)
 
+    # -- history retention (the supervisor, and `sasflow db prune` without --older-than) --------
+    retain_completed_days: float = Field(
+        default=30,
+        ge=0,
+        description="Days a completed run (its steps, events and alerts) is kept after it "
+        "finished; 0 keeps completed runs forever.",
+    )
+    retain_failed_days: float = Field(
+        default=90,
+        ge=0,
+        description="Days a run that finished without completing (error, compensation_failed, "
+        "cancelled, compensated) is kept; 0 keeps them forever. A run with an open alert is "
+        "kept until the alert is acknowledged.",
+    )
+
     @field_validator("alert_email_to", mode="before")
     @classmethod
     def _split_recipients(cls, value: Any) -> Any:
@@ -115,4 +130,6 @@ class Settings(BaseSettings):
             "alert_exchange": self.alert_exchange,
             "max_message_bytes": self.max_message_bytes,
             "max_json_depth": self.max_json_depth,
+            "retain_completed_days": self.retain_completed_days,
+            "retain_failed_days": self.retain_failed_days,
         }

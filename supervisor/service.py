@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavailableError
+from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
 from sasflow.runtime import process_id
 from sasflow.store.db import Engine
 from sasflow.store.lease import Lease
@@ -54,6 +55,14 @@ class SupervisorOptions:
     """Seconds a ready step may stay unclaimed before a `stalled` alert."""
     lease_ttl: float | None = None
     """Seconds the leader's lease lasts without renewal [default: max(3 x interval, 15)]."""
+    retention: RetentionPolicy | None = None
+    """How long finished runs are kept (None: forever; the CLI passes the settings' policy)."""
+    prune_interval: float = 300.0
+    """Seconds between two retention passes (the first sweep makes one)."""
+    prune_batch: int = 200
+    """Finished runs deleted per transaction."""
+    prune_budget: float = 5.0
+    """Seconds one retention pass may take; what is left waits for the next pass."""
 
     @property
     def ttl(self) -> float:
@@ -82,6 +91,7 @@ class Supervisor:
         self._stop = stop or threading.Event()
         self.lease = Lease(self.id, name=LEASE_NAME, ttl=self._options.ttl)
         self._broker_ready = False
+        self._pruned_at: float | None = None
 
     @property
     def stop_event(self) -> threading.Event:
@@ -114,6 +124,7 @@ class Supervisor:
                 actor=self.id,
                 report=report,
             )
+            self._enforce_retention(report)
         except LeaseLostError as exc:
             log.warning("%s", exc)
             report.complete = False
@@ -121,6 +132,29 @@ class Supervisor:
         if report.alerts and self._dispatcher is not None:
             self._dispatcher.wake()
         return report
+
+    def _enforce_retention(self, report: SweepReport) -> None:
+        """Delete finished runs past their retention, a small batch per transaction that skips
+        locked runs, so the claim, the apply and the sweep never wait for it."""
+        options = self._options
+        if options.retention is None or not options.retention.rules:
+            return
+        started = time.monotonic()
+        if self._pruned_at is not None and started - self._pruned_at < options.prune_interval:
+            return
+        self._pruned_at = started
+        done = prune(
+            self._engine,
+            options.retention,
+            actor=self.id,
+            reason="retention",
+            options=PruneOptions(batch=options.prune_batch, budget=options.prune_budget),
+            check=self.lease.check,
+            collect_ids=False,
+        )
+        report.pruned += done.pruned
+        if not done.complete:
+            self._pruned_at = None  # more to do: the next sweep goes on
 
     def _count_dead_requests(self, report: SweepReport) -> None:
         if self._transport is None:
@@ -182,6 +216,7 @@ class Supervisor:
                         or report.escalated
                         or report.alerts
                         or report.dead_requests
+                        or report.pruned
                     ):
                         log.info("%s swept: %s", self.id, report.summary())
                 self._stop.wait(self._options.interval)

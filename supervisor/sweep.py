@@ -44,6 +44,8 @@ class SweepReport:
     alerts: list[int] = field(default_factory=list)
     dead_requests: int = 0
     """Dead-lettered requests counted as failures before their deadline."""
+    pruned: int = 0
+    """Finished runs deleted past their retention."""
     seconds: float = 0.0
     complete: bool = True
     """False when the time budget ran out with expired steps left."""
@@ -52,8 +54,8 @@ class SweepReport:
         return (
             f"reclaimed={self.reclaimed} escalated={self.escalated} "
             f"compensations={self.compensations} alerts={len(self.alerts)} "
-            f"dead_requests={self.dead_requests} seconds={self.seconds:.3f}"
-            + ("" if self.complete else " incomplete=budget")
+            f"dead_requests={self.dead_requests} pruned={self.pruned} "
+            f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
         )
 
 

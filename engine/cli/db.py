@@ -1,14 +1,19 @@
-"""`sasflow db upgrade | downgrade | current | check`."""
+"""`sasflow db upgrade | downgrade | current | check | prune`."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 
-from sasflow.cli.context import CliContext, fail
+from sasflow.cli.context import CliContext, default_actor, fail
+from sasflow.cli.dead import parse_duration
+from sasflow.cli.output import OUTPUT_OPTION, to_json
 from sasflow.errors import SasflowError
+from sasflow.ops import retention as retention_ops
+from sasflow.states import TERMINAL_RUN_STATES, RunState
 from sasflow.store import migrate
 from sasflow.store.db import Engine
 
@@ -31,7 +36,8 @@ def _engine(obj: CliContext) -> Iterator[Engine]:
 
 @click.group()
 def db() -> None:
-    """Manage the state store's schema (Alembic migrations shipped with sasflow)."""
+    """Manage the state store: its schema (Alembic migrations shipped with sasflow) and the
+    retention of finished runs."""
 
 
 @db.command()
@@ -77,3 +83,110 @@ def check(obj: CliContext) -> None:
         if diff:
             raise click.ClickException(f"schema differs from the models: {diff}")
         click.echo(f"ok: database at head {head}, schema matches")
+
+
+@db.command()
+@click.option(
+    "--older-than",
+    help="Prune runs finished more than 15m, 2h, 30d... ago [default: the retention settings, "
+    "SASFLOW_RETAIN_COMPLETED_DAYS and SASFLOW_RETAIN_FAILED_DAYS].",
+)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(sorted(s.value for s in TERMINAL_RUN_STATES)),
+    help="With --older-than: only runs in this finished state (repeatable) [default: all].",
+)
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append each pruned run (with its steps, events and alerts) to FILE as one JSON line, "
+    "fsynced before its batch is deleted.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 100_000),
+    default=retention_ops.PruneOptions.batch,
+    show_default=True,
+    help="Runs deleted per transaction.",
+)
+@click.option("--dry-run", is_flag=True, help="Only list the runs that would be pruned.")
+@click.option("--yes", is_flag=True, help="Really delete them.")
+@click.option("--reason", default="retention", show_default=True, help="Why (audit trail).")
+@click.option(
+    "--by",
+    "actor",
+    default=default_actor,
+    show_default="$USER@host",
+    help="Who acts (recorded in the audit trail).",
+)
+@OUTPUT_OPTION
+@click.pass_obj
+def prune(
+    obj: CliContext,
+    older_than: str | None,
+    states: tuple[str, ...],
+    export_path: Path | None,
+    batch: int,
+    dry_run: bool,
+    yes: bool,
+    reason: str,
+    actor: str,
+    output: str,
+) -> None:
+    """Delete finished runs past their retention (their steps, events and alerts go with
+    them), in batches that skip runs in use; a run with an open alert is kept. Preview with
+    --dry-run, act with --yes."""
+    if dry_run == yes:
+        raise click.UsageError("give --dry-run to preview or --yes to delete")
+    if states and older_than is None:
+        raise click.UsageError("--state needs --older-than")
+    if dry_run and export_path is not None:
+        raise click.UsageError("--export writes what is deleted: not with --dry-run")
+    seconds = parse_duration(older_than, "--older-than")
+    try:
+        policy = (
+            retention_ops.RetentionPolicy.from_settings(obj.settings)
+            if seconds is None
+            else retention_ops.RetentionPolicy.older_than(
+                seconds, tuple(RunState(s) for s in states)
+            )
+        )
+    except SasflowError as exc:
+        raise fail(exc) from exc
+    with _engine(obj) as engine, contextlib.ExitStack() as files:
+        export = (
+            files.enter_context(export_path.open("a", encoding="utf-8"))
+            if export_path is not None
+            else None
+        )
+        report = retention_ops.prune(
+            engine,
+            policy,
+            actor=actor,
+            reason=reason,
+            options=retention_ops.PruneOptions(batch=batch),
+            dry_run=dry_run,
+            export=export,
+        )
+    if output == "json":
+        click.echo(
+            to_json(
+                {
+                    "dry_run": dry_run,
+                    "count": report.pruned,
+                    "batches": report.batches,
+                    "run_ids": report.run_ids,
+                    "audit_id": report.audit_id,
+                }
+            )
+        )
+        return
+    verb = "would prune" if dry_run else "pruned"
+    click.echo(
+        f"{verb} {report.pruned} finished run(s)"
+        + ("" if dry_run else f" in {report.batches} batch(es)")
+        + (f"; exported to {export_path}" if export_path is not None and not dry_run else "")
+    )

@@ -12,6 +12,7 @@ COMMANDS = {
     "alerts": "sasflow.cli.alerts:alerts",
     "config": "sasflow.cli.config:config",
     "db": "sasflow.cli.db:db",
+    "dead": "sasflow.cli.dead:dead",
     "demo": "sasflow.cli.demo:demo",
     "run": "sasflow.cli.run:run_command",
     "runs": "sasflow.cli.runs:runs",

@@ -9,6 +9,7 @@ import click
 
 from sasflow.cli.context import CliContext, fail, stop_event
 from sasflow.errors import SasflowError, StoreUnavailableError
+from sasflow.ops.retention import RetentionPolicy
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import build_sinks
@@ -67,6 +68,33 @@ EXIT_COULD_NOT_RUN = 1
     show_envvar=True,
     help="Seconds the leader's lease lasts unrenewed [default: max(3 x interval, 15)].",
 )
+@click.option(
+    "--prune-interval",
+    type=click.FloatRange(1, 86400),
+    default=SupervisorOptions.prune_interval,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_PRUNE_INTERVAL",
+    show_envvar=True,
+    help="Seconds between two retention passes (SASFLOW_RETAIN_*_DAYS set the retention).",
+)
+@click.option(
+    "--prune-batch",
+    type=click.IntRange(1, 10_000),
+    default=SupervisorOptions.prune_batch,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_PRUNE_BATCH",
+    show_envvar=True,
+    help="Finished runs deleted per transaction.",
+)
+@click.option(
+    "--prune-budget",
+    type=click.FloatRange(0.1, 3600),
+    default=SupervisorOptions.prune_budget,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_PRUNE_BUDGET",
+    show_envvar=True,
+    help="Seconds one retention pass may take.",
+)
 @click.pass_obj
 def supervisor(
     obj: CliContext,
@@ -76,8 +104,11 @@ def supervisor(
     batch: int,
     stalled_after: float,
     lease_ttl: float | None,
+    prune_interval: float,
+    prune_batch: int,
+    prune_budget: float,
 ) -> None:
-    """Recover expired steps, escalate failures and deliver alerts.
+    """Recover expired steps, escalate failures, deliver alerts and prune old history.
 
     Any number of supervisors may run (cron overlap, several hosts): one holds the lease and
     acts. With --once the exit status is 0 when the sweep ran or another supervisor holds the
@@ -89,6 +120,10 @@ def supervisor(
         budget=budget,
         stalled_after=stalled_after,
         lease_ttl=lease_ttl,
+        retention=RetentionPolicy.from_settings(obj.settings),
+        prune_interval=prune_interval,
+        prune_batch=prune_batch,
+        prune_budget=prune_budget,
     )
     engine = obj.engine("supervisor")
     role: Supervisor | None = None

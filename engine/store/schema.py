@@ -67,6 +67,14 @@ runs = Table(
     _ts("finished_at"),
     UniqueConstraint("workflow", "business_key"),
     Index("ix_runs_state_created_at", "state", "created_at"),
+    # Serves history retention (store.retention): finished runs by age. Partial, so inserting
+    # a run and its state changes before it finishes never touch it.
+    Index(
+        "ix_runs_finished_at",
+        "finished_at",
+        postgresql_where=text("finished_at IS NOT NULL"),
+        sqlite_where=text("finished_at IS NOT NULL"),
+    ),
 )
 
 steps = Table(
@@ -170,6 +178,9 @@ alerts = Table(
         postgresql_where=text("notified_at IS NULL"),
         sqlite_where=text("notified_at IS NULL"),
     ),
+    # Serves the cascade when retention deletes runs (one lookup per deleted run instead of a
+    # scan of alerts) and retention's "no open alert" test.
+    Index("ix_alerts_run_id", "run_id"),
     # One open alert per step and kind.
     Index(
         "uq_alerts_open_dedup_key",
@@ -203,4 +214,18 @@ schedulers = Table(
     Column("applied", BigInteger, nullable=False, server_default=text("0")),
     _ts("started_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    # Operator and retention actions that have no run to hang an event on: dead letters
+    # (they live in RabbitMQ) and pruned runs (their events go with them).
+    Column("id", Id, Identity(), primary_key=True),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(50), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("detail", Json, nullable=True),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sasflow.transport.base import Delivery, Outgoing, Transport
 
@@ -13,6 +14,9 @@ DEAD_REQUESTS_MAX = 100_000
 REASON_HEADER = "x-sasflow-reason"
 SOURCE_HEADER = "x-sasflow-source-queue"
 PROCESS_HEADER = "x-sasflow-process"
+DEAD_AT_HEADER = "x-sasflow-dead-lettered-at"
+"""When the copy was made (ISO-8601, UTC, the dead-lettering process's clock): its age in
+`sasflow dead list` (the broker's own dead letters carry it in `x-death`)."""
 REASON_LIMIT = 4000
 """Characters of a dead-letter reason kept in its header."""
 
@@ -26,6 +30,7 @@ def dead_letter_copy(
     headers[REASON_HEADER] = reason[:REASON_LIMIT]
     headers[SOURCE_HEADER] = delivery.queue
     headers[PROCESS_HEADER] = process_name
+    headers[DEAD_AT_HEADER] = datetime.now(UTC).isoformat()
     return Outgoing(
         exchange=dead_letter_exchange,
         routing_key=delivery.queue,

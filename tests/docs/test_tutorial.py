@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 
+from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.store.schema import alerts, events, steps
 from sasflow.transport.topology import Names
@@ -84,7 +85,7 @@ def _submitted(results: Results, run_id: int, key: str) -> None:
 def _setup(s: Session, results: Results) -> None:
     assert s.shell.exported["SASFLOW_APP"] == "examples.tutorial.app"
     assert s.shell.env["SASFLOW_APP"] == "examples.tutorial.app"
-    assert _out(results, -1).strip() == "database at revision 0002"
+    assert _out(results, -1).strip() == f"database at revision {migrate.head()}"
 
 
 def _start(s: Session, results: Results) -> None:

@@ -22,3 +22,8 @@ LIMIT_DEFAULTS: dict[str, Any] = {
     "max_json_depth": 64,
 }
 """The message limits as `Settings.redacted()` shows them when none is configured."""
+RETENTION_DEFAULTS: dict[str, Any] = {
+    "retain_completed_days": 30,
+    "retain_failed_days": 90,
+}
+"""The retention settings as `Settings.redacted()` shows them when none is configured."""

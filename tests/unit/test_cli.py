@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from sasflow.cli.main import COMMANDS, cli
-from tests.unit.expected import ALERT_DEFAULTS, LIMIT_DEFAULTS
+from tests.unit.expected import ALERT_DEFAULTS, LIMIT_DEFAULTS, RETENTION_DEFAULTS
 
 
 @pytest.mark.parametrize("command", [[], ["scheduler"], ["agent"], ["submitter"]])
@@ -61,6 +61,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         "app": None,
         **ALERT_DEFAULTS,
         **LIMIT_DEFAULTS,
+        **RETENTION_DEFAULTS,
     }
     table = CliRunner().invoke(cli, ["config", "show"], env=env)
     assert "hunter2" not in table.output

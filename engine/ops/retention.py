@@ -1,0 +1,200 @@
+"""History retention: delete finished runs past their retention, in small batches, optionally
+archiving each one (with its steps, events and alerts) as a JSON line first.
+
+Called by `sasflow db prune` and, with the configured policy, by the supervisor. Each batch is
+one short transaction that locks its runs with SKIP LOCKED: a run an operator, a scheduler or
+the sweep holds is left for the next batch, and nothing ever waits for the prune. A run with
+an open (unacknowledged) alert is kept until the alert is acknowledged. The whole action is one
+`audit` row (action `runs.prune`), brought up to date in the transaction of every batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import IO, Any
+
+from sasflow.errors import InvalidActionError
+from sasflow.settings import Settings
+from sasflow.states import TERMINAL_RUN_STATES, RunState
+from sasflow.store import audit, retention
+from sasflow.store.db import Connection, Engine, run_transaction, transaction
+from sasflow.store.retention import RetentionRule
+
+log = logging.getLogger(__name__)
+
+PRUNE_ACTION = "runs.prune"
+DAY = 86400.0
+
+FAILED_RUN_STATES = TERMINAL_RUN_STATES - {RunState.COMPLETED}
+"""Finished without completing: error, compensation_failed, cancelled, compensated."""
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long finished runs are kept, per state; states without a rule are kept forever."""
+
+    rules: tuple[RetentionRule, ...]
+
+    def __post_init__(self) -> None:
+        seen: set[RunState] = set()
+        for rule in self.rules:
+            active = set(rule.states) - TERMINAL_RUN_STATES
+            if active:
+                raise InvalidActionError(
+                    f"only finished runs can be pruned, not {', '.join(sorted(active))}"
+                )
+            if rule.keep_s < 0:
+                raise InvalidActionError("a retention cannot be negative")
+            if seen & set(rule.states):
+                raise InvalidActionError("a state has two retention rules")
+            seen |= set(rule.states)
+
+    @classmethod
+    def of(cls, *, completed_days: float, failed_days: float) -> RetentionPolicy:
+        """Completed runs kept `completed_days`, the other finished ones `failed_days`; 0 keeps
+        them forever."""
+        rules = []
+        if completed_days > 0:
+            rules.append(RetentionRule((RunState.COMPLETED,), completed_days * DAY))
+        if failed_days > 0:
+            rules.append(RetentionRule(tuple(sorted(FAILED_RUN_STATES)), failed_days * DAY))
+        return cls(tuple(rules))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+        return cls.of(
+            completed_days=settings.retain_completed_days,
+            failed_days=settings.retain_failed_days,
+        )
+
+    @classmethod
+    def older_than(cls, seconds: float, states: Collection[RunState] = ()) -> RetentionPolicy:
+        """One rule: runs in `states` (default: every finished state) finished more than
+        `seconds` ago."""
+        chosen = tuple(sorted(states or TERMINAL_RUN_STATES))
+        return cls((RetentionRule(chosen, seconds),))
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"states": list(r.states), "keep_s": r.keep_s} for r in self.rules]
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    batch: int = 500
+    """Runs deleted per transaction (their steps, events and alerts go with them)."""
+    budget: float | None = None
+    """Seconds the prune may take; what is left is pruned next time (None: until done)."""
+
+
+@dataclass
+class PruneReport:
+    pruned: int = 0
+    batches: int = 0
+    run_ids: list[int] = field(default_factory=list)
+    """The runs deleted (or, with dry_run, that would be)."""
+    complete: bool = True
+    """False when the budget ran out with runs left to prune."""
+    audit_id: int | None = None
+
+
+def prune(
+    engine: Engine,
+    policy: RetentionPolicy,
+    *,
+    actor: str,
+    reason: str,
+    options: PruneOptions | None = None,
+    dry_run: bool = False,
+    export: IO[str] | None = None,
+    check: Callable[[Connection], None] | None = None,
+    collect_ids: bool = True,
+) -> PruneReport:
+    """Delete every run past `policy` (see the module docstring); with `export`, each run is
+    written to it as one JSON line and fsynced before its batch's delete commits. `check` runs
+    first in every transaction (the supervisor checks its lease there). Without `collect_ids`
+    the report counts the runs but does not list them."""
+    options = options or PruneOptions()
+    if options.batch < 1:
+        raise InvalidActionError("the batch size must be at least 1")
+    report = PruneReport()
+    if dry_run:
+        with transaction(engine) as conn:
+            seen: set[int] = set()
+            for rule in policy.rules:
+                for run_id in retention.prunable_ids(conn, rule):
+                    if run_id not in seen:
+                        seen.add(run_id)
+                        report.run_ids.append(run_id)
+        report.pruned = len(report.run_ids)
+        return report
+
+    deadline = None if options.budget is None else time.monotonic() + options.budget
+    exported: set[int] = set()
+
+    def one_batch(conn: Connection, rule: RetentionRule) -> tuple[list[int], int | None]:
+        if check is not None:
+            check(conn)
+        ids = retention.lock_prunable(conn, rule, batch=options.batch)
+        if not ids:
+            return ids, report.audit_id
+        if export is not None:
+            _write(export, [r for r in retention.archive(conn, ids) if r["id"] not in exported])
+        retention.delete_runs(conn, ids)
+        detail = {
+            "pruned": report.pruned + len(ids),
+            "batches": report.batches + 1,
+            "policy": policy.describe(),
+            "export": getattr(export, "name", None) if export is not None else None,
+        }
+        audit_id = report.audit_id
+        if audit_id is None:
+            audit_id = audit.record(
+                conn, audit.AuditRecord(actor, PRUNE_ACTION, reason, detail=detail)
+            )
+        else:
+            audit.update_detail(conn, audit_id, detail)
+        return ids, audit_id
+
+    for rule in policy.rules:
+        while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                report.complete = False
+                return report
+            ids, report.audit_id = run_transaction(engine, functools.partial(one_batch, rule=rule))
+            if export is not None:
+                exported.update(ids)
+            report.pruned += len(ids)
+            report.batches += 1 if ids else 0
+            if collect_ids:
+                report.run_ids.extend(ids)
+            if len(ids) < options.batch:
+                break  # a short batch: this rule has nothing more (or only locked runs)
+    if report.pruned:
+        log.info(
+            "%s pruned %d finished run(s) in %d batch(es)", actor, report.pruned, report.batches
+        )
+    return report
+
+
+def _write(export: IO[str], archived: list[dict[str, Any]]) -> None:
+    """Append the runs and make them durable before the delete that follows commits."""
+    for run in archived:
+        export.write(json.dumps(run, default=_json_default, ensure_ascii=False) + "\n")
+    export.flush()
+    os.fsync(export.fileno())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

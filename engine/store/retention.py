@@ -1,0 +1,80 @@
+"""The statements of history retention: find finished runs past their retention, read them for
+the archive, delete them (steps, events and alerts go with them: ON DELETE CASCADE)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, delete, exists, select
+
+from sasflow.states import RunState
+from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.store.sqltime import now, plus_seconds
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """Runs in `states` are kept `keep_s` seconds after they finished."""
+
+    states: tuple[RunState, ...]
+    keep_s: float
+
+
+def _past_retention(rule: RetentionRule) -> list[ColumnElement[bool]]:
+    # Repeating the partial index's predicate lets the planner use ix_runs_finished_at.
+    return [
+        runs.c.finished_at.is_not(None),
+        runs.c.finished_at < plus_seconds(now(), -rule.keep_s),
+        runs.c.state.in_(sorted(rule.states)),
+        # A run with an open alert waits until someone acknowledged it (ix_alerts_run_id).
+        ~exists(
+            select(alerts.c.id).where(
+                alerts.c.run_id == runs.c.id, alerts.c.acknowledged.is_(False)
+            )
+        ),
+    ]
+
+
+def lock_prunable(conn: Connection, rule: RetentionRule, *, batch: int) -> list[int]:
+    """Up to `batch` ids of runs past `rule`, the longest finished first, locked; a run another
+    transaction holds is skipped, never waited for (ix_runs_finished_at)."""
+    query = (
+        select(runs.c.id)
+        .where(*_past_retention(rule))
+        .order_by(runs.c.finished_at, runs.c.id)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    return list(conn.execute(query).scalars())
+
+
+def prunable_ids(conn: Connection, rule: RetentionRule) -> list[int]:
+    """Every id of a run past `rule`, the longest finished first, unlocked: what a prune would
+    delete now (ix_runs_finished_at)."""
+    query = select(runs.c.id).where(*_past_retention(rule)).order_by(runs.c.finished_at, runs.c.id)
+    return list(conn.execute(query).scalars())
+
+
+def archive(conn: Connection, run_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Each run with its steps, events and alerts, in `run_ids` order (primary key,
+    uq_steps_run_id_kind_name, ix_events_run_id_id, ix_alerts_run_id)."""
+    ids = list(run_ids)
+    found = {r.id: dict(r._mapping) for r in conn.execute(select(runs).where(runs.c.id.in_(ids)))}
+    for run in found.values():
+        run["steps"], run["events"], run["alerts"] = [], [], []
+    for key, table in (("steps", steps), ("events", events), ("alerts", alerts)):
+        rows = conn.execute(select(table).where(table.c.run_id.in_(ids)).order_by(table.c.id))
+        for row in rows:
+            found[row.run_id][key].append(dict(row._mapping))
+    return [found[i] for i in ids if i in found]
+
+
+def delete_runs(conn: Connection, run_ids: Sequence[int]) -> int:
+    """Delete the runs (locked by the caller); the foreign keys cascade to their steps
+    (uq_steps_run_id_kind_name), events (ix_events_run_id_id) and alerts (ix_alerts_run_id).
+    Returns how many (primary key)."""
+    if not run_ids:
+        return 0
+    return conn.execute(delete(runs).where(runs.c.id.in_(list(run_ids)))).rowcount
