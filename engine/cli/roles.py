@@ -11,7 +11,7 @@ import click
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.appload import load_object
-from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, fail, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
@@ -32,6 +32,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     try:
         engine = obj.engine("submitter")
+        check_not_refused(engine)  # it touches the database only when a submission arrives
         role = Submitter(
             engine,
             obj.transport("submitter"),
@@ -83,6 +84,7 @@ def scheduler(
     )
     try:
         engine = obj.engine("scheduler")
+        check_not_refused(engine)
         role = Scheduler(
             engine,
             obj.transport("scheduler"),

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, fail, stop_event
 from sasflow.errors import SasflowError, StoreUnavailableError
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
@@ -93,6 +93,8 @@ def supervisor(
     engine = obj.engine("supervisor")
     role: Supervisor | None = None
     try:
+        # Its loop retries whatever the database says: a refusal at start must end it here.
+        check_not_refused(engine, obj.transport("supervisor"))
         dispatcher = AlertDispatcher(
             engine,
             build_sinks(obj.settings, lambda: obj.transport("alerts")),

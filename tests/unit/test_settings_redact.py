@@ -9,7 +9,7 @@ import pytest
 
 from sasflow.redact import redact_url
 from sasflow.settings import Settings
-from tests.unit.expected import ALERT_DEFAULTS
+from tests.unit.expected import ALERT_DEFAULTS, CONNECTION_DEFAULTS
 
 
 @pytest.fixture
@@ -102,6 +102,7 @@ def test_redacted_hides_passwords_in_both_urls(clean_env: pytest.MonkeyPatch) ->
         "namespace": "prod",
         "app": "shop.flows",
         **ALERT_DEFAULTS,
+        **CONNECTION_DEFAULTS,
     }
 
 
