@@ -1,17 +1,20 @@
 """The connection settings (SASFLOW_DB_*, SASFLOW_BROKER_*) reach SQLAlchemy's pool, psycopg's
-connect arguments and pika's connection parameters; nothing connects here."""
+connect arguments and pika's connection parameters (the TLS test talks to a local TLS socket,
+not to a broker)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import ssl
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from sasflow.cli.context import CliContext, broker_options, engine_options
-from sasflow.errors import ConfigurationError
+from sasflow.errors import BrokerUnavailableError, ConfigurationError
 from sasflow.settings import Settings
 from sasflow.store import db
 from sasflow.store.db import EngineOptions, make_engine
@@ -148,7 +151,9 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "-days",
             "1",
             "-subj",
-            "/CN=mq.example",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
             "-keyout",
             str(key),
             "-out",
@@ -172,9 +177,7 @@ def test_broker_tls_files_build_a_verifying_context(certificate: tuple[Path, Pat
     assert tls is not None
     assert tls.context.verify_mode == ssl.CERT_REQUIRED
     assert tls.context.check_hostname
-    assert [c["subject"] for c in tls.context.get_ca_certs()] == [
-        ((("commonName", "mq.example"),),)
-    ]
+    assert [c["subject"] for c in tls.context.get_ca_certs()] == [((("commonName", "localhost"),),)]
 
 
 def test_amqps_without_files_verifies_with_the_system_cas() -> None:
@@ -196,3 +199,46 @@ def test_broker_tls_files_that_cannot_work_are_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigurationError, match=match):
         connection_parameters(url, options)
+
+
+class TlsServer:
+    """A one-shot TLS endpoint on localhost: records whether the client completed the
+    handshake (it then closes, so the AMQP handshake that follows fails)."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.outcome: str | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        try:
+            with self.context.wrap_socket(conn, server_side=True) as tls:
+                self.outcome = f"established {tls.version()}"
+        except (ssl.SSLError, OSError) as exc:
+            self.outcome = f"failed: {exc}"
+        finally:
+            self.sock.close()
+
+
+@pytest.mark.parametrize(("trust_our_ca", "outcome"), [(True, "established"), (False, "failed")])
+def test_the_broker_tls_context_verifies_the_server_against_the_given_ca(
+    certificate: tuple[Path, Path], trust_our_ca: bool, outcome: str
+) -> None:
+    """With the CA file the handshake completes; with the system's CAs the client refuses
+    the self-signed certificate. Either way the AMQP handshake cannot follow: unavailable."""
+    cert, key = certificate
+    server = TlsServer(cert, key)
+    options = BrokerOptions(ca_file=str(cert) if trust_our_ca else None, socket_timeout=5)
+    transport = RabbitMQTransport(
+        f"amqps://localhost:{server.port}/%2F", process_name="test-tls", options=options
+    )
+    with pytest.raises(BrokerUnavailableError):
+        transport.connect()
+    server.thread.join(10)
+    assert server.outcome is not None
+    assert server.outcome.startswith(outcome)
