@@ -181,7 +181,7 @@ def check_not_refused(engine: Engine | None = None, transport: Transport | None 
 
 def _raise_if_refused_at_start(exc: StoreUnavailableError | BrokerUnavailableError) -> None:
     if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
 
 
 def default_actor() -> str:
@@ -217,11 +217,17 @@ EX_CONFIG = 78
 
 
 def fail(exc: SasflowError) -> click.ClickException:
-    """A sasflow error as a one-line CLI error: exit status 78 (EX_CONFIG) when the database or
-    broker refused this process before it ever connected, else 1."""
+    """A sasflow error as a one-line CLI error (exit status 1)."""
+    return click.ClickException(str(exc))
+
+
+def role_failed(exc: SasflowError) -> click.ClickException:
+    """How a long-running role ends on a sasflow error: exit status 78 (EX_CONFIG) when the
+    database or broker refused this process before it ever connected (a service manager
+    should not restart it), else 1 as `fail`. Operator commands keep 1 for every failure."""
     if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
         return ConfigurationExit(str(exc))
-    return click.ClickException(str(exc))
+    return fail(exc)
 
 
 class ConfigurationExit(click.ClickException):

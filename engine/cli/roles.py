@@ -11,7 +11,7 @@ import click
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.appload import load_object
-from sasflow.cli.context import CliContext, check_not_refused, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
@@ -43,7 +43,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
 
 
 @click.command()
@@ -96,7 +96,7 @@ def scheduler(
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
 
 
 def exit_despite_hung_handlers() -> None:
@@ -139,5 +139,5 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
     exit_despite_hung_handlers()

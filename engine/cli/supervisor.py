@@ -7,7 +7,7 @@ import time
 
 import click
 
-from sasflow.cli.context import CliContext, check_not_refused, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError, StoreUnavailableError
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
@@ -124,7 +124,7 @@ def supervisor(
         role.lease.release(engine)
         click.echo(f"swept: {report.summary()} delivered={delivered}")
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
     finally:
         if once and role is not None:
             dispatcher.stop()

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from sasflow.cli.context import EX_CONFIG, fail
+from sasflow.cli.context import EX_CONFIG, fail, role_failed
 from sasflow.errors import (
     BrokerRefusedError,
     BrokerUnavailableError,
@@ -153,9 +153,13 @@ def test_serve_forever_retries_a_refusal_after_a_connection_and_logs_an_error(
     assert script.calls == 3
 
 
-def test_the_cli_exits_78_on_a_refusal_at_start_and_1_afterwards() -> None:
-    at_start = fail(StoreRefusedError("no such database", never_connected=True))
-    later = fail(StoreRefusedError("password rotated", never_connected=False))
-    broker = fail(BrokerRefusedError("vhost not found", never_connected=True))
+def test_a_role_exits_78_on_a_refusal_at_start_and_1_afterwards() -> None:
+    at_start = role_failed(StoreRefusedError("no such database", never_connected=True))
+    later = role_failed(StoreRefusedError("password rotated", never_connected=False))
+    broker = role_failed(BrokerRefusedError("vhost not found", never_connected=True))
     assert (at_start.exit_code, later.exit_code, broker.exit_code) == (EX_CONFIG, 1, EX_CONFIG)
     assert EX_CONFIG == 78
+
+
+def test_an_operator_command_keeps_exit_status_1_for_a_refusal() -> None:
+    assert fail(StoreRefusedError("no such database", never_connected=True)).exit_code == 1
