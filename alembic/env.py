@@ -12,7 +12,7 @@ import os
 from sqlalchemy import Connection
 
 from alembic import context
-from sasflow.store.db import make_engine
+from sasflow.store.db import EngineOptions, make_engine
 from sasflow.store.migrate import include_object
 from sasflow.store.schema import metadata
 
@@ -41,7 +41,13 @@ def run_migrations_online() -> None:
     if not url:
         raise SystemExit("set SASFLOW_DATABASE_URL (or use `sasflow db upgrade`)")
     engine = make_engine(
-        url, application_name="sasflow-alembic", pool_size=1, statement_timeout_ms=None
+        url,
+        EngineOptions(
+            application_name="sasflow-alembic",
+            pool_size=1,
+            max_overflow=0,
+            statement_timeout_ms=None,
+        ),
     )
     with engine.connect() as conn:
         _configure_and_run(conn)

@@ -79,3 +79,25 @@ class AlertAlreadyAcknowledgedError(SasflowError):
 
 class InvalidAcknowledgementError(SasflowError):
     """An acknowledgement needs a reason and an actor of at most 200 characters."""
+
+
+# -- refusals: a permanent misconfiguration, not an outage ------------------------------------
+
+
+class StoreRefusedError(StoreUnavailableError):
+    """The database refused this process: authentication failed, or no such role or database."""
+
+    def __init__(self, message: str | None = None, *, never_connected: bool = False) -> None:
+        super().__init__(message)
+        self.never_connected = never_connected
+        """True when this process had not connected before: a configuration to fix, not an
+        outage to wait out (roles exit with EX_CONFIG instead of retrying)."""
+
+
+class BrokerRefusedError(BrokerUnavailableError):
+    """The broker refused this process: login refused, no such virtual host or no access."""
+
+    def __init__(self, message: str | None = None, *, never_connected: bool = False) -> None:
+        super().__init__(message)
+        self.never_connected = never_connected
+        """True when this transport had not connected before (see StoreRefusedError)."""

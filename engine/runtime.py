@@ -12,7 +12,12 @@ import uuid
 from collections.abc import Callable
 from types import FrameType
 
-from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
+from sasflow.errors import (
+    BrokerRefusedError,
+    BrokerUnavailableError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +63,26 @@ class Reconnect:
 def serve_forever(
     name: str, serve: Callable[[], None], stop: threading.Event, reconnect: Reconnect | None = None
 ) -> None:
-    """Call `serve` until `stop` is set, reconnecting after the broker or database went away."""
+    """Call `serve` until `stop` is set, reconnecting after the broker or database went away.
+
+    A refusal (wrong credentials, no such database or virtual host) before the process ever
+    connected is raised: it is a configuration to fix, and retrying would log it for ever.
+    After a first connection it is retried like an outage (credentials being rotated, a
+    database being restored), logged as an error."""
     reconnect = reconnect or Reconnect()
     while not stop.is_set():
         started = time.monotonic()
         try:
             serve()
         except (BrokerUnavailableError, StoreUnavailableError) as exc:
+            refused = isinstance(exc, BrokerRefusedError | StoreRefusedError)
+            if isinstance(exc, BrokerRefusedError | StoreRefusedError) and exc.never_connected:
+                raise
             if time.monotonic() - started > HEALTHY_SECONDS:
                 reconnect.reset()  # it served well before this outage: start over quickly
             delay = reconnect.next_delay()
-            log.warning("%s: %s; reconnecting in %.1fs", name, exc, delay)
+            level = logging.ERROR if refused else logging.WARNING
+            log.log(level, "%s: %s; reconnecting in %.1fs", name, exc, delay)
             stop.wait(delay)
         else:
             reconnect.reset()

@@ -20,6 +20,7 @@ from sasflow.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
     PublishError,
+    StoreRefusedError,
     StoreUnavailableError,
 )
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
@@ -172,7 +173,9 @@ class Scheduler:
                 db_retry.reset()
             except StoreUnavailableError as exc:
                 delay = db_retry.next_delay()
-                log.warning("%s: %s; retrying in %.1fs", self.id, exc, delay)
+                # A refusal (rotated password, dropped database) needs an operator: ERROR.
+                level = logging.ERROR if isinstance(exc, StoreRefusedError) else logging.WARNING
+                log.log(level, "%s: %s; retrying in %.1fs", self.id, exc, delay)
                 self._transport.process(delay)  # keeps the broker connection alive meanwhile
                 continue
             wait = 0.0 if busy else max(0.0, min(next_claim, next_relay) - time.monotonic())

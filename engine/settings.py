@@ -101,6 +101,75 @@ class Settings(BaseSettings):
         "kept until the alert is acknowledged.",
     )
 
+    # -- connections: pools, timeouts, heartbeats, TLS (docs/howto/connections-and-tls.md) ----
+    # TLS to PostgreSQL is libpq's, in the URL: ?sslmode=verify-full&sslrootcert=/path/ca.pem
+
+    db_pool_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Connections each process keeps in its pool [default: 5; the operator "
+        "commands 1, sasflow run schedulers + 4].",
+    )
+    db_max_overflow: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="Connections opened beyond the pool under load [default: the pool size].",
+    )
+    db_pool_timeout: float = Field(
+        default=30.0, gt=0, le=3600, description="Seconds to wait for a free pooled connection."
+    )
+    db_connect_timeout: int = Field(
+        default=10, ge=1, le=600, description="Seconds to establish a database connection."
+    )
+    db_statement_timeout: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Seconds any one statement may run (0: no limit; migrations have none).",
+    )
+    broker_heartbeat: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="Seconds between AMQP heartbeats; a dead broker is noticed after about "
+        "two (0: none).",
+    )
+    broker_connection_attempts: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Attempts per broker connect (the roles also reconnect with backoff).",
+    )
+    broker_retry_delay: float = Field(
+        default=2.0, ge=0, le=600, description="Seconds between those attempts."
+    )
+    broker_socket_timeout: float = Field(
+        default=10.0, gt=0, le=600, description="Seconds to open the broker's TCP connection."
+    )
+    broker_blocked_connection_timeout: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Seconds the broker may block publishers (memory or disk alarm) before "
+        "the connection is dropped and reconnected (0: wait for ever).",
+    )
+    broker_ca_file: str | None = Field(
+        default=None,
+        description="CA bundle (PEM) verifying the broker's certificate, amqps:// only "
+        "[default: the system's CAs].",
+    )
+    broker_cert_file: str | None = Field(
+        default=None,
+        description="Client certificate (PEM) for amqps://, when the broker asks for one.",
+    )
+    broker_key_file: str | None = Field(
+        default=None, description="Private key of the client certificate [default: in it]."
+    )
+
+    # -- end of connections -----------------------------------------------------------------
+
     @field_validator("alert_email_to", mode="before")
     @classmethod
     def _split_recipients(cls, value: Any) -> Any:
@@ -132,4 +201,23 @@ class Settings(BaseSettings):
             "max_json_depth": self.max_json_depth,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
+            **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
         }
+
+
+CONNECTION_SETTINGS = (
+    "db_pool_size",
+    "db_max_overflow",
+    "db_pool_timeout",
+    "db_connect_timeout",
+    "db_statement_timeout",
+    "broker_heartbeat",
+    "broker_connection_attempts",
+    "broker_retry_delay",
+    "broker_socket_timeout",
+    "broker_blocked_connection_timeout",
+    "broker_ca_file",
+    "broker_cert_file",
+    "broker_key_file",
+)
+"""Settings that hold no secret (file paths, not contents): shown as they are."""

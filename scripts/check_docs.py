@@ -64,6 +64,7 @@ ALLOWLIST: dict[str, str] = {
     "pytest": "scripts/test",
     "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
+    "psql": "tests/services.py::apply_roles_script",
 }
 
 # Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.

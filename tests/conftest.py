@@ -1,9 +1,15 @@
 """Fixtures shared by the integration and acceptance tests: each test gets its own database
-(cloned from a migrated template) and its own SASFLOW_NAMESPACE on the real services."""
+(cloned from a migrated template) and its own SASFLOW_NAMESPACE on the real services.
+
+The roles connect as they would in production: the template is created by the shipped
+deploy/postgresql/roles.sql and migrated by its owner role, and `database_url` and `engine`
+connect as the runtime role (DML only), so a grant the roles miss fails the tests. A test that
+needs a superuser (ALTER DATABASE, ending other roles' sessions) takes `admin_database_url`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import Engine
@@ -14,26 +20,69 @@ from sasflow.transport.topology import Names
 from tests import services
 
 
+@dataclass(frozen=True)
+class DatabaseRoles:
+    """This session's roles (unique names: sessions of other worktrees share the server)."""
+
+    owner: str
+    runtime: str
+    readonly: str
+
+
 @pytest.fixture(scope="session")
-def template_database() -> Iterator[str]:
-    """A database migrated to head once per session; tests clone it."""
+def database_roles() -> Iterator[DatabaseRoles]:
+    roles = DatabaseRoles(
+        owner=services.unique("sf_owner"),
+        runtime=services.unique("sf_runtime"),
+        readonly=services.unique("sf_readonly"),
+    )
+    yield roles
+    services.drop_roles(roles.runtime, roles.readonly, roles.owner)
+
+
+@pytest.fixture(scope="session")
+def template_database(database_roles: DatabaseRoles) -> Iterator[str]:
+    """A database migrated to head by the owner role once per session; tests clone it."""
     name = services.unique("sasflow_tpl")
-    services.create_database(name)
-    engine = make_engine(services.database_url(name), pool_size=1)
     try:
-        migrate.upgrade(engine)
+        services.apply_roles_script(
+            name,
+            owner=database_roles.owner,
+            runtime=database_roles.runtime,
+            readonly=database_roles.readonly,
+        )
+        engine = make_engine(services.database_url(name, user=database_roles.owner), pool_size=1)
+        try:
+            migrate.upgrade(engine)
+        finally:
+            engine.dispose()
+        yield name
     finally:
-        engine.dispose()
-    yield name
+        services.drop_database(name)
+
+
+@pytest.fixture
+def admin_database_url(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
+    """This test's own database, as the superuser: for what no sasflow role may do."""
+    name = services.unique("sasflow_test")
+    # The clone keeps the template's grants and default privileges (they live in the
+    # database); its owner is named again since CREATE DATABASE makes the admin own it.
+    services.create_database(name, template=template_database, owner=database_roles.owner)
+    yield services.database_url(name)
     services.drop_database(name)
 
 
 @pytest.fixture
-def database_url(template_database: str) -> Iterator[str]:
-    name = services.unique("sasflow_test")
-    services.create_database(name, template=template_database)
-    yield services.database_url(name)
-    services.drop_database(name)
+def database_url(admin_database_url: str, database_roles: DatabaseRoles) -> str:
+    """This test's own database, as the runtime role the sasflow processes use."""
+    return services.with_user(admin_database_url, database_roles.runtime)
+
+
+@pytest.fixture
+def owner_database_url(admin_database_url: str, database_roles: DatabaseRoles) -> str:
+    """This test's own database, as the owner role that migrations (sasflow's and an app's
+    own) run as: what it creates, the runtime role may read and write."""
+    return services.with_user(admin_database_url, database_roles.owner)
 
 
 @pytest.fixture

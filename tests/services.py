@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pika.exceptions
@@ -33,25 +34,72 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-def database_url(name: str) -> str:
-    """The URL of database `name` on the admin URL's server."""
-    return make_url(admin_url()).set(database=name).render_as_string(hide_password=False)
+def database_url(name: str, *, user: str | None = None) -> str:
+    """The URL of database `name` on the admin URL's server, as the admin or as `user` (the
+    test server trusts local connections: no password)."""
+    url = make_url(admin_url()).set(database=name)
+    if user is not None:
+        url = url.set(username=user, password=None)
+    return url.render_as_string(hide_password=False)
+
+
+def with_user(url: str, user: str) -> str:
+    """`url` connecting as `user` instead (no password: the test server trusts local ones)."""
+    return make_url(url).set(username=user, password=None).render_as_string(hide_password=False)
+
+
+ROLES_SCRIPT = Path(__file__).resolve().parents[1] / "deploy" / "postgresql" / "roles.sql"
+
+
+def apply_roles_script(database: str, *, owner: str, runtime: str, readonly: str) -> None:
+    """Run the shipped deploy/postgresql/roles.sql as the admin: the roles (created when
+    missing) and `database` (owned by `owner`, created when missing) with their grants."""
+    url = make_url(admin_url())
+    psql = shutil.which("psql")
+    assert psql is not None, "psql is needed to run deploy/postgresql/roles.sql"
+    variables = {"db": database, "owner": owner, "runtime": runtime, "readonly": readonly}
+    subprocess.run(
+        [
+            psql,
+            "-X",
+            "-q",
+            "-h",
+            url.host or "127.0.0.1",
+            "-p",
+            str(url.port or 5432),
+            "-U",
+            url.username or "postgres",
+            *(arg for name, value in variables.items() for arg in ("-v", f"{name}={value}")),
+            "-f",
+            str(ROLES_SCRIPT),
+            url.database or "postgres",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PGPASSWORD": url.password or ""},
+    )
+
+
+def drop_roles(*names: str) -> None:
+    """Drop roles this session created (their databases are gone already)."""
+    with _admin() as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def _admin() -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(libpq_dsn(admin_url()), autocommit=True)
 
 
-def create_database(name: str, template: str | None = None) -> None:
+def create_database(name: str, template: str | None = None, owner: str | None = None) -> None:
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+    if owner is not None:
+        statement += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
     with _admin() as conn:
-        if template is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        else:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(template)
-                )
-            )
+        conn.execute(statement)
 
 
 def drop_database(name: str) -> None:

@@ -28,6 +28,7 @@ def show(obj: CliContext, output: str) -> None:
         click.echo(json.dumps(values, indent=2))
         return
     table = Table("setting", "value", "variable")
+    table.columns[0].overflow = "fold"  # long names (broker_blocked_connection_timeout) too
     table.columns[1].overflow = "fold"
     table.columns[2].overflow = "fold"  # variable names are copied: never cut them
     for key, value in values.items():

@@ -8,20 +8,35 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 
 from sasflow.appload import load_registry
-from sasflow.errors import ConfigurationError, SasflowError
+from sasflow.errors import (
+    BrokerRefusedError,
+    BrokerUnavailableError,
+    ConfigurationError,
+    SasflowError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from sasflow.redact import redact_url
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
 from sasflow.settings import Settings
-from sasflow.store.db import Connection, Engine, make_engine, run_transaction
+from sasflow.store.db import (
+    Connection,
+    Engine,
+    EngineOptions,
+    make_engine,
+    run_transaction,
+    transaction,
+)
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker
+from sasflow.transport.rabbitmq import BrokerOptions
 from sasflow.transport.topology import Names
 
 T = TypeVar("T")
@@ -54,13 +69,16 @@ class CliContext:
         return self._registry
 
     def engine(
-        self, role: str, pool_size: int = 5, statement_timeout_ms: int | None = 60_000
+        self,
+        role: str,
+        pool_size: int | None = None,
+        statement_timeout_ms: int | Literal["settings"] | None = "settings",
     ) -> Engine:
+        """An engine for `role`. `pool_size` is the command's own default (a short-lived
+        command needs one connection); SASFLOW_DB_POOL_SIZE, when set, wins over it."""
         return make_engine(
             self.settings.database_url,
-            application_name=f"sasflow-{role}",
-            pool_size=pool_size,
-            statement_timeout_ms=statement_timeout_ms,
+            engine_options(self.settings, role, pool_size, statement_timeout_ms),
         )
 
     def in_transaction(self, work: Callable[[Connection], T]) -> T:
@@ -90,9 +108,80 @@ class CliContext:
                     self._broker = MemoryBroker()
                 broker = self._broker
         try:
-            return make_transport(url, process_name=f"sasflow-{role}", broker=broker)
+            return make_transport(
+                url,
+                process_name=f"sasflow-{role}",
+                broker=broker,
+                options=broker_options(self.settings),
+            )
         except ConfigurationError as exc:
             raise fail(exc) from exc
+
+
+def engine_options(
+    settings: Settings,
+    role: str,
+    pool_size: int | None = None,
+    statement_timeout_ms: int | Literal["settings"] | None = "settings",
+) -> EngineOptions:
+    """The connection settings of `role`'s engine (see EngineOptions for the defaults)."""
+    defaults = EngineOptions()
+    size = settings.db_pool_size or pool_size or defaults.pool_size
+    overflow = settings.db_max_overflow
+    timeout_ms: int | None
+    if statement_timeout_ms == "settings":
+        seconds = settings.db_statement_timeout
+        timeout_ms = round(seconds * 1000) if seconds > 0 else None
+    else:
+        timeout_ms = statement_timeout_ms
+    return EngineOptions(
+        application_name=f"sasflow-{role}",
+        pool_size=size,
+        max_overflow=size if overflow is None else overflow,
+        pool_timeout=settings.db_pool_timeout,
+        connect_timeout=settings.db_connect_timeout,
+        statement_timeout_ms=timeout_ms,
+    )
+
+
+def broker_options(settings: Settings) -> BrokerOptions:
+    """The RabbitMQ connection settings of every role."""
+    blocked = settings.broker_blocked_connection_timeout
+    return BrokerOptions(
+        heartbeat=settings.broker_heartbeat,
+        connection_attempts=settings.broker_connection_attempts,
+        retry_delay=settings.broker_retry_delay,
+        socket_timeout=settings.broker_socket_timeout,
+        blocked_connection_timeout=blocked if blocked > 0 else None,
+        ca_file=settings.broker_ca_file,
+        cert_file=settings.broker_cert_file,
+        key_file=settings.broker_key_file,
+    )
+
+
+def check_not_refused(engine: Engine | None = None, transport: Transport | None = None) -> None:
+    """Connect once to each given: raise (exit status 78) when the database or broker refuses
+    this process's configuration. One that cannot be reached yet is left to the role, which
+    retries; so is a refusal after that first connection."""
+    try:
+        if engine is not None:
+            with transaction(engine):
+                pass
+    except StoreUnavailableError as exc:
+        _raise_if_refused_at_start(exc)
+    if transport is None:
+        return
+    try:
+        transport.connect()
+    except BrokerUnavailableError as exc:
+        _raise_if_refused_at_start(exc)
+    finally:
+        transport.close()
+
+
+def _raise_if_refused_at_start(exc: StoreUnavailableError | BrokerUnavailableError) -> None:
+    if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
+        raise role_failed(exc) from exc
 
 
 def default_actor() -> str:
@@ -122,8 +211,29 @@ def build_settings(**overrides: Any) -> Settings:
         raise click.UsageError(f"invalid settings: {exc}") from exc
 
 
+EX_CONFIG = 78
+"""sysexits.h: a configuration error. A service manager should not restart in a loop on it
+(systemd: RestartPreventExitStatus=78)."""
+
+
 def fail(exc: SasflowError) -> click.ClickException:
+    """A sasflow error as a one-line CLI error (exit status 1)."""
     return click.ClickException(str(exc))
+
+
+def role_failed(exc: SasflowError) -> click.ClickException:
+    """How a long-running role ends on a sasflow error: exit status 78 (EX_CONFIG) when the
+    database or broker refused this process before it ever connected (a service manager
+    should not restart it), else 1 as `fail`. Operator commands keep 1 for every failure."""
+    if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
+        return ConfigurationExit(str(exc))
+    return fail(exc)
+
+
+class ConfigurationExit(click.ClickException):
+    """`Error: ...` and exit status 78: what the process was given is refused."""
+
+    exit_code = EX_CONFIG
 
 
 def stop_event() -> threading.Event:

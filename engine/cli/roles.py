@@ -11,7 +11,7 @@ import click
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
 from sasflow.appload import load_object
-from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
@@ -32,6 +32,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     try:
         engine = obj.engine("submitter")
+        check_not_refused(engine)  # it touches the database only when a submission arrives
         role = Submitter(
             engine,
             obj.transport("submitter"),
@@ -43,7 +44,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
 
 
 @click.command()
@@ -87,6 +88,7 @@ def scheduler(
             limits=obj.settings.limits(),
         )
         engine = obj.engine("scheduler")
+        check_not_refused(engine)
         role = Scheduler(
             engine,
             obj.transport("scheduler"),
@@ -98,7 +100,7 @@ def scheduler(
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
 
 
 def exit_despite_hung_handlers() -> None:
@@ -142,5 +144,5 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
         )
         role.run()
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
     exit_despite_hung_handlers()

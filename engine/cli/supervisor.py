@@ -7,7 +7,7 @@ import time
 
 import click
 
-from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError, StoreUnavailableError
 from sasflow.ops.retention import RetentionPolicy
 from sasflow.supervisor.dispatch import AlertDispatcher
@@ -128,6 +128,8 @@ def supervisor(
     engine = obj.engine("supervisor")
     role: Supervisor | None = None
     try:
+        # Its loop retries whatever the database says: a refusal at start must end it here.
+        check_not_refused(engine, obj.transport("supervisor"))
         dispatcher = AlertDispatcher(
             engine,
             build_sinks(obj.settings, lambda: obj.transport("alerts")),
@@ -157,7 +159,7 @@ def supervisor(
         role.lease.release(engine)
         click.echo(f"swept: {report.summary()} delivered={delivered}")
     except SasflowError as exc:
-        raise fail(exc) from exc
+        raise role_failed(exc) from exc
     finally:
         if once and role is not None:
             dispatcher.stop()

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
+from sasflow.errors import (
+    ConfigurationError,
+    ConflictError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from sasflow.redact import redact_url
 from sasflow.store import sqlite
 
@@ -25,9 +33,12 @@ __all__ = [
     "CONFLICTS",
     "Connection",
     "Engine",
+    "EngineOptions",
+    "has_connected",
     "is_conflict",
     "is_disconnect",
     "is_message_fault",
+    "is_refused",
     "make_engine",
     "run_transaction",
     "sqlstate",
@@ -40,23 +51,48 @@ T = TypeVar("T")
 CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How a process connects to the state store (from Settings at the CLI; defaults here).
+
+    TLS and any other libpq parameter (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) go in
+    the URL's query string, where the scheduler's LISTEN connection finds them too."""
+
+    application_name: str = "sasflow"
+    pool_size: int = 5
+    max_overflow: int = 5
+    """Connections opened beyond `pool_size` under load, closed again when returned."""
+    pool_timeout: float = 30.0
+    """Seconds to wait for a pooled connection when all are in use."""
+    connect_timeout: int = 10
+    """Seconds to establish a connection (libpq's connect_timeout, whole seconds)."""
+    statement_timeout_ms: int | None = 60_000
+    """Bounds any one statement; None: no bound (migrations)."""
+
+
 def make_engine(
     url: str,
+    options: EngineOptions | None = None,
     *,
-    application_name: str = "sasflow",
-    pool_size: int = 5,
-    statement_timeout_ms: int | None = 60_000,
+    application_name: str | None = None,
+    pool_size: int | None = None,
 ) -> Engine:
     """An engine with the settings every sasflow process uses (pre-ping survives DB restarts).
 
-    `sqlite:///PATH` opens a SQLite file instead (see sqlite.py; the statement timeout does not
-    apply there)."""
+    `application_name` and `pool_size` override `options` (tests and short-lived tools); a
+    `pool_size` given alone also sets the overflow to the same number, as before options.
+    `sqlite:///PATH` opens a SQLite file instead (see sqlite.py; the timeouts do not apply)."""
+    options = options or EngineOptions()
+    if pool_size is not None:
+        options = replace(options, pool_size=pool_size, max_overflow=pool_size)
+    if application_name is not None:
+        options = replace(options, application_name=application_name)
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
     if parsed.get_backend_name() == "sqlite":
-        return sqlite.make_sqlite_engine(parsed, pool_size=pool_size)
+        return sqlite.make_sqlite_engine(parsed, pool_size=options.pool_size)
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"unsupported database {parsed.get_backend_name()!r} in {redact_url(url)!r}: "
@@ -65,29 +101,43 @@ def make_engine(
         )
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(
+    engine = create_engine(
         parsed,
         pool_pre_ping=True,
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        connect_args=_connect_args(application_name, statement_timeout_ms),
+        pool_size=options.pool_size,
+        max_overflow=options.max_overflow,
+        pool_timeout=options.pool_timeout,
+        connect_args=_connect_args(options),
     )
+    # A refusal before the first connection is a configuration to fix; after it, an outage
+    # (credentials being rotated, a database being restored) to wait out. See `translated`.
+    event.listen(engine, "connect", lambda _dbapi, _record: _CONNECTED.add(engine), once=True)
+    return engine
 
 
-def _connect_args(application_name: str, statement_timeout_ms: int | None) -> dict[str, Any]:
+_CONNECTED: weakref.WeakSet[Engine] = weakref.WeakSet()
+"""Engines that have opened at least one connection."""
+
+
+def has_connected(engine: Engine) -> bool:
+    """True once `engine` has opened a connection (SQLite engines: always)."""
+    return engine in _CONNECTED or engine.dialect.name != "postgresql"
+
+
+def _connect_args(options: EngineOptions) -> dict[str, Any]:
     # Keepalives and a TCP user timeout notice a vanished server in about 30 s instead of
     # the kernel's ~15 minutes; the statement timeout bounds any one statement.
     args: dict[str, Any] = {
-        "application_name": application_name[:63],
-        "connect_timeout": 10,
+        "application_name": options.application_name[:63],
+        "connect_timeout": options.connect_timeout,
         "keepalives": 1,
         "keepalives_idle": 10,
         "keepalives_interval": 5,
         "keepalives_count": 3,
         "tcp_user_timeout": 30_000,
     }
-    if statement_timeout_ms is not None:
-        args["options"] = f"-c statement_timeout={statement_timeout_ms}"
+    if options.statement_timeout_ms is not None:
+        args["options"] = f"-c statement_timeout={options.statement_timeout_ms}"
     return args
 
 
@@ -109,6 +159,27 @@ UNAVAILABLE_STATES = frozenset({"25006", "28000", "28P01", "40003", "55006", "55
 guard); authorization refused (credentials being rotated); statement completion unknown;
 object in use and lock not available (another session holds the lock)."""
 
+REFUSED_STATES = frozenset({"28000", "28P01", "3D000"})
+"""Invalid authorization (no such role, no pg_hba.conf entry, a role not permitted to log in),
+password authentication failed, no such database: this process's configuration is refused.
+Also unavailable (see `is_disconnect`): after a first connection it is waited out."""
+
+REFUSED_MESSAGES = re.compile(
+    r"FATAL:\s+(?:"
+    r"password authentication failed"
+    r"|role \".*\" does not exist"
+    r"|database \".*\" does not exist"
+    r"|role \".*\" is not permitted to log in"
+    r"|no pg_hba\.conf entry"
+    r"|permission denied for database"
+    r"|\w+ authentication failed"
+    r")"
+    r"|fe_sendauth: no password supplied"
+)
+"""libpq reports a failed connection start-up as text only (psycopg's `sqlstate` is None): the
+server's messages for REFUSED_STATES and for a missing CONNECT privilege (42501). English
+messages only: a server with another `lc_messages` has its refusals retried as outages."""
+
 MESSAGE_FAULT_CLASSES = frozenset({"22", "23", "54"})
 """Data exception (e.g. `\\u0000` in jsonb, a number out of range), integrity constraint
 violation, program limit exceeded (e.g. a value too large for an index row): the message's own
@@ -125,6 +196,17 @@ def sqlstate(exc: BaseException | None) -> str | None:
     return None
 
 
+def is_refused(exc: BaseException) -> bool:
+    """True when the database refused this process's credentials or database name (see
+    REFUSED_STATES): a configuration error at start-up, an outage afterwards."""
+    if not isinstance(exc, DBAPIError) or not isinstance(exc.orig, psycopg.Error):
+        return False
+    state = sqlstate(exc)
+    if state is not None:
+        return state in REFUSED_STATES
+    return REFUSED_MESSAGES.search(str(exc.orig)) is not None
+
+
 def is_disconnect(exc: BaseException) -> bool:
     """True when `exc` means the database cannot do the work now: it went away, refuses
     writes, or lacks resources. The operation may be retried later (StoreUnavailableError)."""
@@ -135,6 +217,8 @@ def is_disconnect(exc: BaseException) -> bool:
     if isinstance(exc.orig, sqlite3.Error):
         # SQLite reports SQL errors ("no such table") as OperationalError too.
         return sqlite.is_unavailable(exc.orig)
+    if is_refused(exc):
+        return True
     state = sqlstate(exc)
     if state is None:
         # No SQLSTATE: a client-side failure (connection lost, connect or read timeout).
@@ -164,19 +248,30 @@ def is_conflict(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def translated() -> Iterator[None]:
+def translated(engine: Engine | None = None) -> Iterator[None]:
     """Turn a database that cannot do the work now (see `is_disconnect`) into
     StoreUnavailableError, and a deadlock or serialization failure (SQLite: a write lock busy
-    past its timeout) into ConflictError, at the adapter boundary. Any other driver error
-    (the data, or a bug) is raised as it is."""
+    past its timeout) into ConflictError, at the adapter boundary. A refusal of the
+    credentials or database (`is_refused`) is StoreRefusedError, marked `never_connected` when
+    `engine` has never connected. Any other driver error (the data, or a bug) is raised as it
+    is."""
     try:
         yield
     except DBAPIError as exc:
         if is_conflict(exc):
             raise ConflictError(f"concurrent update, retry: {exc.orig}") from exc
+        if is_refused(exc):
+            raise StoreRefusedError(
+                f"state store refused the connection: {_one_line(exc.orig)}",
+                never_connected=engine is not None and not has_connected(engine),
+            ) from exc
         if is_disconnect(exc):
             raise StoreUnavailableError(f"state store unavailable: {exc.orig}") from exc
         raise
+
+
+def _one_line(error: BaseException | None) -> str:
+    return " ".join(str(error).split())
 
 
 def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts: int = 5) -> T:
@@ -196,5 +291,5 @@ def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts
 @contextlib.contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """One transaction; commits on success, rolls back on error, driver errors translated."""
-    with translated(), engine.begin() as conn:
+    with translated(engine), engine.begin() as conn:
         yield conn

@@ -51,14 +51,14 @@ def _config() -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    with translated(), engine.begin() as conn:
+    with translated(engine), engine.begin() as conn:
         cfg = _config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
-    with translated(), engine.begin() as conn:
+    with translated(engine), engine.begin() as conn:
         cfg = _config()
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
@@ -66,7 +66,7 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 def current(engine: Engine) -> str | None:
     """The database's revision, or None for an empty database."""
-    with translated(), engine.connect() as conn:
+    with translated(engine), engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -76,7 +76,7 @@ def head() -> str | None:
 
 def differences(engine: Engine) -> list[object]:
     """What autogenerate would change to make the database match the models (empty: none)."""
-    with translated(), engine.connect() as conn:
+    with translated(engine), engine.connect() as conn:
         context = MigrationContext.configure(
             conn, opts={"compare_type": True, "include_object": include_object(conn.dialect.name)}
         )

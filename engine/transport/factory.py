@@ -8,7 +8,7 @@ from sasflow.errors import ConfigurationError
 from sasflow.redact import redact_url
 from sasflow.transport.base import Transport
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
 
 AMQP_SCHEMES = ("amqp", "amqps")
 MEMORY_SCHEME = "memory"
@@ -27,11 +27,18 @@ def is_in_process(url: str) -> bool:
     return _scheme(url) == MEMORY_SCHEME
 
 
-def make_transport(url: str, *, process_name: str, broker: MemoryBroker | None = None) -> Transport:
-    """A new, unconnected transport for `url`; `memory://` needs the process's MemoryBroker."""
+def make_transport(
+    url: str,
+    *,
+    process_name: str,
+    broker: MemoryBroker | None = None,
+    options: BrokerOptions | None = None,
+) -> Transport:
+    """A new, unconnected transport for `url`; `memory://` needs the process's MemoryBroker.
+    `options` (heartbeat, timeouts, TLS files) apply to RabbitMQ only."""
     scheme = _scheme(url)
     if scheme in AMQP_SCHEMES:
-        return RabbitMQTransport(url, process_name=process_name)
+        return RabbitMQTransport(url, process_name=process_name, options=options)
     if scheme == MEMORY_SCHEME:
         if broker is None:
             raise ConfigurationError(

@@ -6,7 +6,9 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pika
@@ -18,7 +20,12 @@ from pika.exchange_type import ExchangeType
 from pika.frame import Method
 from pika.spec import Basic, BasicProperties
 
-from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
+from sasflow.errors import (
+    BrokerRefusedError,
+    BrokerUnavailableError,
+    ConfigurationError,
+    PublishError,
+)
 from sasflow.redact import redact_url
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.confirms import ConfirmTracker
@@ -64,8 +71,27 @@ backoff). That includes a channel or connection the broker closed, a heartbeat o
 timeout, a stream lost, refused credentials and frames that make no sense."""
 
 
+REFUSED_CONNECTION: tuple[type[Exception], ...] = (
+    pika.exceptions.ProbableAuthenticationError,  # 403 ACCESS_REFUSED at login
+    pika.exceptions.ProbableAccessDeniedError,  # 530: no such virtual host, or no access to it
+    pika.exceptions.AuthenticationError,  # no mechanism both ends support
+)
+"""The broker refused this process's credentials or virtual host: BrokerRefusedError."""
+
+ACCESS_REFUSED = 403
+
+
+def _refused(exc: Exception) -> bool:
+    if isinstance(exc, REFUSED_CONNECTION):
+        return True
+    # A user without permission on a name (configure, write or read) has its channel closed.
+    return isinstance(exc, pika.exceptions.ChannelClosedByBroker) and (
+        exc.reply_code == ACCESS_REFUSED
+    )
+
+
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
+def _translated(*, never_connected: bool = False) -> Iterator[None]:
     try:
         yield
     except PROGRAMMING_ERRORS:
@@ -73,7 +99,69 @@ def _translated() -> Iterator[None]:
     except MESSAGE_REFUSED as exc:
         raise PublishError(f"broker refused the message: {exc!r}") from exc
     except BROKER_FAILURES as exc:
+        if isinstance(exc, Exception) and _refused(exc):
+            raise BrokerRefusedError(
+                f"broker refused access: {exc!r}", never_connected=never_connected
+            ) from exc
         raise BrokerUnavailableError(f"broker unavailable: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    """How a process connects to RabbitMQ (from Settings at the CLI; defaults here)."""
+
+    heartbeat: int = 30
+    """Seconds between AMQP heartbeats (a dead peer is noticed after about two); 0: none."""
+    connection_attempts: int = 1
+    """Attempts per connect; sasflow's own reconnect loop backs off between connects."""
+    retry_delay: float = 2.0
+    """Seconds between those attempts."""
+    socket_timeout: float = 10.0
+    blocked_connection_timeout: float | None = 60.0
+    """Seconds the broker may block publishers (memory or disk alarm) before the connection
+    is dropped and reconnected; None: wait for ever."""
+    ca_file: str | None = None
+    """CA bundle that verifies the broker's certificate (amqps:// only; default: the
+    system's)."""
+    cert_file: str | None = None
+    """Client certificate (PEM) for brokers that require one (amqps:// only)."""
+    key_file: str | None = None
+    """Private key of `cert_file` (default: in `cert_file`)."""
+
+
+def connection_parameters(url: str, options: BrokerOptions) -> pika.URLParameters:
+    """pika's parameters for `url` with `options` applied; ConfigurationError if invalid."""
+    try:
+        params = pika.URLParameters(url)
+    except Exception as exc:  # pika raises assorted types for a bad URL
+        raise ConfigurationError(f"invalid broker URL {redact_url(url)!r}: {exc}") from exc
+    params.heartbeat = options.heartbeat
+    params.blocked_connection_timeout = options.blocked_connection_timeout
+    params.connection_attempts = options.connection_attempts
+    params.retry_delay = options.retry_delay
+    params.socket_timeout = options.socket_timeout
+    tls_files = options.ca_file or options.cert_file or options.key_file
+    if tls_files and params.ssl_options is None:
+        raise ConfigurationError(
+            f"a broker CA, certificate or key file is set but {redact_url(url)!r} is not "
+            "amqps://: the files would be ignored"
+        )
+    if tls_files:
+        params.ssl_options = pika.SSLOptions(_tls_context(options))
+    return params
+
+
+def _tls_context(options: BrokerOptions) -> ssl.SSLContext:
+    """A verifying client context (hostname checked against the URL's host by pika)."""
+    try:
+        context = ssl.create_default_context(cafile=options.ca_file)
+        if options.cert_file:
+            context.load_cert_chain(options.cert_file, options.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"broker TLS files cannot be used: {exc}") from exc
+    if options.key_file and not options.cert_file:
+        raise ConfigurationError("a broker key file needs its certificate file")
+    return context
 
 
 def _impl(channel: BlockingChannel) -> Channel:
@@ -105,15 +193,10 @@ def _properties(message: Outgoing) -> BasicProperties:
 class RabbitMQTransport:
     """One BlockingConnection and one confirm-mode channel, reconnected by `connect()`."""
 
-    def __init__(self, url: str, *, process_name: str, heartbeat: int = 30) -> None:
-        try:
-            self._params = pika.URLParameters(url)
-        except Exception as exc:  # pika raises assorted types for a bad URL
-            raise ConfigurationError(f"invalid broker URL {redact_url(url)!r}: {exc}") from exc
-        self._params.heartbeat = heartbeat
-        self._params.blocked_connection_timeout = 60
-        self._params.connection_attempts = 1
-        self._params.socket_timeout = 10
+    def __init__(
+        self, url: str, *, process_name: str, options: BrokerOptions | None = None
+    ) -> None:
+        self._params = connection_parameters(url, options or BrokerOptions())
         self._params.client_properties = {
             "connection_name": f"{process_name}@{socket.gethostname()}:{os.getpid()}"
         }
@@ -122,6 +205,7 @@ class RabbitMQTransport:
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         self._generation = 0
+        self._declared = False
         self._tracker = ConfirmTracker()
         self._serial = False
         """After the broker closed the channel over one unknown message of a batch, the next
@@ -138,7 +222,7 @@ class RabbitMQTransport:
 
     def connect(self) -> None:
         self.close()
-        with _translated():
+        with _translated(never_connected=self._generation == 0):
             self._connection = pika.BlockingConnection(self._params)
             self._channel = self._connection.channel()
             self._tracker = self._enable_confirms(self._channel)
@@ -186,9 +270,15 @@ class RabbitMQTransport:
             with contextlib.suppress(Exception):  # closing a broken connection may fail anyhow
                 connection.close()
 
+    def _declaring(self) -> contextlib.AbstractContextManager[None]:
+        # A user refused the namespace's names (403 on a declare) before any declare went
+        # through has the same permanent misconfiguration as one refused at login.
+        return _translated(never_connected=not self._declared)
+
     def declare_exchange(self, name: str, kind: str) -> None:
-        with _translated():
+        with self._declaring():
             self._chan().exchange_declare(name, exchange_type=ExchangeType(kind), durable=True)
+        self._declared = True
 
     def declare_queue(
         self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
@@ -199,12 +289,14 @@ class RabbitMQTransport:
         if max_length is not None:
             arguments["x-max-length"] = max_length
             arguments["x-overflow"] = "drop-head"
-        with _translated():
+        with self._declaring():
             self._chan().queue_declare(name, durable=True, arguments=arguments or None)
+        self._declared = True
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
-        with _translated():
+        with self._declaring():
             self._chan().queue_bind(queue, exchange, routing_key=routing_key)
+        self._declared = True
 
     def _delivery(
         self, queue: str, method: Basic.Deliver | Basic.GetOk, props: BasicProperties, body: bytes

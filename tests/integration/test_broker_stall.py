@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, select
 
 from sasflow.store.schema import runs
 from sasflow.submitter import Submitter
-from sasflow.transport.rabbitmq import RabbitMQTransport
+from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common
 from tests import harness, services
 from tests.apps import basic
@@ -151,7 +151,9 @@ def test_a_role_survives_a_broker_that_stalls_in_the_handshake_and_mid_stream(
     caplog.set_level(logging.WARNING, logger="sasflow")
     with StallingProxy(_broker_address()) as proxy, _declared(names):
         proxy.stalled.set()
-        transport = RabbitMQTransport(_through(proxy), process_name="test-submitter", heartbeat=2)
+        transport = RabbitMQTransport(
+            _through(proxy), process_name="test-submitter", options=BrokerOptions(heartbeat=2)
+        )
         role = Submitter(engine, transport, basic.registry, names)
         with harness.running(role):
             # Handshake timeouts, one after the other, each followed by a pause.

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select
 
 from sasflow import InvalidInputError, UnknownWorkflowError, submit_run
+from sasflow.store.db import make_engine
 from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import REASON_HEADER, SOURCE_HEADER, Names
 from tests import harness, services
@@ -26,9 +27,16 @@ def _count(engine: Engine, table: Table) -> int:
         return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def test_run_commits_and_rolls_back_with_the_callers_own_rows(engine: Engine) -> None:
-    """The order row and its run are one fact: both commit, or neither does."""
-    business.create_all(engine)
+def test_run_commits_and_rolls_back_with_the_callers_own_rows(
+    engine: Engine, owner_database_url: str
+) -> None:
+    """The order row and its run are one fact: both commit, or neither does. (The app's table
+    is created by the owner role, as the app's migrations would be; the runtime role writes.)"""
+    owner = make_engine(owner_database_url, pool_size=1)
+    try:
+        business.create_all(owner)
+    finally:
+        owner.dispose()
     with engine.begin() as conn:
         conn.execute(insert(orders).values(id=1, item="book"))
         submit_run(conn, basic.registry, "pipeline", {"text": "book"}, key="order-1", namespace="t")

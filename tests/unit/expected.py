@@ -27,3 +27,19 @@ RETENTION_DEFAULTS: dict[str, Any] = {
     "retain_failed_days": 90,
 }
 """The retention settings as `Settings.redacted()` shows them when none is configured."""
+CONNECTION_DEFAULTS: dict[str, Any] = {
+    "db_pool_size": None,
+    "db_max_overflow": None,
+    "db_pool_timeout": 30.0,
+    "db_connect_timeout": 10,
+    "db_statement_timeout": 60.0,
+    "broker_heartbeat": 30,
+    "broker_connection_attempts": 1,
+    "broker_retry_delay": 2.0,
+    "broker_socket_timeout": 10.0,
+    "broker_blocked_connection_timeout": 60.0,
+    "broker_ca_file": None,
+    "broker_cert_file": None,
+    "broker_key_file": None,
+}
+"""The connection settings as `Settings.redacted()` shows them when none is configured."""

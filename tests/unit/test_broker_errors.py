@@ -19,7 +19,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.utils import connection_workflow
 
-from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.errors import BrokerRefusedError, BrokerUnavailableError, PublishError
 from sasflow.runtime import Reconnect, serve_forever
 from sasflow.transport import rabbitmq
 from sasflow.transport.rabbitmq import RabbitMQTransport
@@ -31,6 +31,12 @@ REFUSALS_OF_ONE_MESSAGE = {
     "ShortStringTooLong",
     "BodyTooLongError",
     "UnsupportedAMQPFieldException",
+}
+# The broker refused this process's credentials or virtual host: a configuration error at start.
+REFUSALS_OF_THE_CONFIGURATION = {
+    "ProbableAuthenticationError",
+    "ProbableAccessDeniedError",
+    "AuthenticationError",
 }
 BUGS_OF_THE_CALLER = {
     "DuplicateConsumerTag",
@@ -112,6 +118,8 @@ def test_each_pika_exception_is_translated_as_decided(cls: type[BaseException]) 
         expected: type[BaseException] = cls
     elif cls.__name__ in REFUSALS_OF_ONE_MESSAGE:
         expected = PublishError
+    elif cls.__name__ in REFUSALS_OF_THE_CONFIGURATION:
+        expected = BrokerRefusedError
     else:
         expected = BrokerUnavailableError
     assert (type(caught).__name__, caught.__cause__ or caught) == (

@@ -11,7 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from sasflow.cli.main import COMMANDS, cli
-from tests.unit.expected import ALERT_DEFAULTS, LIMIT_DEFAULTS, RETENTION_DEFAULTS
+from tests.unit.expected import (
+    ALERT_DEFAULTS,
+    CONNECTION_DEFAULTS,
+    LIMIT_DEFAULTS,
+    RETENTION_DEFAULTS,
+)
 
 
 @pytest.mark.parametrize("command", [[], ["scheduler"], ["agent"], ["submitter"]])
@@ -62,6 +67,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         **ALERT_DEFAULTS,
         **LIMIT_DEFAULTS,
         **RETENTION_DEFAULTS,
+        **CONNECTION_DEFAULTS,
     }
     table = CliRunner().invoke(cli, ["config", "show"], env=env)
     assert "hunter2" not in table.output
@@ -93,7 +99,7 @@ def test_config_show_table_prints_lists_and_booleans_as_variables_take_them() ->
         },
     )
     assert result.exit_code == 0, result.output
-    assert "ops@example.com,dev@exam" in result.output  # folded, but comma-separated
+    assert "ops@example.com,dev@" in result.output  # folded, but comma-separated
     assert "['" not in result.output
     assert "│ false " in result.output
     assert "…" not in result.output

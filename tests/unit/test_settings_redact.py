@@ -9,7 +9,12 @@ import pytest
 
 from sasflow.redact import redact_url
 from sasflow.settings import Settings
-from tests.unit.expected import ALERT_DEFAULTS, LIMIT_DEFAULTS, RETENTION_DEFAULTS
+from tests.unit.expected import (
+    ALERT_DEFAULTS,
+    CONNECTION_DEFAULTS,
+    LIMIT_DEFAULTS,
+    RETENTION_DEFAULTS,
+)
 
 
 @pytest.fixture
@@ -104,6 +109,7 @@ def test_redacted_hides_passwords_in_both_urls(clean_env: pytest.MonkeyPatch) ->
         **ALERT_DEFAULTS,
         **LIMIT_DEFAULTS,
         **RETENTION_DEFAULTS,
+        **CONNECTION_DEFAULTS,
     }
 
 
