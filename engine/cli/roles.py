@@ -14,6 +14,7 @@ from sasflow.appload import load_object
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.store.db import Engine
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 
 
@@ -30,12 +31,14 @@ from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 @click.pass_obj
 def submitter(obj: CliContext, prefetch: int) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
+    engine: Engine | None = None
     try:
+        transport = obj.transport("submitter")  # refuses memory:// before any connection
         engine = obj.engine("submitter")
         check_not_refused(engine)  # it touches the database only when a submission arrives
         role = Submitter(
             engine,
-            obj.transport("submitter"),
+            transport,
             obj.registry(),
             obj.names,
             prefetch=prefetch,
@@ -45,6 +48,9 @@ def submitter(obj: CliContext, prefetch: int) -> None:
         role.run()
     except SasflowError as exc:
         raise role_failed(exc) from exc
+    finally:
+        if engine is not None:
+            engine.dispose()
 
 
 @click.command()
@@ -80,6 +86,7 @@ def scheduler(
     obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float | None
 ) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies."""
+    engine: Engine | None = None
     try:
         options = SchedulerOptions(
             claim_batch=batch,
@@ -87,11 +94,12 @@ def scheduler(
             rescan_interval=rescan_interval,
             limits=obj.settings.limits(),
         )
+        transport = obj.transport("scheduler")  # refuses memory:// before any connection
         engine = obj.engine("scheduler")
         check_not_refused(engine)
         role = Scheduler(
             engine,
-            obj.transport("scheduler"),
+            transport,
             obj.registry(),
             obj.names,
             database_url=obj.settings.database_url,
@@ -101,6 +109,9 @@ def scheduler(
         role.run()
     except SasflowError as exc:
         raise role_failed(exc) from exc
+    finally:
+        if engine is not None:
+            engine.dispose()
 
 
 def exit_despite_hung_handlers() -> None:

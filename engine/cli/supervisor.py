@@ -125,11 +125,15 @@ def supervisor(
         prune_batch=prune_batch,
         prune_budget=prune_budget,
     )
+    try:
+        probe = obj.transport("supervisor")  # refuses memory:// before any connection
+    except SasflowError as exc:
+        raise role_failed(exc) from exc
     engine = obj.engine("supervisor")
     role: Supervisor | None = None
     try:
         # Its loop retries whatever the database says: a refusal at start must end it here.
-        check_not_refused(engine, obj.transport("supervisor"))
+        check_not_refused(engine, probe)
         dispatcher = AlertDispatcher(
             engine,
             build_sinks(obj.settings, lambda: obj.transport("alerts")),

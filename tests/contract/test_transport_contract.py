@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
 from sasflow.errors import BrokerUnavailableError, PublishError
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import (
+    DEAD_AT_HEADER,
     PROCESS_HEADER,
     REASON_HEADER,
     SOURCE_HEADER,
@@ -168,12 +170,15 @@ def test_dead_letter_copies_the_message_with_the_reason_headers_and_acks_it(bus:
 
     copy = take(transport, names.dead_letter_queue)
     assert (copy.body, copy.correlation_id, copy.reply_to) == (b"not json", "c-1", "somewhere")
-    assert dict(copy.headers) == {
+    headers = dict(copy.headers)
+    dead_at = datetime.fromisoformat(str(headers.pop(DEAD_AT_HEADER)))
+    assert headers == {
         "trace": "t-9",
         REASON_HEADER: "body is not UTF-8 JSON",
         SOURCE_HEADER: names.submit,
         PROCESS_HEADER: "contract-setup",
     }
+    assert abs((datetime.now(UTC) - dead_at).total_seconds()) < 60
     transport.close()  # the original was acked: closing hands nothing back
     transport = bus.transport()
     assert transport.get(names.submit) is None
