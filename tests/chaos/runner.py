@@ -38,12 +38,11 @@ AGENTS = ["alpha", "beta"]
 SUPERVISOR_INTERVAL = 0.5
 PROBE_TIMEOUT = 60.0
 """Seconds a fault's recovery is waited for before it is reported as `never`."""
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-"""Debian's `libfaketime` (installed by scripts/test with `faketime`): with it, some processes
-run with skewed clocks, as on hosts whose clocks drifted."""
-CLOCK_SKEW = {"scheduler-2": "+90s", "alpha-2": "-90s", "supervisor-2": "+30s"}
-"""Offsets of the processes' clocks from the database's: every deadline and backoff is
-computed on the database clock, so none of them may matter."""
+SKEW_SITE = Path(__file__).resolve().parent / "skew"
+"""Its sitecustomize.py shifts a process's wall clock (time.time, datetime.now)."""
+CLOCK_SKEW = {"scheduler-2": 90.0, "alpha-2": -90.0, "supervisor-2": 30.0}
+"""Seconds the processes' wall clocks are off the database's, as on hosts whose clocks
+drifted: every deadline and backoff is on the database clock, so none of them may matter."""
 FREEZE_BASE = 12.0
 """Seconds a `rabbit_freeze` lasts at least: past pika's socket and handshake timeouts, so a
 role reconnecting meanwhile meets a stalled AMQP handshake."""
@@ -164,18 +163,17 @@ class ChaosRun:
         )
 
     def skews(self) -> dict[str, dict[str, str]]:
-        """The environment that skews each skewed slot's clock (none without libfaketime)."""
-        if not LIBFAKETIME.exists():
-            return {}
+        """The environment that skews each skewed slot's wall clock."""
         return {
-            slot: {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_NO_CACHE": "1"}
+            slot: {
+                "SASFLOW_CHAOS_CLOCK_SKEW": str(offset),
+                "PYTHONPATH": f"{SKEW_SITE}{os.pathsep}{REPO}",
+            }
             for slot, offset in CLOCK_SKEW.items()
         }
 
     def skew_note(self) -> str:
-        if not LIBFAKETIME.exists():
-            return "none (libfaketime not installed)"
-        return ", ".join(f"{slot} {offset}" for slot, offset in CLOCK_SKEW.items())
+        return ", ".join(f"{slot} {offset:+.0f}s" for slot, offset in CLOCK_SKEW.items())
 
     # -- faults --------------------------------------------------------------------------
 
