@@ -266,7 +266,7 @@ class Scheduler:
     def _apply_instead(self, reply: Reply, exc: Exception) -> bool:
         """The store refused what the reply carries (e.g. a value jsonb cannot hold): fail the
         step with that reason, so the run shows it instead of waiting for its deadline."""
-        if reply.outcome().kind is OutcomeKind.ERROR:
+        if OutcomeKind(reply.status) is OutcomeKind.ERROR:
             return False
         error = StoredError("InvalidReplyError", safe_text(f"the reply could not be stored: {exc}"))
         try:
@@ -330,7 +330,7 @@ class Scheduler:
             step=step.name,
             agent=step.agent,
             action=step.action,
-            kind=StepKind.COMPENSATION if step.kind == StepKind.COMPENSATION else StepKind.FORWARD,
+            kind=StepKind(step.kind),
             input=step.input,
             idempotency_key=step.idempotency_key,
             budget_ms=budget_ms,

@@ -31,7 +31,7 @@ from sasflow.store import queries
 from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert, raise_alert
 from sasflow.store.commands import StoredError
 from sasflow.store.compensation import create_chain
-from sasflow.store.events import Event
+from sasflow.store.events import Event, step_event
 from sasflow.store.schema import runs, steps
 from sasflow.store.sqltime import now
 from sasflow.store.submit import build_step_input
@@ -132,24 +132,10 @@ class _Advancer:
         self.result = Advance()
 
     def _event(
-        self,
-        run: Any,
-        row: Any,
-        from_state: StepState,
-        to_state: StepState,
-        reason: str | None = None,
+        self, row: Any, from_state: StepState, to_state: StepState, reason: str | None = None
     ) -> None:
         self.result.events.append(
-            Event(
-                run_id=run.id,
-                entity="step",
-                step_id=row.id,
-                step=row.name,
-                from_state=from_state,
-                to_state=to_state,
-                actor=self.actor,
-                reason=reason,
-            )
+            step_event(row, from_state, to_state, actor=self.actor, reason=reason)
         )
 
     def _run_event(
@@ -199,12 +185,12 @@ class _Advancer:
                 self.conn.execute(_fail_waiting, {"b_id": row.id, "b_error": error})
                 state[row.name] = StepState.ERROR
                 errors[row.name] = error
-                self._event(run, row, StepState.WAITING, StepState.ERROR, str(exc))
+                self._event(row, StepState.WAITING, StepState.ERROR, str(exc))
                 continue
             self.conn.execute(_make_ready, {"b_id": row.id, "b_input": step_input})
             state[row.name] = StepState.PENDING
             self.result.ready += 1
-            self._event(run, row, StepState.WAITING, StepState.PENDING)
+            self._event(row, StepState.WAITING, StepState.PENDING)
 
         failed = [r for r in rows if state[r.name] == StepState.ERROR]
         if failed:
@@ -259,7 +245,7 @@ class _Advancer:
             if self.conn.execute(_skip, {"b_id": row.id}).rowcount != 1:
                 state[row.name] = StepState.PROCESSING  # claimed meanwhile: in flight
                 continue
-            self._event(run, row, state[row.name], StepState.SKIPPED, "run failed")
+            self._event(row, state[row.name], StepState.SKIPPED, "run failed")
             state[row.name] = StepState.SKIPPED
         if compensating:
             self.conn.execute(
@@ -337,7 +323,7 @@ class _Advancer:
                     row.state in NOT_STARTED_STEP_STATES
                     and self.conn.execute(_skip, {"b_id": row.id}).rowcount == 1
                 ):
-                    self._event(run, row, row.state, StepState.SKIPPED, "compensation failed")
+                    self._event(row, row.state, StepState.SKIPPED, "compensation failed")
             error = {"step": step.name, "compensation": True, "error": step.error}
             self._finish(run, RunState.COMPENSATION_FAILED, None, error)
             message = (
@@ -368,7 +354,7 @@ class _Advancer:
             ):
                 self.conn.execute(_release_waiting, {"b_id": row.id})
                 self.result.ready += 1
-                self._event(run, row, StepState.WAITING, StepState.PENDING, "compensation")
+                self._event(row, StepState.WAITING, StepState.PENDING, "compensation")
 
 
 def _in_flight(kind: str, state: str, attempt: int) -> bool:

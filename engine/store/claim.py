@@ -71,13 +71,10 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
         for run_id in started
     ]
     batch_events += [
-        events.Event(
-            run_id=c.run_id,
-            entity="step",
-            step_id=c.id,
-            step=c.name,
-            from_state=StepState.PENDING,
-            to_state=StepState.PROCESSING,
+        events.step_event(
+            c,
+            StepState.PENDING,
+            StepState.PROCESSING,
             attempt=c.attempt,
             actor=locked_by,
             detail={"agent": c.agent, "action": c.action},
