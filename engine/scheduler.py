@@ -104,6 +104,11 @@ class Scheduler:
     def stop_event(self) -> threading.Event:
         return self._stop
 
+    def stop(self) -> None:
+        """Stop as SIGTERM does, and wake the loop instead of letting it finish its wait."""
+        self._stop.set()
+        self._on_ready()
+
     def run(self) -> None:
         listener = None
         if dialect.has_notifications(self._engine):  # else the short rescan is the wake-up

@@ -92,11 +92,20 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def broker_namespaces() -> Iterator[set[str]]:
+    """The namespaces this session's tests used; what they left goes in one sweep at the end."""
+    used: set[str] = set()
+    yield used
+    services.delete_namespaces(used)
+
+
 @pytest.fixture
-def names() -> Iterator[Names]:
+def names(broker_namespaces: set[str]) -> Iterator[Names]:
     names = Names(services.unique("sftest"))
+    broker_namespaces.add(names.namespace)
     yield names
-    services.delete_namespace(names.namespace, names.all_queues([]))
+    services.delete_known(names)
 
 
 @pytest.fixture

@@ -51,7 +51,9 @@ def running(*roles: Role, join_timeout: float = 30.0) -> Iterator[None]:
         yield
     finally:
         for role in roles:
-            role.stop_event.set()
+            # A scheduler's stop() also wakes it from its wait (up to its rescan interval).
+            stop = role.stop if isinstance(role, Scheduler) else role.stop_event.set
+            stop()
         for thread in threads:
             thread.join(join_timeout)
         alive = [t.name for t in threads if t.is_alive()]

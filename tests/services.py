@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pika
@@ -17,6 +17,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from sasflow.store.listen import libpq_dsn
+from sasflow.transport.topology import Names
 
 DEFAULT_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEFAULT_BROKER_URL = "amqp://localhost:5672/%2F"
@@ -119,18 +120,44 @@ def _listed(kind: str) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
-def delete_namespace(namespace: str, known_queues: list[str]) -> None:
-    """Delete every queue and exchange of `namespace` (the test's own, nobody else's)."""
-    prefix = f"{namespace}."
-    queues = {q for q in _listed("list_queues") + known_queues if q.startswith(prefix)}
-    exchanges = {e for e in _listed("list_exchanges") if e.startswith(prefix)}
-    exchanges |= {f"{namespace}.{n}" for n in ("status", "alerts", "dlx")}
+def delete_known(names: Names) -> None:
+    """Delete the queues and exchanges `names` knows of, over AMQP (a test's own; fast)."""
+    queues = names.all_queues([])
+    exchanges = [names.status, names.alerts, names.dead_letter_exchange]
+    with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker_url()))) as conn:
+        channel = conn.channel()
+        for queue in queues:
+            channel.queue_delete(queue)
+        for exchange in exchanges:
+            channel.exchange_delete(exchange)
+
+
+def delete_namespaces(namespaces: Iterable[str]) -> None:
+    """Delete every queue and exchange of `namespaces` (this session's own, nobody else's).
+
+    One `rabbitmqctl` listing for the whole session: each call starts an Erlang VM (about half a
+    second), too slow to pay per test. Queues a test declared under names `Names` does not know
+    (agent queues, reply queues) are found here.
+    """
+    prefixes = tuple(f"{namespace}." for namespace in namespaces)
+    if not prefixes:
+        return
+    queues = [q for q in _listed("list_queues") if q.startswith(prefixes)]
+    exchanges = [e for e in _listed("list_exchanges") if e.startswith(prefixes)]
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker_url()))) as conn:
         channel = conn.channel()
         for queue in sorted(queues):
             channel.queue_delete(queue)
         for exchange in sorted(exchanges):
             channel.exchange_delete(exchange)
+
+
+def delete_namespace(namespace: str, known_queues: list[str]) -> None:
+    """Delete every queue and exchange of `namespace` now (a benchmark's, at its end)."""
+    delete_namespaces([namespace])
+    with broker_channel() as channel:
+        for queue in known_queues:
+            channel.queue_delete(queue)
 
 
 @contextlib.contextmanager
