@@ -28,12 +28,16 @@ from sasflow.agents.resilience import SharedBreaker
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError, PublishError
 from sasflow.fleet_messages import AgentHeartbeat, BreakerAnnouncement, BreakerStateName
 from sasflow.messages import parse
+from sasflow.states import LOST_AFTER_MISSED
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_breaker_queue
 
 log = logging.getLogger(__name__)
 
 BREAKER_PREFETCH = 100
+MIN_HEARTBEAT_TTL = 10.0
+"""Seconds a heartbeat may wait for a scheduler at least (else 3 of its intervals)."""
+GOODBYE_TTL = 3600.0
 
 
 def _version() -> str:
@@ -127,8 +131,13 @@ class FleetLink:
                 exchange=self._names.fleet,
                 routing_key=self._agent,
                 body=message.encode(),
-                # A heartbeat nobody took before the next three is worthless.
-                expiration_ms=int(self._interval * 3000),
+                # A heartbeat nobody took for a while is stale (it would show a dead instance
+                # live again); the goodbye stays valid far longer.
+                expiration_ms=int(
+                    GOODBYE_TTL * 1000
+                    if stopping
+                    else max(self._interval * LOST_AFTER_MISSED, MIN_HEARTBEAT_TTL) * 1000
+                ),
             ),
             what="heartbeat",
         )

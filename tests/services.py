@@ -124,7 +124,7 @@ def delete_namespace(namespace: str, known_queues: list[str]) -> None:
     prefix = f"{namespace}."
     queues = {q for q in _listed("list_queues") + known_queues if q.startswith(prefix)}
     exchanges = {e for e in _listed("list_exchanges") if e.startswith(prefix)}
-    exchanges |= {f"{namespace}.{n}" for n in ("status", "alerts", "dlx")}
+    exchanges |= {f"{namespace}.{n}" for n in ("status", "alerts", "dlx", "fleet")}
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker_url()))) as conn:
         channel = conn.channel()
         for queue in sorted(queues):
