@@ -5,15 +5,18 @@ shared between the instances of one agent."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Engine, select
 
 from sasflow import BreakerPolicy, Registry
 from sasflow.agents import Agent, BreakerOpenError
 from sasflow.agents.worker import AgentOptions, AgentWorker
+from sasflow.cli.main import cli
 from sasflow.fleet_messages import AgentHeartbeat
 from sasflow.ops.agents import list_agents
 from sasflow.store.schema import alerts, events
@@ -96,6 +99,13 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     harness.wait_for(
         lambda: _instances(engine)[0]["state"] == "lost", what="the list showing it lost"
     )
+    listed = CliRunner().invoke(
+        cli,
+        ["agents", "list", "-o", "json"],
+        env={"SASFLOW_DATABASE_URL": database_url, "SASFLOW_NAMESPACE": names.namespace},
+    )
+    assert listed.exit_code == 0, listed.output
+    assert [(i["agent"], i["state"]) for i in json.loads(listed.output)] == [("ghost", "lost")]
     supervisor = Supervisor(engine, names, options=SupervisorOptions(interval=0.1))
     first = supervisor.sweep_once()
     second = supervisor.sweep_once()
