@@ -63,16 +63,5 @@ class FleetRecorder:
 
 
 def report(heartbeat: AgentHeartbeat) -> fleet.InstanceReport:
-    """The store's command for one heartbeat."""
-    return fleet.InstanceReport(
-        instance_id=heartbeat.instance_id,
-        agent=heartbeat.agent,
-        hostname=heartbeat.hostname,
-        pid=heartbeat.pid,
-        version=heartbeat.version,
-        concurrency=heartbeat.concurrency,
-        in_flight=heartbeat.in_flight,
-        breakers=dict(heartbeat.breakers),
-        interval_s=heartbeat.interval_s,
-        stopping=heartbeat.stopping,
-    )
+    """The store's command for one heartbeat (the same fields, less the message type)."""
+    return fleet.InstanceReport(**heartbeat.model_dump(exclude={"type"}))

@@ -4,7 +4,7 @@ scheduler), the supervisor's loss detection, and the operators' list."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, delete, select, update
@@ -39,15 +39,7 @@ def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> No
     latest = {r.instance_id: r for r in reports}  # one row per instance and statement
     rows = [
         {
-            "instance_id": r.instance_id,
-            "agent": r.agent,
-            "hostname": r.hostname,
-            "pid": r.pid,
-            "version": r.version,
-            "concurrency": r.concurrency,
-            "in_flight": r.in_flight,
-            "breakers": r.breakers,
-            "interval_s": r.interval_s,
+            **{k: v for k, v in asdict(r).items() if k != "stopping"},
             "state": AgentState.STOPPED if r.stopping else AgentState.LIVE,
         }
         for r in latest.values()
