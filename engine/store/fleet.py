@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, select, update
+from sqlalchemy import Connection, Row, and_, case, delete, select, update
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.dialect import upsert_insert
@@ -44,19 +44,22 @@ def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> No
         }
         for r in latest.values()
     ]
-    for row in rows:  # few per flush: one statement each keeps both dialects simple
-        insert = upsert_insert(conn, agent_instances).values(**row)
-        refreshed = {k: v for k, v in row.items() if k != "instance_id"}
-        conn.execute(
-            insert.on_conflict_do_update(
-                index_elements=[agent_instances.c.instance_id],
-                set_={
-                    **refreshed,
-                    "heartbeat_at": now(),
-                    "gone_at": now() if row["state"] == AgentState.STOPPED else None,
-                },
-            )
-        )
+    if not rows:
+        return
+    insert = upsert_insert(conn, agent_instances)
+    refreshed = {key: insert.excluded[key] for key in rows[0] if key != "instance_id"}
+    stopped = insert.excluded.state == AgentState.STOPPED
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[agent_instances.c.instance_id],
+            set_={
+                **refreshed,
+                "heartbeat_at": now(),
+                "gone_at": case((stopped, now()), else_=None),
+            },
+        ),
+        rows,
+    )
 
 
 def mark_lost(conn: Connection) -> Sequence[Row[Any]]:
