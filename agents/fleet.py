@@ -123,6 +123,7 @@ class FleetLink:
             in_flight=in_flight,
             breakers={d: _state_name(b.state) for d, b in breakers.items()},
             interval_s=self._interval,
+            seq=self.heartbeats + 1,
             stopping=stopping,
         )
         self.next_heartbeat = time.monotonic() + self._interval

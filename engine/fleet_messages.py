@@ -36,6 +36,8 @@ class AgentHeartbeat(_FleetMessage):
     in_flight: int = Field(ge=0, le=2**31 - 1)
     breakers: dict[str, BreakerStateName] = Field(default_factory=dict, max_length=1000)
     interval_s: float = Field(gt=0, le=86400)
+    seq: int = Field(default=0, ge=0, le=2**63 - 1)
+    """Counts this instance's heartbeats from 1 (0: not counted, never ignored as stale)."""
     stopping: bool = False
 
 

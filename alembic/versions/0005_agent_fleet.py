@@ -33,6 +33,7 @@ def upgrade() -> None:
     sa.Column('in_flight', sa.Integer(), nullable=False),
     sa.Column('breakers', sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True, astext_type=sa.Text()), 'postgresql'), nullable=False),
     sa.Column('interval_s', sa.Float(), nullable=False),
+    sa.Column('seq', sa.BigInteger(), server_default=sa.text('0'), nullable=False),
     sa.Column('state', sa.String(length=20), nullable=False),
     sa.Column('first_seen_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),
     sa.Column('heartbeat_at', sa.DateTime(timezone=True), server_default=now(), nullable=False),

@@ -28,6 +28,8 @@ class InstanceReport:
     in_flight: int
     breakers: dict[str, str]
     interval_s: float
+    seq: int = 0
+    """Counts the instance's heartbeats: an older one than recorded is ignored."""
     stopping: bool = False
     """The instance's goodbye on a clean exit."""
 
@@ -35,8 +37,13 @@ class InstanceReport:
 def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> None:
     """Insert or refresh one row per instance, `heartbeat_at` on the database clock (primary
     key). A goodbye marks it stopped; any other heartbeat makes it live again (a `lost`
-    instance that was only cut off comes back)."""
-    latest = {r.instance_id: r for r in reports}  # one row per instance and statement
+    instance that was only cut off comes back). A heartbeat whose `seq` is below the one
+    recorded changes nothing."""
+    latest: dict[str, InstanceReport] = {}  # one row per instance and statement
+    for report in reports:
+        known = latest.get(report.instance_id)
+        if known is None or known.seq <= report.seq:
+            latest[report.instance_id] = report
     rows = [
         {
             **{k: v for k, v in asdict(r).items() if k != "stopping"},
@@ -57,6 +64,7 @@ def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> No
                 "heartbeat_at": now(),
                 "gone_at": case((stopped, now()), else_=None),
             },
+            where=agent_instances.c.seq <= insert.excluded.seq,
         ),
         rows,
     )

@@ -245,6 +245,9 @@ agent_instances = Table(
     Column("in_flight", Integer, nullable=False),
     Column("breakers", Json, nullable=False),
     Column("interval_s", Float, nullable=False),
+    # The instance's heartbeat counter: a heartbeat older than the one recorded (another
+    # scheduler took it later) changes nothing, so a goodbye is never undone by a late beat.
+    Column("seq", BigInteger, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False),
     _ts("first_seen_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),

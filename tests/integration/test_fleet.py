@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.cli.main import cli
 from sasflow.fleet_messages import AgentHeartbeat
 from sasflow.ops.agents import list_agents
+from sasflow.store import fleet
 from sasflow.store.schema import alerts, events
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
@@ -74,6 +76,18 @@ def test_heartbeats_are_recorded_and_a_clean_exit_says_goodbye(
     assert {k: live[k] for k in expected} == expected
     assert (live["state"], stopped["state"]) == ("live", "stopped")
     assert stopped["gone_at"] is not None
+
+
+def test_a_heartbeat_older_than_the_one_recorded_does_not_undo_a_goodbye(engine: Engine) -> None:
+    """Schedulers take heartbeats concurrently: a late one (lower seq) changes nothing."""
+    beat = fleet.InstanceReport("i-1", "echo", "host", 1, "1", 4, 0, {}, 5.0, seq=7)
+    goodbye = replace(beat, seq=8, stopping=True)
+    with engine.begin() as conn:
+        fleet.record_heartbeats(conn, [goodbye, beat])  # one poll, out of order
+    with engine.begin() as conn:
+        fleet.record_heartbeats(conn, [beat])  # another scheduler, later
+    ((state, seq),) = [(i["state"], i["seq"]) for i in _instances(engine, include_stopped=True)]
+    assert (state, seq) == ("stopped", 8)
 
 
 def test_an_instance_that_misses_three_heartbeats_is_lost_once(
