@@ -1,6 +1,6 @@
 """The agent fleet on the real broker and database: heartbeats recorded by a scheduler, a goodbye
-on a clean exit, `lost` after 3 missed heartbeats (one alert, one fleet event), and breakers
-shared between the instances of one agent."""
+on a clean exit, `lost` after 3 missed heartbeats (one alert, one fleet event), a malformed
+heartbeat dead-lettered, and breakers shared between the instances of one agent."""
 
 from __future__ import annotations
 
@@ -93,7 +93,8 @@ def test_a_heartbeat_older_than_the_one_recorded_does_not_undo_a_goodbye(engine:
 def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    """Its last heartbeat said it would beat every 0.2 s; after 0.6 s without one on the
+    """(A malformed heartbeat beside it is dead-lettered with the reason.) Its last heartbeat
+    said it would beat every 0.2 s; after 0.6 s without one on the
     database clock the list shows it lost, and the supervisor marks it, raises one agent_lost
     alert and appends one fleet event, however often it passes."""
     heartbeat = AgentHeartbeat(
@@ -108,8 +109,12 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     )
     with harness.running(harness.scheduler(engine, database_url, Registry(), names)):
         harness.wait_for(lambda: services.queue_exists(names.fleet), what="the fleet queue")
+        harness.publish_to_exchange(names.fleet, "x", b'{"type": "agent.heartbeat", "pid": -1}')
         harness.publish_to_exchange(names.fleet, "ghost", heartbeat.encode())
         harness.wait_for(lambda: len(_instances(engine)) == 1, what="the heartbeat recorded")
+        (dead,) = harness.dead_letters(names, 1)
+    assert "AgentHeartbeat" in dead["reason"], "a malformed heartbeat is dead-lettered"
+    assert "pid" in dead["reason"]
     harness.wait_for(
         lambda: _instances(engine)[0]["state"] == "lost", what="the list showing it lost"
     )
@@ -137,17 +142,6 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     assert (kind, key) == ("agent_lost", "agent_lost:agent-ghost:host:1:deadbeef")
     assert (detail["agent"], detail["in_flight"]) == ("ghost", 2)
     assert [tuple(e) for e in fleet_events] == [(None, "live", "lost", True)]
-
-
-def test_a_malformed_heartbeat_is_dead_lettered_with_the_reason(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    with harness.running(harness.scheduler(engine, database_url, Registry(), names)):
-        harness.wait_for(lambda: services.queue_exists(names.fleet), what="the fleet queue")
-        harness.publish_to_exchange(names.fleet, "x", b'{"type": "agent.heartbeat", "pid": -1}')
-        (dead,) = harness.dead_letters(names, 1)
-    assert "AgentHeartbeat" in dead["reason"]
-    assert "pid" in dead["reason"]
 
 
 def test_a_breaker_opened_by_one_instance_opens_its_peers_and_a_trial_closes_them(
