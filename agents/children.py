@@ -128,8 +128,6 @@ class ChildProcesses:
     def __init__(self, state_dir: Path | None = None) -> None:
         self.state_dir = state_dir
         self._owner = {"owner_pid": os.getpid(), "owner_start": start_ticks(os.getpid())}
-        if state_dir is not None:
-            state_dir.mkdir(parents=True, exist_ok=True)
 
     def run(
         self,
@@ -149,6 +147,8 @@ class ChildProcesses:
             raise TypeError("argv must be a sequence of strings")
         if not argv:
             raise ValueError("argv must name a program")
+        if self.state_dir is not None:  # created on first use: most agents never run programs
+            self.state_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         process = subprocess.Popen(  # noqa: S603 - argv is a list, never a shell
             list(argv),
@@ -159,7 +159,12 @@ class ChildProcesses:
             env={**os.environ, **env} if env is not None else None,
             start_new_session=True,
         )
-        pid_file = self._record(process.pid, argv)
+        try:
+            pid_file = self._record(process.pid, argv)
+        except BaseException:  # no pid file (a full disk...): never leave the program behind
+            kill_group(process.pid, grace)
+            process.wait()
+            raise
         # Both are pipes (PIPE above), never None.
         out = _Tail(cast("IO[bytes]", process.stdout), tail_bytes)
         err = _Tail(cast("IO[bytes]", process.stderr), tail_bytes)
@@ -223,7 +228,7 @@ class ChildProcesses:
         """Kill the process groups of pid files left by agent processes that are gone; the
         group ids killed. Files of a live agent (another instance sharing the directory) are
         left alone; a pid now used by another program (start time differs) is not touched."""
-        if self.state_dir is None:
+        if self.state_dir is None or not self.state_dir.is_dir():
             return []
         killed = []
         for path in sorted(self.state_dir.glob("*.json")):

@@ -198,11 +198,7 @@ def agent(
         target = load_object(spec) if ":" in spec else obj.registry().agent(spec)
         if not isinstance(target, Agent):
             raise click.UsageError(f"{spec} is not a sasflow.agents.Agent with handlers")
-        directory = state_dir or default_state_dir(obj.names.namespace, target.name)
-        try:
-            children = ChildProcesses(directory)
-        except OSError as exc:
-            raise click.UsageError(f"cannot use state directory {directory}: {exc}") from exc
+        children = ChildProcesses(state_dir or default_state_dir(obj.names.namespace, target.name))
         role = AgentWorker(
             target,
             obj.transport(f"agent-{target.name}"),

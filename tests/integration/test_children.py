@@ -154,3 +154,13 @@ def test_a_pid_reused_by_another_program_is_not_killed(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_the_state_directory_is_created_by_the_first_program_only(tmp_path: Path) -> None:
+    """Most agents never run a program: they leave no directory behind."""
+    state_dir = tmp_path / "agents" / "echo"
+    children = ChildProcesses(state_dir)
+    assert children.reap_orphans() == []
+    assert not state_dir.exists()
+    children.run(["true"], deadline=time.monotonic() + 30, abort=threading.Event())
+    assert state_dir.is_dir()
