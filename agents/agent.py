@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.agents.children import DEFAULT_GRACE, DEFAULT_TAIL_BYTES, ChildProcesses, Completed
 from sasflow.errors import DefinitionError
 from sasflow.policy import BreakerPolicy, RetryPolicy
 from sasflow.workflow import check_name
@@ -31,10 +33,37 @@ class Call:
     kind: str
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set when the agent shuts down or the deadline passed; long handlers may poll it."""
+    aborted: threading.Event = field(default_factory=threading.Event, compare=False)
+    """Set when the agent gives up on the call: its deadline passed, or the agent stops and
+    its drain timeout ran out. Programs started with `run` are killed then."""
+    children: ChildProcesses = field(default_factory=ChildProcesses, compare=False, repr=False)
 
     def remaining(self) -> float:
         """Seconds left before the deadline (use it as the remote call's timeout)."""
         return max(0.0, self.deadline - time.monotonic())
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        grace: float = DEFAULT_GRACE,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> Completed:
+        """Run the program `argv` (a list of strings, never through a shell) in its own process
+        group and return its exit code and output tails; its group is killed (SIGTERM, SIGKILL
+        after `grace`) if the deadline passes or the agent gives up first, which raises
+        ChildKilledError. `env` adds to the agent's environment. See sasflow.agents.children."""
+        return self.children.run(
+            argv,
+            deadline=self.deadline,
+            abort=self.aborted,
+            env=env,
+            cwd=cwd,
+            grace=grace,
+            tail_bytes=tail_bytes,
+        )
 
 
 Handler = Callable[[Call], Any]

@@ -20,3 +20,9 @@ class BreakerOpenError(SasflowError):
         super().__init__(f"circuit breaker for {dependency!r} is open; retry in {retry_after:.1f}s")
         self.dependency = dependency
         self.retry_after = retry_after
+
+
+class ChildKilledError(TransientError):
+    """A program run by the handler was killed: the step's deadline passed or the agent stopped.
+
+    Transient: the step is handed back (or left to its deadline), never failed for good."""

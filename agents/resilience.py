@@ -6,6 +6,12 @@ holds the breaker's lock for the whole remote call, which would serialise every 
 behind one slow call; here the remote call runs outside any lock and only the bookkeeping goes
 through pybreaker (microseconds under the lock). In half-open state exactly one trial call is let
 through; other threads are deferred until it settles.
+
+Across the fleet (best effort): a breaker that opens on its own failures, or closes after a
+successful trial call, tells `on_change`; the worker announces it to the agent's other
+instances, which `apply_remote` it: a closed breaker opens for what is left of the announcer's
+reset timeout; an announced close closes an open or half-open one. Changes applied from an
+announcement are not announced again. Half-open trials stay per instance.
 """
 
 from __future__ import annotations
@@ -36,18 +42,26 @@ HALF_OPEN_DEFER = 1.0
 """Seconds a step is deferred while another thread's trial call decides a half-open breaker."""
 
 
+BreakerChange = Callable[[str, str, float], None]
+"""`on_change(dependency, state, open_for)`: a breaker opened ("open", seconds until its trial)
+or closed after a successful trial ("closed", 0.0) on its own; called under the breaker's lock,
+so it must only hand the change over (the worker queues it for its owner thread)."""
+
+
 class _OpenedAt(pybreaker.CircuitBreakerListener):
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[str, str], None]) -> None:
         self.at = 0.0
+        self._on_change = on_change
 
     def state_change(  # signature fixed by pybreaker
         self,
         cb: pybreaker.CircuitBreaker,  # noqa: ARG002
-        old_state: pybreaker.CircuitBreakerState | None,  # noqa: ARG002
+        old_state: pybreaker.CircuitBreakerState | None,
         new_state: pybreaker.CircuitBreakerState,
     ) -> None:
         if new_state.name == pybreaker.STATE_OPEN:
             self.at = time.monotonic()
+        self._on_change(old_state.name if old_state is not None else "", new_state.name)
 
 
 def _sleep(interrupted: threading.Event, seconds: float) -> None:
@@ -65,10 +79,14 @@ def _fail(exc: BaseException) -> None:
 class SharedBreaker:
     """A thread-safe circuit breaker around one remote dependency."""
 
-    def __init__(self, dependency: str, policy: BreakerPolicy) -> None:
+    def __init__(
+        self, dependency: str, policy: BreakerPolicy, *, on_change: BreakerChange | None = None
+    ) -> None:
         self.dependency = dependency
         self.policy = policy
-        self._opened = _OpenedAt()
+        self._announce = on_change
+        self._remote = False  # applying a peer's announcement: do not announce it back
+        self._opened = _OpenedAt(self._changed)
         self._cb = pybreaker.CircuitBreaker(
             fail_max=policy.fail_max,
             reset_timeout=policy.reset_timeout,
@@ -83,6 +101,35 @@ class SharedBreaker:
     @property
     def state(self) -> str:
         return str(self._cb.current_state)
+
+    def _changed(self, old: str, new: str) -> None:
+        if self._announce is None or self._remote:
+            return
+        if new == pybreaker.STATE_OPEN:
+            self._announce(self.dependency, "open", self.policy.reset_timeout)
+        elif new == pybreaker.STATE_CLOSED and old == pybreaker.STATE_HALF_OPEN:
+            self._announce(self.dependency, "closed", 0.0)
+
+    def apply_remote(self, state: str, open_for: float) -> bool:
+        """Apply a peer instance's announcement; True when it changed this breaker. An open
+        announced to a closed breaker opens it for `open_for` seconds (then a trial call goes
+        through, as after its own reset timeout); a close closes an open or half-open one."""
+        with self._lock:
+            current = self._cb.current_state
+            self._remote = True
+            try:
+                if state == "open" and current == pybreaker.STATE_CLOSED:
+                    self._cb.open()
+                    wait = min(max(0.0, open_for), self.policy.reset_timeout)
+                    self._opened.at = time.monotonic() + wait - self.policy.reset_timeout
+                    return True
+                if state == "closed" and current != pybreaker.STATE_CLOSED:
+                    self._cb.close()
+                    self._trial = False
+                    return True
+            finally:
+                self._remote = False
+            return False
 
     def open_for(self) -> float | None:
         """Seconds until the open breaker lets a trial through; None when it is not open."""

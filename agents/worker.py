@@ -13,11 +13,13 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.agents.agent import Agent, Call, HandlerSpec
+from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
+from sasflow.agents.fleet import FleetLink
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError
 from sasflow.messages import (
@@ -85,6 +87,24 @@ class Outcome:
             return cls(job, fallback, fallback.encode())
 
 
+@dataclass(frozen=True)
+class AgentOptions:
+    """Fleet and shutdown tuning of one agent process (the CLI fills it from its options)."""
+
+    heartbeat_interval: float = 5.0
+    """Seconds between two fleet heartbeats; 3 missed ones make the instance `lost`."""
+    drain_timeout: float | None = None
+    """Seconds a stopping agent waits for running steps; then it kills their programs and
+    leaves the requests still unanswered to the broker, which redelivers them. None: wait for
+    each step until its deadline."""
+    children: ChildProcesses = field(default_factory=ChildProcesses)
+    """Where the programs of `Call.run` keep their pid files (none by default)."""
+
+
+ABORT_SETTLE = 2.0
+"""Seconds a stopping agent still waits for the handlers it aborted to return their reply."""
+
+
 @dataclass
 class AgentStats:
     received: int = 0
@@ -120,6 +140,7 @@ class AgentWorker:
         concurrency: int = DEFAULT_CONCURRENCY,
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
+        options: AgentOptions | None = None,
     ) -> None:
         """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
         sent (beyond them: an `error` reply saying so); keep them within the scheduler's."""
@@ -132,7 +153,19 @@ class AgentWorker:
         self._concurrency = concurrency
         self._limits = limits
         self._stop = stop or threading.Event()
-        self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
+        self._options = options or AgentOptions()
+        self.fleet = FleetLink(
+            self.id,
+            agent.name,
+            transport,
+            names,
+            concurrency=concurrency,
+            interval=self._options.heartbeat_interval,
+        )
+        self._breakers = {
+            dep: SharedBreaker(dep, policy, on_change=self.fleet.breaker_changed)
+            for dep, policy in agent.breakers.items()
+        }
         self._threads: set[threading.Thread] = set()
         self._busy: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
@@ -153,6 +186,7 @@ class AgentWorker:
         return self._breakers[dependency]
 
     def run(self) -> None:
+        self._options.children.reap_orphans()
         try:
             serve_forever(self.id, self._serve, self._stop, Reconnect())
         finally:
@@ -185,6 +219,7 @@ class AgentWorker:
         self._transport.consume(
             self._names.agent(self.agent.name), self._on_request, prefetch=self._concurrency
         )
+        self.fleet.connected(self._breakers)
         log.info(
             "%s consuming %s with %d threads",
             self.id,
@@ -194,19 +229,39 @@ class AgentWorker:
         while not self._stop.is_set():
             self._transport.process(self._next_wait())
             self._settle()
-        # Stop taking requests; interrupt retry sleeps (those steps are handed back as
-        # deferred); let calls in progress finish, each within its deadline.
+        self._drain()
+        self.fleet.heartbeat(self._breakers, in_flight=len(self._jobs), stopping=True)
+
+    def _drain(self) -> None:
+        """Stop taking requests; interrupt retry sleeps (those steps are handed back as
+        deferred); let calls in progress finish, each within its deadline, for at most the
+        drain timeout; then abort them (their programs are killed) and leave what is still
+        unanswered to the broker."""
         self._transport.cancel_consumers()
         for job in self._jobs.values():
             job.call.cancelled.set()
-        while self._jobs:
-            self._transport.process(self._next_wait())
+        timeout = self._options.drain_timeout
+        until = None if timeout is None else time.monotonic() + timeout
+        while self._jobs and (until is None or time.monotonic() < until):
+            self._transport.process(self._next_wait(until))
+            self._settle()
+        if not self._jobs:
+            return
+        log.warning("%s: drain timeout: aborting %d running step(s)", self.id, len(self._jobs))
+        for job in self._jobs.values():
+            job.call.aborted.set()
+        until = time.monotonic() + ABORT_SETTLE + DEFAULT_GRACE
+        while self._jobs and time.monotonic() < until:
+            self._transport.process(self._next_wait(until))
             self._settle()
 
-    def _next_wait(self) -> float:
+    def _next_wait(self, limit: float | None = None) -> float:
         if not self._outcomes.empty():
             return 0.0
         deadlines = [j.call.deadline for j in self._jobs.values() if not j.abandoned]
+        if limit is not None:
+            deadlines.append(limit)
+        deadlines.append(self.fleet.next_heartbeat)
         until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
         return min(0.5, max(0.0, until))
 
@@ -236,6 +291,7 @@ class AgentWorker:
             step=request.step,
             action=request.action,
             kind=request.kind,
+            children=self._options.children,
         )
         job = Job(delivery, request, call)
         key = (request.step_id, request.attempt)
@@ -282,11 +338,13 @@ class AgentWorker:
                 break
         if outcomes:
             self._finish(outcomes)
+        self.fleet.tick(self._breakers, in_flight=len(self._jobs))
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
             if not job.abandoned and now >= job.call.deadline:
                 job.abandoned = True
                 job.call.cancelled.set()
+                job.call.aborted.set()
                 self.stats.abandoned += 1
                 log.warning(
                     "step %s attempt %s passed its deadline while running: no reply",

@@ -207,7 +207,7 @@ class StatusEvent(_Message):
     detail: Any = None
 
 
-M = TypeVar("M", bound=_Message)
+M = TypeVar("M", bound=BaseModel)
 
 
 def _reject_constant(name: str) -> Any:

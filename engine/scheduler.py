@@ -23,6 +23,7 @@ from sasflow.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
+from sasflow.fleet_recorder import FleetRecorder
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
@@ -52,6 +53,8 @@ class SchedulerOptions:
     SQLite, see store.dialect)."""
     heartbeat_interval: float = 5.0
     relay_interval: float = 1.0
+    fleet_interval: float = 1.0
+    """Seconds between two takes of agent heartbeats (sasflow.fleet_recorder)."""
     limits: Limits = DEFAULT_LIMITS
     """Largest and deepest reply accepted; a reply beyond them is dead-lettered with the limit
     in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
@@ -99,6 +102,7 @@ class Scheduler:
             else dialect.rescan_interval(engine)
         )
         self.stats = SchedulerStats()
+        self.fleet = FleetRecorder(engine, transport, names)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -149,7 +153,7 @@ class Scheduler:
         )
         self._register()
         log.info("%s serving namespace %r", self.id, self._names.namespace)
-        next_claim = next_heartbeat = next_relay = 0.0
+        next_claim = next_heartbeat = next_relay = next_fleet = 0.0
         db_retry = Reconnect()
         while not self._stop.is_set():
             busy = False
@@ -175,6 +179,9 @@ class Scheduler:
                 if t >= next_heartbeat:
                     self._heartbeat()
                     next_heartbeat = t + self._options.heartbeat_interval
+                if t >= next_fleet:
+                    self.fleet.poll()
+                    next_fleet = t + self._options.fleet_interval
                 db_retry.reset()
             except StoreUnavailableError as exc:
                 delay = db_retry.next_delay()

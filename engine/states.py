@@ -98,3 +98,18 @@ NOT_STARTED_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING})
 
 QUIET_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING, StepState.PROCESSING})
 """Step changes recorded in the history but not published as status notifications."""
+
+
+class AgentState(StrEnum):
+    """Where an agent instance of the fleet is (`agent_instances.state`, `sasflow agents list`)."""
+
+    LIVE = "live"
+    """It heartbeats."""
+    LOST = "lost"
+    """It missed LOST_AFTER_MISSED heartbeats (judged on the database clock): presumed dead."""
+    STOPPED = "stopped"
+    """It said goodbye on a clean exit."""
+
+
+LOST_AFTER_MISSED = 3
+"""Heartbeats an agent instance may miss before it is `lost`."""

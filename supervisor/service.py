@@ -13,6 +13,7 @@ from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
 from sasflow.runtime import process_id
 from sasflow.store.db import Engine
 from sasflow.store.lease import Lease
+from sasflow.supervisor.fleet import flag_lost_agents
 from sasflow.supervisor.sweep import (
     SweepReport,
     count_dead_requests,
@@ -124,6 +125,7 @@ class Supervisor:
                 actor=self.id,
                 report=report,
             )
+            flag_lost_agents(self._engine, self.lease, actor=self.id, report=report)
             self._enforce_retention(report)
         except LeaseLostError as exc:
             log.warning("%s", exc)
@@ -217,6 +219,7 @@ class Supervisor:
                         or report.alerts
                         or report.dead_requests
                         or report.pruned
+                        or report.agents_lost
                     ):
                         log.info("%s swept: %s", self.id, report.summary())
                 self._stop.wait(self._options.interval)

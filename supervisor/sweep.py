@@ -46,6 +46,8 @@ class SweepReport:
     """Dead-lettered requests counted as failures before their deadline."""
     pruned: int = 0
     """Finished runs deleted past their retention."""
+    agents_lost: int = 0
+    """Agent instances that missed their heartbeats (sasflow.supervisor.fleet)."""
     seconds: float = 0.0
     complete: bool = True
     """False when the time budget ran out with expired steps left."""
@@ -55,6 +57,7 @@ class SweepReport:
             f"reclaimed={self.reclaimed} escalated={self.escalated} "
             f"compensations={self.compensations} alerts={len(self.alerts)} "
             f"dead_requests={self.dead_requests} pruned={self.pruned} "
+            f"agents_lost={self.agents_lost} "
             f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
         )
 

@@ -127,6 +127,14 @@ def publish_raw(queue: str, body: bytes, **properties: Any) -> None:
         channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, **properties))
 
 
+def publish_to_exchange(exchange: str, routing_key: str, body: bytes) -> None:
+    with services.broker_channel() as channel:
+        channel.confirm_delivery()
+        channel.basic_publish(
+            exchange, routing_key, body, pika.BasicProperties(delivery_mode=2), mandatory=True
+        )
+
+
 def dead_letters(names: Names, expected: int, timeout: float = 15.0) -> list[dict[str, Any]]:
     """Wait for and take `expected` messages from the namespace's dead-letter queue."""
     found: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ from sasflow.cli.lazy import LazyGroup
 
 COMMANDS = {
     "agent": "sasflow.cli.roles:agent",
+    "agents": "sasflow.cli.agents:agents",
     "alerts": "sasflow.cli.alerts:alerts",
     "config": "sasflow.cli.config:config",
     "db": "sasflow.cli.db:db",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 
 import click
 
 from sasflow.agents.agent import Agent
-from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
+from sasflow.agents.children import ChildProcesses, default_state_dir
+from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
@@ -126,8 +128,20 @@ def exit_despite_hung_handlers() -> None:
         os._exit(0)
 
 
+BUILTIN_AGENTS = {"command": "sasflow.agents.command:agent"}
+"""Agents that ship with sasflow: `sasflow agent --builtin NAME` needs no --app."""
+
+DEFAULT_DRAIN_TIMEOUT = 25.0
+"""Below Kubernetes' and systemd's usual 30 s between SIGTERM and SIGKILL."""
+
+
 @click.command()
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option(
+    "--builtin",
+    type=click.Choice(sorted(BUILTIN_AGENTS)),
+    help="Serve an agent that ships with sasflow instead of NAME (no --app needed).",
+)
 @click.option(
     "--concurrency",
     "-c",
@@ -138,13 +152,53 @@ def exit_despite_hung_handlers() -> None:
     show_envvar=True,
     help="Worker threads, and requests taken from the queue at once.",
 )
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 86400),
+    default=DEFAULT_DRAIN_TIMEOUT,
+    show_default=True,
+    envvar="SASFLOW_AGENT_DRAIN_TIMEOUT",
+    show_envvar=True,
+    help="Seconds a stopping agent (SIGTERM) waits for running steps before it kills their "
+    "programs and leaves their requests to the broker.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="SASFLOW_AGENT_STATE_DIR",
+    show_envvar=True,
+    help="Directory of the pid files of running programs, to kill those a dead predecessor "
+    "left [default: $XDG_STATE_HOME/sasflow/NAMESPACE/AGENT].",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(0.1, 3600),
+    default=AgentOptions.heartbeat_interval,
+    show_default=True,
+    envvar="SASFLOW_AGENT_HEARTBEAT_INTERVAL",
+    show_envvar=True,
+    help="Seconds between fleet heartbeats (3 missed: the instance is lost).",
+)
 @click.pass_obj
-def agent(obj: CliContext, name: str, concurrency: int) -> None:
-    """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object)."""
+def agent(
+    obj: CliContext,
+    name: str | None,
+    builtin: str | None,
+    concurrency: int,
+    drain_timeout: float,
+    state_dir: Path | None,
+    heartbeat_interval: float,
+) -> None:
+    """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object), or a
+    built-in agent (--builtin command)."""
+    if (name is None) == (builtin is None):
+        raise click.UsageError("give an agent NAME or --builtin, not both or neither")
     try:
-        target = load_object(name) if ":" in name else obj.registry().agent(name)
+        spec = BUILTIN_AGENTS[builtin] if builtin is not None else name or ""
+        target = load_object(spec) if ":" in spec else obj.registry().agent(spec)
         if not isinstance(target, Agent):
-            raise click.UsageError(f"{name} is not a sasflow.agents.Agent with handlers")
+            raise click.UsageError(f"{spec} is not a sasflow.agents.Agent with handlers")
+        children = ChildProcesses(state_dir or default_state_dir(obj.names.namespace, target.name))
         role = AgentWorker(
             target,
             obj.transport(f"agent-{target.name}"),
@@ -152,6 +206,11 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
             concurrency=concurrency,
             limits=obj.settings.limits(),
             stop=stop_event(),
+            options=AgentOptions(
+                heartbeat_interval=heartbeat_interval,
+                drain_timeout=drain_timeout,
+                children=children,
+            ),
         )
         role.run()
     except SasflowError as exc:

@@ -22,11 +22,13 @@ class AlertKind(StrEnum):
     STEP_FAILED = "step_failed"
     COMPENSATION_FAILED = "compensation_failed"
     STALLED = "stalled"
+    AGENT_LOST = "agent_lost"
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
 COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
 STALLED = AlertKind.STALLED
+AGENT_LOST = AlertKind.AGENT_LOST
 
 LIST_COLUMNS = (
     alerts.c.id,

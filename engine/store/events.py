@@ -11,7 +11,7 @@ import psycopg
 from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.states import QUIET_STEP_STATES, RunState, StepState
+from sasflow.states import QUIET_STEP_STATES, AgentState, RunState, StepState
 from sasflow.store import queries
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
@@ -21,11 +21,12 @@ from sasflow.store.schema import events
 class Event:
     """One state change, to be appended to `events`."""
 
-    run_id: int
+    run_id: int | None
+    """None for fleet events (entity "agent"), which belong to no run."""
     entity: str
-    to_state: RunState | StepState
+    to_state: RunState | StepState | AgentState
     actor: str
-    from_state: RunState | StepState | None = None
+    from_state: RunState | StepState | AgentState | None = None
     step_id: int | None = None
     step: str | None = None
     attempt: int | None = None
@@ -36,6 +37,9 @@ class Event:
         # Step events not worth a status message (dispatches, retries): they are in the
         # history; notifications cover what applications act on.
         quiet = self.entity == "step" and self.to_state in QUIET_STEP_STATES
+        # Fleet events have no run to address a status message to: the agent_lost alert is
+        # their notification.
+        quiet = quiet or self.run_id is None
         return {
             "run_id": self.run_id,
             "entity": self.entity,

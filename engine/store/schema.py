@@ -133,7 +133,8 @@ events = Table(
     "events",
     metadata,
     Column("id", Id, Identity(), primary_key=True),
-    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    # NULL for fleet events (entity "agent"): they belong to no run.
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=True),
     Column("step_id", Id, nullable=True),
     Column("entity", String(10), nullable=False),
     Column("step", String(100), nullable=True),
@@ -228,4 +229,34 @@ audit = Table(
     Column("detail", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
+)
+
+agent_instances = Table(
+    "agent_instances",
+    metadata,
+    # The fleet view: one row per agent process, written from its heartbeats (which reach the
+    # database through a scheduler: agents have no database access).
+    Column("instance_id", String(100), primary_key=True),
+    Column("agent", String(100), nullable=False),
+    Column("hostname", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(50), nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("in_flight", Integer, nullable=False),
+    Column("breakers", Json, nullable=False),
+    Column("interval_s", Float, nullable=False),
+    # The instance's heartbeat counter: a heartbeat older than the one recorded (another
+    # scheduler took it later) changes nothing, so a goodbye is never undone by a late beat.
+    Column("seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("state", String(20), nullable=False),
+    _ts("first_seen_at", nullable=False, default_now=True),
+    _ts("heartbeat_at", nullable=False, default_now=True),
+    _ts("gone_at"),
+    # Serves the supervisor's loss detection: only live instances, by last heartbeat.
+    Index(
+        "ix_agent_instances_live",
+        "heartbeat_at",
+        postgresql_where=text("state = 'live'"),
+        sqlite_where=text("state = 'live'"),
+    ),
 )

@@ -56,8 +56,17 @@ class Transport(Protocol):
     def declare_exchange(self, name: str, kind: str) -> None: ...
 
     def declare_queue(
-        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
-    ) -> None: ...
+        self,
+        name: str,
+        *,
+        dead_letter_exchange: str | None,
+        max_length: int | None = None,
+        expires_ms: int | None = None,
+    ) -> None:
+        """A durable queue; `max_length` drops the oldest beyond it, `expires_ms` lets the
+        broker delete the queue once it had no consumer for that long (RabbitMQ's x-expires;
+        the in-process bus, whose queues end with the process, only checks equivalence)."""
+        ...
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None: ...
 

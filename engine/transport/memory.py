@@ -167,7 +167,12 @@ class MemoryBroker:
                 )
 
     def _declare_queue(
-        self, channel: Channel, name: str, dead_letter_exchange: str | None, max_length: int | None
+        self,
+        channel: Channel,
+        name: str,
+        dead_letter_exchange: str | None,
+        max_length: int | None,
+        expires_ms: int | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("the in-process bus has no server-named queues")
@@ -175,11 +180,12 @@ class MemoryBroker:
             self._check(channel)
             existing = self._queues.get(name)
             if existing is None:
-                self._queues[name] = Queue(name, dead_letter_exchange, max_length)
+                self._queues[name] = Queue(name, dead_letter_exchange, max_length, expires_ms)
                 return
             for arg, current, received in (
                 ("x-dead-letter-exchange", existing.dead_letter_exchange, dead_letter_exchange),
                 ("x-max-length", existing.max_length, max_length),
+                ("x-expires", existing.expires_ms, expires_ms),
             ):
                 if current != received:
                     raise self._channel_error(
@@ -510,9 +516,16 @@ class MemoryTransport:
         self._broker._declare_exchange(self._chan(), name, kind)
 
     def declare_queue(
-        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+        self,
+        name: str,
+        *,
+        dead_letter_exchange: str | None,
+        max_length: int | None = None,
+        expires_ms: int | None = None,
     ) -> None:
-        self._broker._declare_queue(self._chan(), name, dead_letter_exchange, max_length)
+        self._broker._declare_queue(
+            self._chan(), name, dead_letter_exchange, max_length, expires_ms
+        )
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
         self._broker._bind(self._chan(), queue, exchange, routing_key)

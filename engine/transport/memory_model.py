@@ -44,6 +44,8 @@ class Queue:
     name: str
     dead_letter_exchange: str | None
     max_length: int | None
+    expires_ms: int | None = None
+    """Checked for equivalence only: the bus's queues end with the process anyway."""
     ready: deque[Message] = field(default_factory=deque)
     consumers: list[Consumer] = field(default_factory=list)
     turn: int = 0

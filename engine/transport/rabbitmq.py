@@ -281,7 +281,12 @@ class RabbitMQTransport:
         self._declared = True
 
     def declare_queue(
-        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+        self,
+        name: str,
+        *,
+        dead_letter_exchange: str | None,
+        max_length: int | None = None,
+        expires_ms: int | None = None,
     ) -> None:
         arguments: dict[str, Any] = {}
         if dead_letter_exchange is not None:
@@ -289,6 +294,8 @@ class RabbitMQTransport:
         if max_length is not None:
             arguments["x-max-length"] = max_length
             arguments["x-overflow"] = "drop-head"
+        if expires_ms is not None:
+            arguments["x-expires"] = expires_ms
         with self._declaring():
             self._chan().queue_declare(name, durable=True, arguments=arguments or None)
         self._declared = True

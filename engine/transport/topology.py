@@ -17,6 +17,11 @@ PROCESS_HEADER = "x-sasflow-process"
 DEAD_AT_HEADER = "x-sasflow-dead-lettered-at"
 """When the copy was made (ISO-8601, UTC, the dead-lettering process's clock): its age in
 `sasflow dead list` (the broker's own dead letters carry it in `x-death`)."""
+FLEET_MAX = 10_000
+"""Bound of the fleet queue (oldest heartbeats dropped first) while no scheduler consumes it."""
+BREAKER_QUEUE_MAX = 1_000
+BREAKER_QUEUE_EXPIRES_MS = 60_000
+"""An agent instance's breaker queue is deleted by the broker once unused this long."""
 REASON_LIMIT = 4000
 """Characters of a dead-letter reason kept in its header."""
 
@@ -79,12 +84,27 @@ class Names:
     def agent(self, name: str) -> str:
         return f"{self.namespace}.agent.{name}"
 
+    @property
+    def fleet(self) -> str:
+        """The topic exchange of agent heartbeats (routing key: the agent's name), and the
+        queue every scheduler consumes them from."""
+        return f"{self.namespace}.fleet"
+
+    def breakers(self, agent: str) -> str:
+        """The fanout exchange on which the instances of `agent` share breaker changes."""
+        return f"{self.namespace}.breakers.{agent}"
+
+    def breaker_queue(self, agent: str, instance: str) -> str:
+        """One agent instance's queue of its peers' breaker changes."""
+        return f"{self.namespace}.breakers.{agent}.{instance}"
+
     def all_queues(self, agents: Iterable[str]) -> list[str]:
         return [
             self.submit,
             self.replies,
             self.dead_letter_queue,
             self.dead_requests,
+            self.fleet,
             *(self.agent(a) for a in agents),
         ]
 
@@ -106,7 +126,25 @@ def declare_common(transport: Transport, names: Names) -> None:
     transport.declare_exchange(names.alerts, "topic")
     transport.declare_queue(names.submit, dead_letter_exchange=names.dead_letter_exchange)
     transport.declare_queue(names.replies, dead_letter_exchange=names.dead_letter_exchange)
+    transport.declare_exchange(names.fleet, "topic")
+    transport.declare_queue(names.fleet, dead_letter_exchange=None, max_length=FLEET_MAX)
+    transport.bind_queue(names.fleet, names.fleet, "#")
 
 
 def declare_agent_queue(transport: Transport, names: Names, agent: str) -> None:
     transport.declare_queue(names.agent(agent), dead_letter_exchange=names.dead_letter_exchange)
+
+
+def declare_breaker_queue(transport: Transport, names: Names, agent: str, instance: str) -> str:
+    """The fanout exchange of `agent`'s breakers and this instance's queue bound to it (deleted
+    by the broker a while after the instance is gone); returns the queue's name."""
+    queue = names.breaker_queue(agent, instance)
+    transport.declare_exchange(names.breakers(agent), "fanout")
+    transport.declare_queue(
+        queue,
+        dead_letter_exchange=None,
+        max_length=BREAKER_QUEUE_MAX,
+        expires_ms=BREAKER_QUEUE_EXPIRES_MS,
+    )
+    transport.bind_queue(queue, names.breakers(agent), "")
+    return queue

@@ -19,7 +19,7 @@ def _delete(bus: Bus) -> None:
     """Delete the test's queues and exchanges on RabbitMQ (known by name: no rabbitmqctl)."""
     names = bus.names
     queues = {*names.all_queues([]), *bus.named}
-    exchanges = {names.status, names.alerts, names.dead_letter_exchange, *bus.named}
+    exchanges = {names.status, names.alerts, names.dead_letter_exchange, names.fleet, *bus.named}
     with services.broker_channel() as channel:
         for queue in sorted(queues):
             channel.queue_delete(queue)

@@ -44,7 +44,13 @@ def _delete_on_rabbitmq(names: Names) -> None:
     """Delete the test's queues and exchanges by name (quicker than listing with rabbitmqctl);
     the contract tests use only these."""
     queues = [*names.all_queues(AGENTS), f"{names.namespace}.contract-status"]
-    exchanges = [names.status, names.alerts, names.dead_letter_exchange]
+    exchanges = [
+        names.status,
+        names.alerts,
+        names.dead_letter_exchange,
+        names.fleet,
+        *(names.breakers(a) for a in AGENTS),
+    ]
     with services.broker_channel() as channel:
         for queue in queues:
             channel.queue_delete(queue)

@@ -17,6 +17,7 @@ from sasflow.transport.topology import (
     REASON_HEADER,
     SOURCE_HEADER,
     declare_agent_queue,
+    declare_breaker_queue,
     declare_common,
 )
 from tests.contract.bus import Bus, pump, settle, take, take_all
@@ -376,6 +377,21 @@ def test_declarations_are_idempotent_and_conflicts_are_refused(bus: Bus) -> None
     transport.connect()  # the refusal closed the channel, as RabbitMQ does
     with pytest.raises(BrokerUnavailableError, match="PRECONDITION_FAILED"):
         transport.declare_exchange(names.status, "direct")
+
+
+def test_a_breaker_fanout_reaches_every_instance_queue_and_expiry_must_match(bus: Bus) -> None:
+    """The fleet's breaker topology: a fanout exchange per agent, a queue per instance with
+    x-expires; redeclaring that queue with another expiry is refused, as RabbitMQ does."""
+    names = bus.names
+    transport = setup(bus)
+    agent = "shared"
+    first = declare_breaker_queue(transport, names, agent, "one")
+    second = declare_breaker_queue(transport, names, agent, "two")
+    bus.named.extend([first, second, names.breakers(agent)])
+    transport.publish(Outgoing(exchange=names.breakers(agent), routing_key="", body=b"open"))
+    assert [take(transport, q).body for q in (first, second)] == [b"open", b"open"]
+    with pytest.raises(BrokerUnavailableError, match="PRECONDITION_FAILED"):
+        transport.declare_queue(first, dead_letter_exchange=None, max_length=1000, expires_ms=1)
 
 
 def test_call_threadsafe_runs_the_callback_on_the_owner_thread(bus: Bus) -> None:

@@ -37,7 +37,12 @@ def test_every_option_shows_its_environment_variable_in_help(command: list[str])
             "SASFLOW_SCHEDULER_REPLY_PREFETCH",
             "SASFLOW_SCHEDULER_RESCAN_INTERVAL",
         ],
-        ("agent",): ["SASFLOW_AGENT_CONCURRENCY"],
+        ("agent",): [
+            "SASFLOW_AGENT_CONCURRENCY",
+            "SASFLOW_AGENT_DRAIN_TIMEOUT",
+            "SASFLOW_AGENT_STATE_DIR",
+            "SASFLOW_AGENT_HEARTBEAT_INTERVAL",
+        ],
         ("submitter",): ["SASFLOW_SUBMITTER_PREFETCH"],
     }[tuple(command)]
     missing = [
@@ -132,3 +137,10 @@ def test_a_role_does_not_import_the_other_commands_modules() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("args", [["agent"], ["agent", "payments", "--builtin", "command"]])
+def test_agent_wants_a_name_or_builtin_not_both_or_neither(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "give an agent NAME or --builtin, not both or neither" in result.output

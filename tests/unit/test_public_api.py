@@ -34,7 +34,15 @@ PUBLIC = {
     "submit_run",
 }
 
-AGENTS_PUBLIC = {"Agent", "BreakerOpenError", "Call", "PermanentError", "TransientError"}
+AGENTS_PUBLIC = {
+    "Agent",
+    "BreakerOpenError",
+    "Call",
+    "ChildKilledError",
+    "Completed",
+    "PermanentError",
+    "TransientError",
+}
 
 
 def test_sasflow_exports_exactly_the_public_names() -> None:

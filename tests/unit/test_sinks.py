@@ -78,7 +78,12 @@ class FakeTransport:
         self.log.append(f"declare {name} {kind}")
 
     def declare_queue(
-        self, name: str, *, dead_letter_exchange: str | None, max_length: int | None = None
+        self,
+        name: str,
+        *,
+        dead_letter_exchange: str | None,
+        max_length: int | None = None,
+        expires_ms: int | None = None,
     ) -> None:
         raise NotImplementedError
 

@@ -1,0 +1,46 @@
+"""`sasflow agents list`: the fleet view of agent instances, from their heartbeats."""
+
+from __future__ import annotations
+
+import click
+
+from sasflow.cli.context import CliContext
+from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.ops import agents as agent_ops
+
+
+@click.group()
+def agents() -> None:
+    """The fleet of agent processes, as their heartbeats report it."""
+
+
+@agents.command("list")
+@click.option("--agent", "agent", help="Only the instances of this agent.")
+@click.option("--all", "include_all", is_flag=True, help="Include instances that stopped.")
+@OUTPUT_OPTION
+@click.pass_obj
+def list_command(obj: CliContext, agent: str | None, include_all: bool, output: str) -> None:
+    """List agent instances: live, lost (3 missed heartbeats) and, with --all, stopped."""
+    found = obj.in_transaction(
+        lambda conn: agent_ops.list_agents(conn, agent=agent, include_stopped=include_all)
+    )
+    if output == "json":
+        click.echo(to_json(found))
+        return
+    print_table(
+        f"{len(found)} agent instance(s)",
+        ["agent", "instance", "state", "host", "pid", "in flight", "last heartbeat", "breakers"],
+        [
+            [
+                i["agent"],
+                i["instance_id"],
+                i["state"],
+                i["hostname"],
+                i["pid"],
+                f"{i['in_flight']}/{i['concurrency']}",
+                f"{i['seconds_since_heartbeat']:.0f}s ago",
+                " ".join(f"{d}={s}" for d, s in sorted(i["breakers"].items())) or "-",
+            ]
+            for i in found
+        ],
+    )

@@ -1,0 +1,123 @@
+"""The `agent_instances` table: the fleet view written from agents' heartbeats (through a
+scheduler), the supervisor's loss detection, and the operators' list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, case, delete, select, update
+
+from sasflow.states import LOST_AFTER_MISSED, AgentState
+from sasflow.store.dialect import upsert_insert
+from sasflow.store.schema import agent_instances
+from sasflow.store.sqltime import now, plus_seconds
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """What one heartbeat says of an agent instance (the store's command, not the wire form)."""
+
+    instance_id: str
+    agent: str
+    hostname: str
+    pid: int
+    version: str
+    concurrency: int
+    in_flight: int
+    breakers: dict[str, str]
+    interval_s: float
+    seq: int = 0
+    """Counts the instance's heartbeats: an older one than recorded is ignored."""
+    stopping: bool = False
+    """The instance's goodbye on a clean exit."""
+
+
+def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> None:
+    """Insert or refresh one row per instance, `heartbeat_at` on the database clock (primary
+    key). A goodbye marks it stopped; any other heartbeat makes it live again (a `lost`
+    instance that was only cut off comes back). A heartbeat whose `seq` is below the one
+    recorded changes nothing."""
+    latest: dict[str, InstanceReport] = {}  # one row per instance and statement
+    for report in reports:
+        known = latest.get(report.instance_id)
+        if known is None or known.seq <= report.seq:
+            latest[report.instance_id] = report
+    rows = [
+        {
+            **{k: v for k, v in asdict(r).items() if k != "stopping"},
+            "state": AgentState.STOPPED if r.stopping else AgentState.LIVE,
+        }
+        for r in latest.values()
+    ]
+    if not rows:
+        return
+    insert = upsert_insert(conn, agent_instances)
+    refreshed = {key: insert.excluded[key] for key in rows[0] if key != "instance_id"}
+    stopped = insert.excluded.state == AgentState.STOPPED
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[agent_instances.c.instance_id],
+            set_={
+                **refreshed,
+                "heartbeat_at": now(),
+                "gone_at": case((stopped, now()), else_=None),
+            },
+            where=agent_instances.c.seq <= insert.excluded.seq,
+        ),
+        rows,
+    )
+
+
+def mark_lost(conn: Connection) -> Sequence[Row[Any]]:
+    """Mark lost every live instance whose last heartbeat is older than LOST_AFTER_MISSED of
+    its intervals, on the database clock; the instances changed (ix_agent_instances_live)."""
+    overdue = plus_seconds(
+        agent_instances.c.heartbeat_at, agent_instances.c.interval_s * LOST_AFTER_MISSED
+    )
+    return conn.execute(
+        update(agent_instances)
+        .where(agent_instances.c.state == AgentState.LIVE, overdue < now())
+        .values(state=AgentState.LOST, gone_at=now())
+        .returning(
+            agent_instances.c.instance_id,
+            agent_instances.c.agent,
+            agent_instances.c.hostname,
+            agent_instances.c.pid,
+            agent_instances.c.heartbeat_at,
+            agent_instances.c.in_flight,
+        )
+    ).all()
+
+
+def forget_gone(conn: Connection, *, after_s: float) -> int:
+    """Delete instances stopped or lost more than `after_s` seconds ago (a sequential scan of
+    a table as small as the fleet's recent history)."""
+    gone = and_(
+        agent_instances.c.state != AgentState.LIVE,
+        agent_instances.c.gone_at < plus_seconds(now(), -after_s),
+    )
+    return conn.execute(delete(agent_instances).where(gone)).rowcount
+
+
+def find_instances(
+    conn: Connection, *, agent: str | None, include_gone: bool
+) -> list[dict[str, Any]]:
+    """Every column of the instances (of one agent when `agent` is given), by agent and host,
+    with `seconds_since_heartbeat` on the database clock; stopped ones only when
+    `include_gone` (a scan of a table as small as the fleet)."""
+    query = select(agent_instances, now().label("now")).order_by(
+        agent_instances.c.agent, agent_instances.c.hostname, agent_instances.c.pid
+    )
+    if agent is not None:
+        query = query.where(agent_instances.c.agent == agent)
+    if not include_gone:
+        query = query.where(agent_instances.c.state != AgentState.STOPPED)
+    found = []
+    for row in conn.execute(query):
+        values = dict(row._mapping)
+        clock = values.pop("now")
+        values["seconds_since_heartbeat"] = (clock - values["heartbeat_at"]).total_seconds()
+        found.append(values)
+    return found
