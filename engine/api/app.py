@@ -6,7 +6,7 @@ from fastapi import APIRouter, FastAPI
 
 from sasflow.api import errors
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import health, runs
+from sasflow.api.routes import alerts, health, runs
 
 
 def routers() -> list[APIRouter]:
@@ -14,6 +14,7 @@ def routers() -> list[APIRouter]:
     return [
         health.router,
         runs.router,
+        alerts.router,
     ]
 
 
