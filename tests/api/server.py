@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -34,10 +35,12 @@ class ApiServer:
     base_url: str
     process: subprocess.Popen[bytes]
     log: Path
+    verify: ssl.SSLContext | bool = True
+    """What the server's certificate is checked against (HTTPS)."""
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=30, verify=self.verify)
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -53,9 +56,10 @@ def api_server(
     app: str = "tests.apps.basic",
     env: dict[str, str] | None = None,
     name: str = "api",
+    tls: tuple[Path, Path] | None = None,
 ) -> Iterator[ApiServer]:
     """`sasflow api` on a free port, ready (/healthz answers) when the block starts; stopped
-    with SIGTERM (killed after 15 s) when it ends."""
+    with SIGTERM (killed after 15 s) when it ends. `tls`: (certificate, key) to serve HTTPS."""
     port = free_port()
     log = logs / f"{name}.log"
     environment = {
@@ -71,13 +75,19 @@ def api_server(
     }
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "sasflow", "api", "--port", str(port)],
+            [
+                sys.executable,
+                *("-m", "sasflow", "api", "--port", str(port)),
+                *(("--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])) if tls else ()),
+            ],
             env=environment,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
         )
-    server = ApiServer(f"http://127.0.0.1:{port}", process, log)
+    scheme = "https" if tls else "http"
+    verify = ssl.create_default_context(cafile=str(tls[0])) if tls else True
+    server = ApiServer(f"{scheme}://127.0.0.1:{port}", process, log, verify)
     try:
         _wait_until_up(server)
         yield server
@@ -97,7 +107,8 @@ def _wait_until_up(server: ApiServer, timeout: float = 30) -> None:
         if server.process.poll() is not None:
             raise AssertionError(f"sasflow api exited: {server.log_text()}")
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{server.base_url}/healthz", timeout=2).status_code == 200:
+            answer = httpx.get(f"{server.base_url}/healthz", timeout=2, verify=server.verify)
+            if answer.status_code == 200:
                 return
         time.sleep(0.1)
     raise AssertionError(f"sasflow api not up after {timeout}s: {server.log_text()}")

@@ -3,9 +3,11 @@ face, tokens and errors, and callbacks written with the run's end."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import Engine, select
 
@@ -54,3 +56,30 @@ def test_rest_on_sqlite(api: ApiServer, sqlite_engine: Engine) -> None:
         row = conn.execute(select(callbacks.c.run_id, callbacks.c.url, callbacks.c.payload)).one()
     assert (row.run_id, row.url) == (run_id, "http://127.0.0.1:9/hook")
     assert row.payload["run"]["state"] == RunState.CANCELLED
+
+
+def test_tls_with_a_certificate(tmp_path: Path, sqlite_url: str) -> None:
+    """With --ssl-certfile/--ssl-keyfile the API answers HTTPS (verified against the
+    certificate) and nothing in plain HTTP."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with api_server(
+        tmp_path,
+        database_url=sqlite_url,
+        broker_url="memory://",
+        namespace="embedded",
+        tls=(cert, key),
+    ) as api:
+        assert api.base_url.startswith("https://")
+        with api.client() as https:
+            assert https.get("/healthz").json() == {"status": "ok"}
+        with pytest.raises(httpx.TransportError):
+            httpx.get(api.base_url.replace("https://", "http://") + "/healthz", timeout=5)
