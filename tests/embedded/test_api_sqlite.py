@@ -83,3 +83,20 @@ def test_tls_with_a_certificate(tmp_path: Path, sqlite_url: str) -> None:
             assert https.get("/healthz").json() == {"status": "ok"}
         with pytest.raises(httpx.TransportError):
             httpx.get(api.base_url.replace("https://", "http://") + "/healthz", timeout=5)
+
+
+def test_readyz_is_503_while_the_broker_is_unreachable(tmp_path: Path, sqlite_url: str) -> None:
+    """/healthz answers (the process is up) while /readyz says the broker cannot be reached."""
+    with (
+        api_server(
+            tmp_path,
+            database_url=sqlite_url,
+            broker_url="amqp://guest:guest@127.0.0.1:1/%2F",
+            namespace="embedded",
+        ) as api,
+        api.client() as http,
+    ):
+        assert http.get("/healthz").status_code == 200
+        ready = http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["error"] == "broker_unavailable"
