@@ -120,21 +120,7 @@ def test_a_callback_is_given_up_at_its_attempt_limit_with_an_alert(engine: Engin
         url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
 
         run_id = run_transaction(engine, lambda conn: _ended_run(conn, url))
-        policy = CallbackPolicy(
-            give_up_s=3600,
-            max_attempts=2,
-            backoff_initial_s=0.05,
-            backoff_max_s=0.05,
-            timeout_s=5,
-            poll_s=0.05,
-        )
-        sender = CallbackSender(engine, SECRET.encode(), policy, stop=threading.Event())
-
-        def given_up() -> bool:
-            sender.deliver_due()
-            return bool(_callback_rows(engine)[0]["state"] == CallbackState.FAILED)
-
-        harness.wait_for(given_up, what="callback given up")
+        _deliver_until_given_up(engine, give_up_s=3600, max_attempts=2)
         assert len(receiver.requests) == 2
     row = _callback_rows(engine)[0]
     assert (row["attempts"], row["last_error"]) == (2, "HTTP 500")
@@ -149,25 +135,30 @@ def test_a_callback_is_given_up_at_its_age_limit(engine: Engine) -> None:
     with webhook_server(*[500] * 10) as receiver:
         url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
         run_transaction(engine, lambda conn: _ended_run(conn, url))
-        policy = CallbackPolicy(
-            give_up_s=0.2,
-            max_attempts=1024,
-            backoff_initial_s=0.05,
-            backoff_max_s=0.1,
-            timeout_s=5,
-            poll_s=0.05,
-        )
-        sender = CallbackSender(engine, SECRET.encode(), policy, stop=threading.Event())
-
-        def given_up() -> bool:
-            sender.deliver_due()
-            return bool(_callback_rows(engine)[0]["state"] == CallbackState.FAILED)
-
-        harness.wait_for(given_up, what="callback given up")
+        _deliver_until_given_up(engine, give_up_s=0.2, max_attempts=1024)
     row = _callback_rows(engine)[0]
     assert 1 <= row["attempts"] < 1024
     with engine.connect() as conn:
         assert conn.execute(select(alerts.c.kind)).scalars().all() == [AlertKind.CALLBACK_FAILED]
+
+
+def _deliver_until_given_up(engine: Engine, *, give_up_s: float, max_attempts: int) -> None:
+    """Run the delivery loop's passes (fast backoff) until the one callback is given up."""
+    policy = CallbackPolicy(
+        give_up_s=give_up_s,
+        max_attempts=max_attempts,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.05,
+        timeout_s=5,
+        poll_s=0.05,
+    )
+    sender = CallbackSender(engine, SECRET.encode(), policy, stop=threading.Event())
+
+    def given_up() -> bool:
+        sender.deliver_due()
+        return bool(_callback_rows(engine)[0]["state"] == CallbackState.FAILED)
+
+    harness.wait_for(given_up, what="callback given up")
 
 
 def _ended_run(conn: Connection, url: str) -> int:
