@@ -33,7 +33,7 @@ from tests.integration.webhook import webhook_server
 
 pytestmark = pytest.mark.integration
 
-FAST_CALLBACKS = {
+FAST_CALLBACKS: dict[str, str | None] = {
     "SASFLOW_API_CALLBACK_BACKOFF_INITIAL_S": "0.2",
     "SASFLOW_API_CALLBACK_BACKOFF_MAX_S": "0.4",
     "SASFLOW_API_CALLBACK_POLL_S": "0.1",
