@@ -20,7 +20,7 @@ from sasflow.ops import tokens
 from sasflow.store.db import run_transaction
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "test-callback-key"  # noqa: S105 - the test servers' callback key
+SECRET = "test-callback-key-0123"  # noqa: S105 - the test servers' callback key
 
 
 def free_port() -> int:
