@@ -141,9 +141,12 @@ class AgentWorker:
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
         options: AgentOptions | None = None,
+        pool: str | None = None,
     ) -> None:
         """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
-        sent (beyond them: an `error` reply saying so); keep them within the scheduler's."""
+        sent (beyond them: an `error` reply saying so); keep them within the scheduler's.
+        With `pool`, it consumes that pool's queue (the steps that ask for the pool) instead
+        of the agent's shared queue."""
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.id = process_id(f"agent-{agent.name}")
@@ -151,6 +154,8 @@ class AgentWorker:
         self._transport = transport
         self._names = names
         self._concurrency = concurrency
+        self._pool_name = pool
+        self._queue = names.agent_queue(agent.name, pool)
         self._limits = limits
         self._stop = stop or threading.Event()
         self._options = options or AgentOptions()
@@ -215,17 +220,10 @@ class AgentWorker:
     def _serve(self) -> None:
         self._transport.connect()
         declare_common(self._transport, self._names)
-        declare_agent_queue(self._transport, self._names, self.agent.name)
-        self._transport.consume(
-            self._names.agent(self.agent.name), self._on_request, prefetch=self._concurrency
-        )
+        declare_agent_queue(self._transport, self._names, self.agent.name, self._pool_name)
+        self._transport.consume(self._queue, self._on_request, prefetch=self._concurrency)
         self.fleet.connected(self._breakers)
-        log.info(
-            "%s consuming %s with %d threads",
-            self.id,
-            self._names.agent(self.agent.name),
-            self._concurrency,
-        )
+        log.info("%s consuming %s with %d threads", self.id, self._queue, self._concurrency)
         while not self._stop.is_set():
             self._transport.process(self._next_wait())
             self._settle()

@@ -65,6 +65,7 @@ ALLOWLIST: dict[str, str] = {
     "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "psql": "tests/services.py::apply_roles_script",
+    "curl": "tests/docs/test_api_doc.py::test_the_curl_session_of_the_api_page",
 }
 
 # Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.

@@ -11,6 +11,7 @@ COMMANDS = {
     "agent": "sasflow.cli.roles:agent",
     "agents": "sasflow.cli.agents:agents",
     "alerts": "sasflow.cli.alerts:alerts",
+    "api": "sasflow.cli.api:api_command",
     "config": "sasflow.cli.config:config",
     "db": "sasflow.cli.db:db",
     "dead": "sasflow.cli.dead:dead",
@@ -21,6 +22,7 @@ COMMANDS = {
     "submit": "sasflow.cli.submit:submit_command",
     "submitter": "sasflow.cli.roles:submitter",
     "supervisor": "sasflow.cli.supervisor:supervisor",
+    "tokens": "sasflow.cli.tokens:tokens",
 }
 """Each subcommand's module is imported only when it runs (see cli/lazy.py)."""
 

@@ -17,6 +17,7 @@ from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store.db import Engine
+from sasflow.store.pools import PoolLimits
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 
 
@@ -94,6 +95,9 @@ def scheduler(
             claim_batch=batch,
             reply_prefetch=reply_prefetch,
             rescan_interval=rescan_interval,
+            pool_limits=PoolLimits(
+                give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks
+            ),
             limits=obj.settings.limits(),
         )
         transport = obj.transport("scheduler")  # refuses memory:// before any connection
@@ -179,6 +183,14 @@ DEFAULT_DRAIN_TIMEOUT = 25.0
     show_envvar=True,
     help="Seconds between fleet heartbeats (3 missed: the instance is lost).",
 )
+@click.option(
+    "--pool",
+    default=None,
+    envvar="SASFLOW_AGENT_POOL",
+    show_envvar=True,
+    help="Serve only the steps that ask for this pool (its own queue) instead of the "
+    "agent's shared queue.",
+)
 @click.pass_obj
 def agent(
     obj: CliContext,
@@ -188,6 +200,7 @@ def agent(
     drain_timeout: float,
     state_dir: Path | None,
     heartbeat_interval: float,
+    pool: str | None,
 ) -> None:
     """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object), or a
     built-in agent (--builtin command)."""
@@ -211,6 +224,7 @@ def agent(
                 drain_timeout=drain_timeout,
                 children=children,
             ),
+            pool=pool,
         )
         role.run()
     except SasflowError as exc:

@@ -9,12 +9,30 @@ from sasflow.store import inspect
 from sasflow.store.db import Connection
 from sasflow.store.inspect import RunFilter
 
-__all__ = ["RunFilter", "list_runs", "show_run"]
+__all__ = ["RunFilter", "get_run", "list_runs", "runs_page", "show_run"]
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
     """Runs matching `where`, newest first."""
     return inspect.list_runs(conn, where)
+
+
+def runs_page(
+    conn: Connection, where: RunFilter, *, cursor: int | None
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the runs matching `where` (newest first) after `cursor`, and the cursor of
+    the next page (None on the last one)."""
+    page = inspect.runs_page(conn, where, before_id=cursor)
+    more = len(page) == where.limit
+    return page, (int(page[-1]["id"]) if more and page else None)
+
+
+def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
+    """The run's row (no steps, no events)."""
+    run = inspect.run_row(conn, run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run with id {run_id}")
+    return run
 
 
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:

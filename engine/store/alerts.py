@@ -23,6 +23,8 @@ class AlertKind(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
     STALLED = "stalled"
     AGENT_LOST = "agent_lost"
+    CALLBACK_FAILED = "callback_failed"
+    """An HTTP callback was given up (sasflow api)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED

@@ -30,6 +30,8 @@ class ClaimedStep:
     timeout_s: float
     complete_by: datetime
     priority: int
+    pool: str | None = None
+    """The agent pool that must run it (None: the agent's shared queue)."""
 
 
 def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
@@ -52,6 +54,7 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
             timeout_s=r.timeout_s,
             complete_by=r.complete_by,
             priority=r.priority,
+            pool=r.pool,
         )
         for r in rows
     ]
@@ -104,6 +107,20 @@ def release_steps(
     rows = conn.execute(
         queries.release_claimed(), {"b_step_ids": [s.id for s in steps], "b_locked_by": locked_by}
     ).all()
+    record_handed_back(conn, rows, actor=locked_by, reasons=[reason] * len(rows))
+    return len(rows)
+
+
+def record_handed_back(
+    conn: Connection,
+    rows: Sequence[Any],
+    *,
+    actor: str,
+    reasons: Sequence[str],
+    attempt_undone: bool = False,
+) -> None:
+    """Record claimed steps going back to pending (rows: run_id, id, name, attempt), each with
+    its reason; with `attempt_undone` the rows hold the attempt before the claim."""
     events.record(
         conn,
         [
@@ -111,11 +128,10 @@ def release_steps(
                 r,
                 StepState.PROCESSING,
                 StepState.PENDING,
-                attempt=r.attempt,
-                actor=locked_by,
+                attempt=r.attempt + 1 if attempt_undone else r.attempt,
+                actor=actor,
                 reason=reason,
             )
-            for r in rows
+            for r, reason in zip(rows, reasons, strict=True)
         ],
     )
-    return len(rows)

@@ -55,6 +55,8 @@ _RUN_COLUMNS = (
     runs.c.business_key,
     runs.c.state,
     runs.c.priority,
+    runs.c.submitted_by,
+    runs.c.pool,
     runs.c.created_at,
     runs.c.updated_at,
     runs.c.finished_at,
@@ -106,6 +108,17 @@ def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(query)]
 
 
+def runs_page(conn: Connection, where: RunFilter, *, before_id: int | None) -> list[dict[str, Any]]:
+    """One page of the runs matching `where`, newest id first, those below `before_id` (the
+    cursor) only (primary key; ix_runs_state_created_at narrows state filters)."""
+    query = select(*_RUN_COLUMNS).where(*_conditions(where))
+    if before_id is not None:
+        query = query.where(runs.c.id < before_id)
+    return [
+        dict(r._mapping) for r in conn.execute(query.order_by(runs.c.id.desc()).limit(where.limit))
+    ]
+
+
 def select_run_ids(conn: Connection, where: RunFilter) -> list[int]:
     """The ids of the runs matching `where`, oldest first (ix_runs_state_created_at serves state
     filters)."""
@@ -116,6 +129,12 @@ def select_run_ids(conn: Connection, where: RunFilter) -> list[int]:
         .limit(where.limit)
     )
     return list(conn.execute(query).scalars())
+
+
+def run_row(conn: Connection, run_id: int) -> dict[str, Any] | None:
+    """The run's row alone, or None (primary key)."""
+    run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+    return None if run is None else dict(run._mapping)
 
 
 def run_detail(conn: Connection, run_id: int) -> dict[str, Any] | None:
