@@ -1,0 +1,227 @@
+"""Following the subscription stream: RecordIO records in, handler calls, acknowledgements out,
+and reconnection as the same subscriber.
+
+The stream is at least once: an update whose acknowledgement was lost (the handler returned,
+then the connection broke) comes again after the reconnection, with the same `uuid`; a handler
+that must act once dedupes on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sasflow.client.errors import ApiError
+from sasflow.errors import InvalidMessageError
+from sasflow.recordio import Decoder
+
+log = logging.getLogger(__name__)
+
+STREAM_ID_HEADER = "Sasflow-Stream-Id"
+STREAM_PATH = "/v1/stream"
+MISSED_HEARTBEATS = 5
+"""A stream silent for this many heartbeat intervals is dead: the subscription reconnects."""
+DEFAULT_HEARTBEAT = 15.0
+"""The interval assumed until the server's SUBSCRIBED tells the real one (the server's default)."""
+FIRST_BACKOFF = 0.5
+
+
+@dataclass(frozen=True)
+class StreamFilter:
+    """Which runs' changes to receive: all by default; only those of `workflows`; only the
+    runs this token submitted."""
+
+    workflows: tuple[str, ...] | None = None
+    runs_submitted_by_me: bool = False
+
+    @classmethod
+    def of(cls, value: StreamFilter | Mapping[str, Any]) -> StreamFilter:
+        if isinstance(value, StreamFilter):
+            return value
+        workflows = value.get("workflows")
+        return cls(
+            workflows=None if workflows is None else tuple(workflows),
+            runs_submitted_by_me=bool(value.get("runs_submitted_by_me", False)),
+        )
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"runs_submitted_by_me": self.runs_submitted_by_me}
+        if self.workflows is not None:
+            body["workflows"] = list(self.workflows)
+        return body
+
+
+@dataclass(frozen=True)
+class StreamUpdate:
+    """One UPDATE: a run's or step's state change (`uuid` None for a RECONCILE answer, which
+    needs no acknowledgement; `state` None when RECONCILE named an unknown run)."""
+
+    run: int
+    state: str | None
+    uuid: str | None = None
+    workflow: str | None = None
+    key: str | None = None
+    entity: str | None = None
+    step: str | None = None
+    previous: str | None = None
+    at: str | None = None
+    reason: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> StreamUpdate:
+        try:
+            return cls(
+                run=int(record["run"]),
+                state=record.get("state"),
+                uuid=record.get("uuid"),
+                workflow=record.get("workflow"),
+                key=record.get("key"),
+                entity=record.get("entity"),
+                step=record.get("step"),
+                previous=record.get("previous"),
+                at=record.get("at"),
+                reason=record.get("reason"),
+                raw=record,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidMessageError(f"UPDATE without a run id: {record!r:.200}") from exc
+
+
+class _StreamEnded(Exception):  # noqa: N818 - control flow, not an error
+    """The current stream is over (ERROR received, or it was replaced): reconnect."""
+
+
+class Subscription:
+    """One subscriber's stream, followed by `run()` until `stop` is set or `teardown()`."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        where: StreamFilter,
+        handler: Callable[[StreamUpdate], None],
+        *,
+        name: str,
+        subscriber_id: str | None = None,
+        max_backoff: float = 15.0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._http = http
+        self._where = where
+        self._handler = handler
+        self._name = name
+        self._max_backoff = max_backoff
+        self.subscriber_id = subscriber_id
+        """Set by the first SUBSCRIBED; pass it to a later `subscription` to resume."""
+        self.stream_id: str | None = None
+        self.heartbeat_interval = DEFAULT_HEARTBEAT
+        self.connections = 0
+        """How many streams were opened (SUBSCRIBED received)."""
+        self.stop_event = stop or threading.Event()
+        self._torn_down = False
+
+    def stop(self) -> None:
+        """Ask `run()` to return (at the next record or heartbeat at the latest)."""
+        self.stop_event.set()
+
+    def run(self) -> None:
+        """Follow the stream, reconnecting with exponential backoff (capped at `max_backoff`)
+        until stopped. Raises ApiError when the server refuses the subscription for good
+        (401, 403, 404, 400): retrying would not help."""
+        backoff = FIRST_BACKOFF
+        while not self.stop_event.is_set() and not self._torn_down:
+            connections = self.connections
+            try:
+                self._follow()
+            except ApiError as exc:
+                if exc.status < 500 and exc.status != 429:
+                    raise
+                log.warning("subscription refused for now (%s)", exc)
+            except (httpx.TransportError, InvalidMessageError, _StreamEnded) as exc:
+                log.info("stream of subscriber %s lost: %s", self.subscriber_id, exc)
+            if self.connections > connections:
+                backoff = FIRST_BACKOFF
+            if self.stop_event.is_set() or self._torn_down:
+                return
+            self.stop_event.wait(backoff * random.uniform(0.5, 1.0))  # noqa: S311 - jitter
+            backoff = min(backoff * 2, self._max_backoff)
+
+    def reconcile(self, runs: Sequence[int] = ()) -> None:
+        """Ask for the current state of `runs` (all active runs of the filter when empty),
+        answered on the stream by UPDATEs without uuid."""
+        self.call({"type": "RECONCILE", "runs": list(runs)})
+
+    def kill(self, run: int) -> None:
+        """Cancel a run this token submitted (any run with the `operate` scope)."""
+        self.call({"type": "KILL", "run": run})
+
+    def teardown(self) -> None:
+        """Cancel this subscriber's runs, delete the subscriber and end the stream."""
+        self.call({"type": "TEARDOWN"})
+        self._torn_down = True
+        self.stop_event.set()
+
+    def call(self, body: dict[str, Any]) -> None:
+        """One call on the current stream, on a connection of its own."""
+        if self.stream_id is None:
+            raise ApiError(403, "no_stream", "the subscription has no current stream")
+        response = self._http.post(
+            STREAM_PATH, json=body, headers={STREAM_ID_HEADER: self.stream_id}
+        )
+        if response.is_error:
+            raise ApiError.of(response)
+
+    def _follow(self) -> None:
+        subscriber: dict[str, Any] = {"name": self._name}
+        if self.subscriber_id is not None:
+            subscriber["id"] = self.subscriber_id
+        body = {"type": "SUBSCRIBE", "subscriber": subscriber, "filter": self._where.body()}
+        timeout = httpx.Timeout(
+            self._http.timeout.connect, read=MISSED_HEARTBEATS * self.heartbeat_interval
+        )
+        with self._http.stream("POST", STREAM_PATH, json=body, timeout=timeout) as response:
+            if response.is_error:
+                response.read()
+                raise ApiError.of(response)
+            self.stream_id = response.headers.get(STREAM_ID_HEADER)
+            decoder = Decoder()
+            for chunk in response.iter_bytes():
+                for record in decoder.feed(chunk):
+                    self._on_record(record)
+                if self.stop_event.is_set():
+                    return
+
+    def _on_record(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "SUBSCRIBED":
+            self.subscriber_id = str(record["subscriber_id"])
+            self.heartbeat_interval = float(record["heartbeat_interval_seconds"])
+            self.connections += 1
+        elif kind == "UPDATE":
+            self._deliver(StreamUpdate.from_record(record))
+        elif kind == "ERROR":
+            raise _StreamEnded(str(record.get("message")))
+        elif kind != "HEARTBEAT":
+            log.debug("ignoring a %s record", kind)  # newer servers may send more kinds
+
+    def _deliver(self, update: StreamUpdate) -> None:
+        try:
+            self._handler(update)
+        except Exception:
+            # Not acknowledged: the server sends it again (after its resend timeout).
+            log.exception("handler failed on update %s of run %s", update.uuid, update.run)
+            return
+        if update.uuid is None:
+            return
+        try:
+            self.call({"type": "ACKNOWLEDGE", "uuid": update.uuid})
+        except ApiError as exc:
+            if exc.status == 403:
+                raise _StreamEnded(exc.message) from exc
+            raise
