@@ -296,6 +296,10 @@ class Scheduler:
             return False, due
         claimed_at = time.monotonic()
         self.stats.claimed += len(claimed)
+        # A claim follows a submission (its run's `pending` event) and may start runs (their
+        # `running` event): relay them now rather than at the next interval, so status
+        # notifications and the subscription stream see a new run within milliseconds.
+        self._events_dirty = True
         try:
             results = self._transport.publish_many(
                 [self._request(step, claimed_at) for step in claimed]

@@ -170,6 +170,22 @@ class Settings(BaseSettings):
 
     # -- end of connections -----------------------------------------------------------------
 
+    # -- the HTTP API's subscription stream (docs/api-stream.md) -------------------------------
+    api_stream_heartbeat_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="Seconds between HEARTBEAT records on a subscription stream (clients call "
+        "a stream dead after 5 missed).",
+    )
+    api_stream_resend_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=86400,
+        description="Seconds after which an UPDATE sent but not acknowledged is sent again on "
+        "the same stream (a reconnection re-sends every unacknowledged one at once).",
+    )
+
     @field_validator("alert_email_to", mode="before")
     @classmethod
     def _split_recipients(cls, value: Any) -> Any:
@@ -201,6 +217,8 @@ class Settings(BaseSettings):
             "max_json_depth": self.max_json_depth,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
+            "api_stream_heartbeat_seconds": self.api_stream_heartbeat_seconds,
+            "api_stream_resend_seconds": self.api_stream_resend_seconds,
             **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
         }
 

@@ -1,0 +1,1 @@
+"""The HTTP API (`sasflow api`): FastAPI routers over the service layer."""
