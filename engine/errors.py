@@ -81,6 +81,14 @@ class InvalidAcknowledgementError(SasflowError):
     """An acknowledgement needs a reason and an actor of at most 200 characters."""
 
 
+class TokenNotFoundError(SasflowError):
+    """No live API token with that name."""
+
+
+class InvalidTokenError(SasflowError):
+    """An API token needs a name (letters, digits, '_', '.', '@', '-') and known scopes."""
+
+
 # -- refusals: a permanent misconfiguration, not an outage ------------------------------------
 
 

@@ -170,15 +170,82 @@ class Settings(BaseSettings):
 
     # -- end of connections -----------------------------------------------------------------
 
+    # -- the HTTP API (sasflow api, docs/api.md) -------------------------------------------------
+    api_host: str = Field(default="127.0.0.1", description="Address `sasflow api` listens on.")
+    api_port: int = Field(default=8080, ge=0, le=65535, description="Port of `sasflow api`.")
+    api_max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest request body the HTTP API accepts, in bytes (larger: 413).",
+    )
+    api_max_json_depth: int = Field(
+        default=DEFAULT_LIMITS.max_json_depth,
+        ge=2,
+        le=500,
+        description="Deepest JSON nesting the HTTP API accepts in a request body (deeper: 400).",
+    )
+    api_ssl_certfile: str | None = Field(
+        default=None, description="Certificate (PEM) to serve the HTTP API over TLS."
+    )
+    api_ssl_keyfile: str | None = Field(
+        default=None, description="Private key (PEM) of that certificate [default: in it]."
+    )
+    api_callback_secret: SecretStr | None = Field(
+        default=None,
+        description="Key of the HMAC-SHA256 signature of outgoing callbacks; without it the "
+        "API refuses runs with a callback_url (every API server needs the same key).",
+    )
+    api_callback_give_up_s: float = Field(
+        default=86400,
+        gt=0,
+        description="Seconds after a run ended that its callback is given up (failed, alert).",
+    )
+    api_callback_max_attempts: int = Field(
+        default=1024, ge=1, description="Delivery attempts before a callback is given up."
+    )
+    api_callback_backoff_initial_s: float = Field(
+        default=1.0, gt=0, description="Seconds before the first retry of a failed callback."
+    )
+    api_callback_backoff_max_s: float = Field(
+        default=600.0, gt=0, description="Longest wait between two attempts of a callback."
+    )
+    api_callback_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="Seconds one callback POST may take."
+    )
+    api_callback_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two looks of the callback loop for due callbacks.",
+    )
+    api_callbacks: bool = Field(
+        default=True,
+        description="Run the callback delivery loop in this API server (several servers "
+        "share the work safely).",
+    )
+
+    # -- agent pools (the scheduler) ------------------------------------------------------------
+    pool_give_up_s: float = Field(
+        default=86400,
+        gt=0,
+        description="Seconds a step waits for a live agent of its pool before it fails with "
+        "'no agent in pool P'.",
+    )
+    pool_max_looks: int = Field(
+        default=1024,
+        ge=1,
+        description="Dispatch passes that find no agent in a step's pool before it fails.",
+    )
+
     # -- the HTTP API's subscription stream (docs/api-stream.md) -------------------------------
-    api_stream_heartbeat_seconds: float = Field(
+    api_stream_heartbeat_s: float = Field(
         default=15.0,
         gt=0,
         le=3600,
         description="Seconds between HEARTBEAT records on a subscription stream (clients call "
         "a stream dead after 5 missed).",
     )
-    api_stream_resend_seconds: float = Field(
+    api_stream_resend_s: float = Field(
         default=30.0,
         gt=0,
         le=86400,
@@ -217,9 +284,11 @@ class Settings(BaseSettings):
             "max_json_depth": self.max_json_depth,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
-            "api_stream_heartbeat_seconds": self.api_stream_heartbeat_seconds,
-            "api_stream_resend_seconds": self.api_stream_resend_seconds,
+            "api_stream_heartbeat_s": self.api_stream_heartbeat_s,
+            "api_stream_resend_s": self.api_stream_resend_s,
             **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
+            **{name: getattr(self, name) for name in API_SETTINGS},
+            "api_callback_secret": "***" if self.api_callback_secret is not None else None,
         }
 
 
@@ -239,3 +308,22 @@ CONNECTION_SETTINGS = (
     "broker_key_file",
 )
 """Settings that hold no secret (file paths, not contents): shown as they are."""
+
+API_SETTINGS = (
+    "api_host",
+    "api_port",
+    "api_max_body_bytes",
+    "api_max_json_depth",
+    "api_ssl_certfile",
+    "api_ssl_keyfile",
+    "api_callback_give_up_s",
+    "api_callback_max_attempts",
+    "api_callback_backoff_initial_s",
+    "api_callback_backoff_max_s",
+    "api_callback_timeout_s",
+    "api_callback_poll_s",
+    "api_callbacks",
+    "pool_give_up_s",
+    "pool_max_looks",
+)
+"""The HTTP API's and the pools' settings that hold no secret."""

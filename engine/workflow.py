@@ -55,6 +55,9 @@ class Step:
     policy: StepPolicy = field(default_factory=StepPolicy)
     compensate: str | None = None
     """Action of the same agent that undoes this step (run by compensation, issue-3 supervisor)."""
+    pool: str | None = None
+    """The agent pool that must run it (`sasflow agent --pool NAME`); None: the run's pool,
+    else the agent's shared queue."""
 
 
 def check_name(kind: str, name: str) -> None:

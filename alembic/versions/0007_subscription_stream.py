@@ -1,7 +1,7 @@
 """subscription stream: subscribers and their unacknowledged updates
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0006
 Create Date: 2026-11-24 14:00:00.000000
 """
 
@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sasflow.store.sqltime import now
 
 revision: str = '0007'
-down_revision: str | None = '0003'
+down_revision: str | None = '0006'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -26,9 +26,6 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), 'sqlite')
 
 
 def upgrade() -> None:
-    # TEMPORARY until issue-14 (REST) is merged: it owns runs.submitted_by.
-    with op.batch_alter_table('runs') as batch:
-        batch.add_column(sa.Column('submitted_by', sa.String(length=200), nullable=True))
     op.create_table('subscribers',
     sa.Column('id', sa.String(length=36), nullable=False),
     sa.Column('name', sa.String(length=200), nullable=False),
@@ -60,5 +57,3 @@ def downgrade() -> None:
     op.drop_index('ix_stream_updates_subscriber_id_id', table_name='stream_updates')
     op.drop_table('stream_updates')
     op.drop_table('subscribers')
-    with op.batch_alter_table('runs') as batch:
-        batch.drop_column('submitted_by')

@@ -95,10 +95,15 @@ class StreamHub:
         if self._listener is not None:
             self._listener.start()
 
-    def close(self) -> None:
-        """End every open stream (each sends ERROR first) and stop listening."""
+    def end_streams(self) -> None:
+        """Make every open stream, and any opened later, send ERROR and end (does not block:
+        safe from a signal handler)."""
         self._closing.set()
         self._waker.wake()
+
+    def close(self) -> None:
+        """End every open stream and stop listening."""
+        self.end_streams()
         if self._listener is not None:
             self._listener.stop()
 

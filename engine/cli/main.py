@@ -10,6 +10,7 @@ from sasflow.cli.lazy import LazyGroup
 COMMANDS = {
     "agent": "sasflow.cli.roles:agent",
     "alerts": "sasflow.cli.alerts:alerts",
+    "api": "sasflow.cli.api:api_command",
     "config": "sasflow.cli.config:config",
     "db": "sasflow.cli.db:db",
     "dead": "sasflow.cli.dead:dead",
@@ -20,6 +21,7 @@ COMMANDS = {
     "submit": "sasflow.cli.submit:submit_command",
     "submitter": "sasflow.cli.roles:submitter",
     "supervisor": "sasflow.cli.supervisor:supervisor",
+    "tokens": "sasflow.cli.tokens:tokens",
 }
 """Each subcommand's module is imported only when it runs (see cli/lazy.py)."""
 

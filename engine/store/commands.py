@@ -64,6 +64,12 @@ class NewRun:
     priority: int = 0
     version: int | None = None
     reply_to: str | None = None
+    submitted_by: str | None = None
+    """The API token's name, for submissions over HTTP."""
+    callback_url: str | None = None
+    """POSTed the run's summary when it ends (HTTP submissions)."""
+    pool: str | None = None
+    """The agent pool of its steps, unless a step's definition names its own."""
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dic
                 priority=step.priority,
                 input={"input": step.input, "output": step.output},
                 policy={column: getattr(step, column) for column in POLICY_COLUMNS},
+                pool=step.pool,
             )
         )
         previous = step.name

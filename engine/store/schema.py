@@ -59,7 +59,12 @@ runs = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False, server_default=text("'pending'")),
     Column("reply_to", String(255), nullable=True),
-    Column("submitted_by", String(200), nullable=True),
+    # Who submitted it over the HTTP API (the token's name); NULL for AMQP and Python.
+    Column("submitted_by", String(100), nullable=True),
+    # POSTed the run's summary when it ends (the callbacks outbox), or NULL.
+    Column("callback_url", String(2000), nullable=True),
+    # The agent pool its steps go to unless a step names its own, or NULL (the shared queue).
+    Column("pool", String(100), nullable=True),
     Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),
@@ -92,6 +97,11 @@ steps = Table(
     Column("state", String(20), nullable=False),
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("locked_by", String(100), nullable=True),
+    # The agent pool whose queue it is dispatched to (NULL: the agent's shared queue), and how
+    # often and since when it waited for an instance of that pool (scheduler.pools).
+    Column("pool", String(100), nullable=True),
+    Column("pool_looks", Integer, nullable=False, server_default=text("0")),
+    _ts("pool_waiting_since"),
     _ts("complete_by"),
     _ts("dispatched_at"),
     _ts("not_before", nullable=False, default_now=True),
@@ -229,6 +239,56 @@ audit = Table(
     Column("detail", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    # Bearer tokens of the HTTP API: only the SHA-256 of the secret is stored.
+    Column("id", Id, Identity(), primary_key=True),
+    Column("name", String(100), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+    Column("scopes", Json, nullable=False),
+    Column("created_by", String(200), nullable=False),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("revoked_at"),
+    # Serves authentication: one lookup per request.
+    UniqueConstraint("token_hash"),
+    # One live token per name (a revoked name may be reused).
+    Index(
+        "uq_api_tokens_live_name",
+        "name",
+        unique=True,
+        postgresql_where=text("revoked_at IS NULL"),
+        sqlite_where=text("revoked_at IS NULL"),
+    ),
+)
+
+callbacks = Table(
+    "callbacks",
+    metadata,
+    # The HTTP callbacks outbox: one row per run that ended with a callback_url, written in
+    # the transaction that made it terminal, delivered by the API servers' callback loop.
+    Column("id", Id, Identity(), primary_key=True),
+    Column("run_id", Id, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("url", String(2000), nullable=False),
+    Column("idempotency_key", String(100), nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("state", String(20), nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text, nullable=True),
+    _ts("next_attempt_at", nullable=False, default_now=True),
+    _ts("delivered_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    UniqueConstraint("idempotency_key"),
+    Index("ix_callbacks_run_id", "run_id"),
+    # Serves the delivery loop: only callbacks still to deliver, by due time.
+    Index(
+        "ix_callbacks_due",
+        "next_attempt_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
 )
 
 subscribers = Table(

@@ -46,6 +46,7 @@ def step_row(
     input: Any,  # noqa: A002 - the column's name
     policy: dict[str, Any],
     compensate_action: str | None = None,
+    pool: str | None = None,
 ) -> dict[str, Any]:
     """The values of one new step record (`policy`: the POLICY_COLUMNS)."""
     return {
@@ -60,5 +61,6 @@ def step_row(
         "priority": priority,
         "idempotency_key": uuid.uuid4().hex,
         "input": input,
+        "pool": pool,
         **policy,
     }

@@ -81,6 +81,9 @@ def _insert(
             priority=submission.priority,
             state=RunState.PENDING,
             reply_to=submission.reply_to,
+            submitted_by=submission.submitted_by,
+            callback_url=submission.callback_url,
+            pool=submission.pool,
             on_failure=workflow.on_failure,
         )
         .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
@@ -118,6 +121,7 @@ def _insert(
                 input=None if deps else build_step_input(workflow, name, ctx),
                 policy=policy_columns(step.policy),
                 compensate_action=step.compensate,
+                pool=step.pool or submission.pool,
             )
         )
     conn.execute(insert(steps), rows)

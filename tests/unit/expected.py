@@ -28,8 +28,8 @@ RETENTION_DEFAULTS: dict[str, Any] = {
 }
 """The retention settings as `Settings.redacted()` shows them when none is configured."""
 STREAM_DEFAULTS: dict[str, Any] = {
-    "api_stream_heartbeat_seconds": 15.0,
-    "api_stream_resend_seconds": 30.0,
+    "api_stream_heartbeat_s": 15.0,
+    "api_stream_resend_s": 30.0,
 }
 """The subscription stream's settings as `Settings.redacted()` shows them by default."""
 CONNECTION_DEFAULTS: dict[str, Any] = {
@@ -48,3 +48,22 @@ CONNECTION_DEFAULTS: dict[str, Any] = {
     "broker_key_file": None,
 }
 """The connection settings as `Settings.redacted()` shows them when none is configured."""
+API_DEFAULTS: dict[str, Any] = {
+    "api_host": "127.0.0.1",
+    "api_port": 8080,
+    "api_max_body_bytes": 1048576,
+    "api_max_json_depth": 64,
+    "api_ssl_certfile": None,
+    "api_ssl_keyfile": None,
+    "api_callback_give_up_s": 86400,
+    "api_callback_max_attempts": 1024,
+    "api_callback_backoff_initial_s": 1.0,
+    "api_callback_backoff_max_s": 600.0,
+    "api_callback_timeout_s": 10.0,
+    "api_callback_poll_s": 1.0,
+    "api_callbacks": True,
+    "pool_give_up_s": 86400,
+    "pool_max_looks": 1024,
+    "api_callback_secret": None,
+}
+"""The HTTP API and pool settings as `Settings.redacted()` shows them when none is configured."""

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from sasflow.cli.main import COMMANDS, cli
 from tests.unit.expected import (
     ALERT_DEFAULTS,
+    API_DEFAULTS,
     CONNECTION_DEFAULTS,
     LIMIT_DEFAULTS,
     RETENTION_DEFAULTS,
@@ -70,6 +71,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         **RETENTION_DEFAULTS,
         **STREAM_DEFAULTS,
         **CONNECTION_DEFAULTS,
+        **API_DEFAULTS,
     }
     table = CliRunner().invoke(cli, ["config", "show"], env=env)
     assert "hunter2" not in table.output

@@ -11,6 +11,7 @@ from sasflow.redact import redact_url
 from sasflow.settings import Settings
 from tests.unit.expected import (
     ALERT_DEFAULTS,
+    API_DEFAULTS,
     CONNECTION_DEFAULTS,
     LIMIT_DEFAULTS,
     RETENTION_DEFAULTS,
@@ -112,6 +113,7 @@ def test_redacted_hides_passwords_in_both_urls(clean_env: pytest.MonkeyPatch) ->
         **RETENTION_DEFAULTS,
         **STREAM_DEFAULTS,
         **CONNECTION_DEFAULTS,
+        **API_DEFAULTS,
     }
 
 

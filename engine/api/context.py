@@ -1,0 +1,48 @@
+"""What every request handler reaches: the database, the registry, the settings, the broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from fastapi import Request
+
+from sasflow.messages import Limits
+from sasflow.registry import Registry
+from sasflow.settings import Settings
+from sasflow.store.db import Connection, Engine, run_transaction
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """One per API server, built by `sasflow api` (or a test) and kept on `app.state`.
+
+    `check_broker` raises BrokerUnavailableError when the broker cannot be reached (/readyz);
+    the in-process bus has nothing to reach and passes."""
+
+    engine: Engine
+    registry: Registry
+    settings: Settings
+    check_broker: Callable[[], None]
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    @property
+    def limits(self) -> Limits:
+        """The message limits submissions are checked against (what the submitter accepts)."""
+        return self.settings.limits()
+
+    def transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` in one transaction (retried on a deadlock or serialization failure)."""
+        return run_transaction(self.engine, work)
+
+
+def get_context(request: Request) -> ApiContext:
+    """The FastAPI dependency that hands a handler its server's context."""
+    ctx: ApiContext = request.app.state.sasflow
+    return ctx

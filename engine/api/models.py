@@ -1,0 +1,54 @@
+"""The request bodies of the REST API (pydantic): what OpenAPI shows and FastAPI validates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+POOL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunRequest(_Body):
+    """Submit a run of `workflow`; idempotent on (workflow, key)."""
+
+    workflow: str = Field(min_length=1, max_length=100, examples=["orders"])
+    input: dict[str, Any] = Field(default_factory=dict, description="The run's input object.")
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Business key: the same key again returns the existing run (200).",
+    )
+    priority: int = Field(
+        default=0, ge=-1000, le=1000, description="Higher runs' ready steps are claimed first."
+    )
+    version: int | None = Field(default=None, ge=1, description="Workflow version [latest].")
+    callback_url: AnyHttpUrl | None = Field(
+        default=None, description="POSTed the run's summary once it ends (signed, retried)."
+    )
+    pool: str | None = Field(
+        default=None,
+        pattern=POOL_PATTERN,
+        description="Agent pool of its steps (`sasflow agent --pool NAME`), unless a step's "
+        "definition names its own.",
+    )
+
+
+class CancelRequest(_Body):
+    reason: str = Field(min_length=1, max_length=2000)
+    compensate: bool = Field(default=False, description="Undo the processed steps.")
+
+
+class ResubmitRequest(_Body):
+    reason: str = Field(min_length=1, max_length=2000)
+    from_step: str | None = Field(default=None, min_length=1, max_length=100)
+    input: dict[str, Any] | None = Field(default=None, description="A corrected run input.")
+
+
+class AcknowledgeRequest(_Body):
+    reason: str = Field(min_length=1, max_length=2000)

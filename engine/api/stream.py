@@ -1,0 +1,114 @@
+"""`POST /v1/stream`: SUBSCRIBE opens the subscription stream (a chunked RecordIO response);
+ACKNOWLEDGE, RECONCILE, KILL and TEARDOWN are calls on other connections naming the stream in
+`Sasflow-Stream-Id` (docs/api-stream.md).
+
+SUBSCRIBE, ACKNOWLEDGE and RECONCILE need the `read` scope; KILL cancels a run the token
+submitted, or any run with `operate`; TEARDOWN cancels only the token's own runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import Response, StreamingResponse
+
+from sasflow.api.auth import Principal, require
+from sasflow.api.context import ApiContext, get_context
+from sasflow.api.stream_calls import Acknowledge, Kill, Reconcile, Subscribe, Teardown, parse_call
+from sasflow.api.streaming import StreamHub
+from sasflow.errors import InvalidMessageError, StaleStreamError
+from sasflow.ops import stream as ops
+from sasflow.store.db import transaction
+
+STREAM_ID_HEADER = "Sasflow-Stream-Id"
+RECORDIO = "application/recordio"
+
+router = APIRouter(tags=["stream"])
+
+
+def get_hub(request: Request) -> StreamHub:
+    """The stream hub of this server (started and closed with the app, see app.py)."""
+    hub: StreamHub = request.app.state.stream_hub
+    return hub
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The decoded body, parsed here so that a malformed call is a 400 whatever is wrong
+    (the API's size and nesting limits were checked before)."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidMessageError(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidMessageError("the body is not a JSON object")
+    return body
+
+
+@router.post(
+    "/v1/stream",
+    status_code=202,
+    summary="Subscribe (a streaming response), or call on an open stream",
+    response_class=Response,
+    responses={
+        200: {"description": "SUBSCRIBE: the stream, RecordIO records of JSON"},
+        202: {"description": "ACKNOWLEDGE, RECONCILE, KILL, TEARDOWN: accepted"},
+        400: {"description": "A malformed call"},
+        403: {"description": "No current stream has this Sasflow-Stream-Id, or wrong scope"},
+    },
+)
+def stream_call(
+    request_body: Annotated[dict[str, Any], Depends(_json_body)],
+    principal: Annotated[Principal, Depends(require("read"))],
+    ctx: Annotated[ApiContext, Depends(get_context)],
+    hub: Annotated[StreamHub, Depends(get_hub)],
+    stream_id: Annotated[str | None, Header(alias=STREAM_ID_HEADER)] = None,
+) -> Response:
+    """SUBSCRIBE answers 200 with the stream; the other calls 202 (docs/api-stream.md)."""
+    call = parse_call(request_body)
+    if isinstance(call, Subscribe):
+        return _subscribe(call, principal, ctx, hub)
+    if stream_id is None:
+        raise StaleStreamError(f"{call.type} needs the {STREAM_ID_HEADER} header of a stream")
+    namespace = ctx.settings.namespace
+    with transaction(ctx.engine) as conn:
+        match call:
+            case Acknowledge():
+                ops.acknowledge(conn, stream_id, call.uuid, owner=principal.name)
+            case Reconcile():
+                ops.reconcile(conn, stream_id, call.runs, owner=principal.name, namespace=namespace)
+            case Kill():
+                ops.kill(
+                    conn,
+                    stream_id,
+                    call.run,
+                    owner=principal.name,
+                    may_operate=principal.may("operate"),
+                    namespace=namespace,
+                )
+            case Teardown():
+                ops.teardown(conn, stream_id, owner=principal.name, namespace=namespace)
+    hub.wake()  # this server's streams at once, without waiting for NOTIFY
+    return Response(status_code=202)
+
+
+def _subscribe(
+    call: Subscribe, principal: Principal, ctx: ApiContext, hub: StreamHub
+) -> StreamingResponse:
+    with transaction(ctx.engine) as conn:
+        subscriber, stream_id = ops.subscribe(
+            conn,
+            name=call.subscriber.name,
+            subscriber_id=call.subscriber.id,
+            where=call.filter.filter(),
+            owner=principal.name,
+            namespace=ctx.settings.namespace,
+        )
+    hub.wake()
+    return StreamingResponse(
+        hub.records(subscriber.id, stream_id),
+        media_type=RECORDIO,
+        headers={STREAM_ID_HEADER: stream_id, "Cache-Control": "no-store"},
+    )

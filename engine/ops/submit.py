@@ -1,0 +1,45 @@
+"""Record a run for the HTTP API (or any caller with a token name): checked like a message."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.messages import Limits, Submission, encode_within
+from sasflow.registry import Registry
+from sasflow.store.commands import NewRun, SubmitResult
+from sasflow.store.db import Connection
+from sasflow.store.submit import submit
+
+
+def submit_run(
+    conn: Connection,
+    registry: Registry,
+    new: NewRun,
+    *,
+    actor: str,
+    namespace: str,
+    limits: Limits,
+) -> SubmitResult:
+    """Record `new` in the caller's transaction, idempotently on (workflow, key); its size and
+    nesting are checked as the submitter checks a message. `actor` goes into the run's first
+    event."""
+    try:
+        encode_within(
+            Submission(
+                workflow=new.workflow,
+                input=new.input,
+                key=new.key,
+                priority=new.priority,
+                version=new.version,
+            ),
+            limits,
+        )
+    except (ValidationError, InvalidMessageError) as exc:
+        raise InvalidInputError(f"invalid submission: {exc}") from exc
+    return submit(conn, registry, new, namespace=namespace, actor=actor)
+
+
+def known_workflows(registry: Registry) -> list[str]:
+    """The names an unknown workflow's error lists."""
+    return sorted({w.name for w in registry.workflows})
