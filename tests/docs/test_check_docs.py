@@ -57,7 +57,7 @@ def test_the_checker_refuses_what_the_cli_does_not_have() -> None:
         "sasflow runs": "no command given",
         "python bench/missing.py": "does not exist",
         "./scripts/nothing": "is not a file of the repo",
-        "curl http://localhost": "`curl` is neither sasflow",
+        "wget http://localhost": "`wget` is neither sasflow",
         "sasflow runs list | jq .": "`jq` is neither sasflow",
         ".venv/bin/python -m tests.chaos --runs 3 --seed 1": "ok",
         "python -m tests.chaos --runs 3 --bogus 1": "has no option --bogus",

@@ -1,0 +1,98 @@
+"""The non-Python stream client of docs/api-stream.md (curl and a POSIX shell) against a real
+`sasflow api`: it prints every record and acknowledges every update."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from sasflow import Registry, submit_run
+from sasflow.relay import relay_events
+from sasflow.store.db import transaction
+from sasflow.store.schema import stream_updates
+from sasflow.transport.memory import MemoryBroker, MemoryTransport
+from sasflow.transport.topology import Names, declare_common
+from tests.acceptance.processes import REPO, processes
+from tests.api_servers import start_api, token
+from tests.apps.basic import echo, pipeline
+from tests.docs.markdown import shell_commands
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+SCRIPT = "examples/stream/follow.sh"
+
+
+def _pending(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(stream_updates)).scalar_one())
+
+
+def test_the_shell_client_follows_the_stream(
+    tmp_path: Path, engine: Engine, database_url: str, names: Names
+) -> None:
+    assert ["sh", SCRIPT] in shell_commands("docs/api-stream.md", "sh")
+    with processes(tmp_path, database_url=database_url, namespace=names.namespace) as procs:
+        port = start_api(procs, "api")
+        env = {
+            **os.environ,
+            "SASFLOW_API_URL": f"http://127.0.0.1:{port}",
+            "SASFLOW_API_TOKEN": token(engine, "shell", "read"),
+        }
+        errors = tmp_path / "follow.err"
+        with errors.open("wb") as stderr:
+            client = subprocess.Popen(
+                ["sh", SCRIPT],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                start_new_session=True,  # sh, curl and head: one group to stop
+            )
+        lines: list[dict[str, object]] = []
+        reader = threading.Thread(
+            target=lambda: lines.extend(json.loads(line) for line in client.stdout or []),
+            daemon=True,
+        )
+        reader.start()
+        try:
+            deadline = time.monotonic() + 20
+            while not lines and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert lines, errors.read_text()
+            assert lines[0]["type"] == "SUBSCRIBED"
+            bus = MemoryTransport(MemoryBroker(), process_name="test-shell")
+            bus.connect()
+            declare_common(bus, names)
+            registry = Registry(workflows=[pipeline], agents=[echo])
+            with transaction(engine) as conn:
+                runs = [
+                    submit_run(
+                        conn, registry, "pipeline", {"text": "é"}, namespace=names.namespace
+                    ).run_id
+                    for _ in range(5)
+                ]
+            relay_events(engine, bus, names)
+            bus.close()
+            while time.monotonic() < deadline and (
+                sum(r["type"] == "UPDATE" for r in lines) < 5 or _pending(engine)
+            ):
+                time.sleep(0.05)
+            time.sleep(1.0)  # two heartbeats: nothing is re-sent, everything was acknowledged
+        finally:
+            os.killpg(client.pid, signal.SIGTERM)
+            client.wait(10)
+            reader.join(5)
+            if client.stdout is not None:
+                client.stdout.close()
+        updates = [r for r in lines if r["type"] == "UPDATE"]
+        assert [u["run"] for u in updates] == runs
+        assert _pending(engine) == 0
+        assert {r["type"] for r in lines} == {"SUBSCRIBED", "UPDATE", "HEARTBEAT"}
