@@ -76,7 +76,7 @@ def stream_call(
     with transaction(ctx.engine) as conn:
         match call:
             case Acknowledge():
-                ops.acknowledge(conn, stream_id, call.uuid, owner=principal.name)
+                ops.acknowledge(conn, stream_id, call.all(), owner=principal.name)
             case Reconcile():
                 ops.reconcile(conn, stream_id, call.runs, owner=principal.name, namespace=namespace)
             case Kill():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from sasflow.errors import InvalidMessageError
 from sasflow.ops.stream import RECONCILE_LIMIT, StreamFilter
@@ -46,9 +46,28 @@ class Subscribe(_Call):
     filter: FilterBody = FilterBody()
 
 
+ACK_BATCH = 1000
+"""Most updates one ACKNOWLEDGE may name (`uuids`)."""
+
+
 class Acknowledge(_Call):
+    """`uuid`: one update; or `uuids`: several at once (what the SDK sends, to keep up with a
+    busy stream on one connection)."""
+
     type: Literal["ACKNOWLEDGE"]
-    uuid: str = Field(pattern=_UUID)
+    uuid: str | None = Field(default=None, pattern=_UUID)
+    uuids: list[Annotated[str, Field(pattern=_UUID)]] | None = Field(
+        default=None, min_length=1, max_length=ACK_BATCH
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Acknowledge:
+        if (self.uuid is None) == (self.uuids is None):
+            raise ValueError("give either uuid or uuids")
+        return self
+
+    def all(self) -> list[str]:
+        return [self.uuid] if self.uuid is not None else list(self.uuids or ())
 
 
 class Reconcile(_Call):

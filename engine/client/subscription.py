@@ -9,6 +9,7 @@ that must act once dedupes on it.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,8 @@ MISSED_HEARTBEATS = 5
 DEFAULT_HEARTBEAT = 15.0
 """The interval assumed until the server's SUBSCRIBED tells the real one (the server's default)."""
 FIRST_BACKOFF = 0.5
+ACK_BATCH = 1000
+"""Most acknowledgements sent in one call (the server's limit)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class Subscription:
         """How many streams were opened (SUBSCRIBED received)."""
         self.stop_event = stop or threading.Event()
         self._torn_down = False
+        self._acks = _Acknowledger(self)
 
     def stop(self) -> None:
         """Ask `run()` to return (at the next record or heartbeat at the latest)."""
@@ -134,6 +138,14 @@ class Subscription:
         """Follow the stream, reconnecting with exponential backoff (capped at `max_backoff`)
         until stopped. Raises ApiError when the server refuses the subscription for good
         (401, 403, 404, 400): retrying would not help."""
+        self._acks = _Acknowledger(self)
+        self._acks.start()
+        try:
+            self._reconnecting()
+        finally:
+            self._acks.close()
+
+    def _reconnecting(self) -> None:
         backoff = FIRST_BACKOFF
         while not self.stop_event.is_set() and not self._torn_down:
             connections = self.connections
@@ -194,6 +206,9 @@ class Subscription:
             for chunk in response.iter_bytes():
                 for record in decoder.feed(chunk):
                     self._on_record(record)
+                if self._acks.refused.is_set():
+                    self._acks.refused.clear()
+                    raise _StreamEnded("an acknowledgement was refused: the stream is not current")
                 if self.stop_event.is_set():
                     return
 
@@ -217,11 +232,54 @@ class Subscription:
             # Not acknowledged: the server sends it again (after its resend timeout).
             log.exception("handler failed on update %s of run %s", update.uuid, update.run)
             return
-        if update.uuid is None:
-            return
+        if update.uuid is not None:
+            self._acks.put(update.uuid)
+
+
+class _Acknowledger:
+    """Sends the acknowledgements of handled updates from a thread of its own, so that reading
+    the stream never waits for them; those that queue up meanwhile go in one call. Each call
+    names the subscription's current stream. A lost acknowledgement only means the update comes
+    again (at least once)."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self._subscription = subscription
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.refused = threading.Event()
+        """Set when the server refused an acknowledgement (403: not the current stream)."""
+        self._thread = threading.Thread(target=self._run, name="sasflow-acks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, update_uuid: str) -> None:
+        self._queue.put(update_uuid)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch: list[str] = []
+            item = self._queue.get()
+            while item is not None:
+                batch.append(item)
+                if len(batch) == ACK_BATCH or self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+            if batch:
+                self._send(batch)
+            if item is None:
+                return
+
+    def _send(self, batch: list[str]) -> None:
         try:
-            self.call({"type": "ACKNOWLEDGE", "uuid": update.uuid})
+            self._subscription.call({"type": "ACKNOWLEDGE", "uuids": batch})
         except ApiError as exc:
+            log.warning("%d acknowledgements refused: %s", len(batch), exc)
             if exc.status == 403:
-                raise _StreamEnded(exc.message) from exc
-            raise
+                self.refused.set()
+        except httpx.TransportError as exc:
+            log.info("%d acknowledgements lost (%s): the updates come again", len(batch), exc)

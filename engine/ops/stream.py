@@ -74,11 +74,14 @@ def current_subscriber(conn: Connection, stream_id: str, *, owner: str) -> Subsc
     return found
 
 
-def acknowledge(conn: Connection, stream_id: str, update_uuid: str, *, owner: str) -> bool:
-    """Forget a handled update; False when it was not pending (acknowledged twice, or never
-    sent to this subscriber): accepted all the same, a repeated ACKNOWLEDGE is harmless."""
+def acknowledge(
+    conn: Connection, stream_id: str, update_uuids: Sequence[str], *, owner: str
+) -> int:
+    """Forget handled updates; returns how many were pending. One not pending (acknowledged
+    twice, or never sent to this subscriber) is accepted all the same: a repeated
+    ACKNOWLEDGE is harmless."""
     subscriber = current_subscriber(conn, stream_id, owner=owner)
-    return stream.acknowledge(conn, subscriber.id, update_uuid)
+    return stream.acknowledge(conn, subscriber.id, update_uuids)
 
 
 def reconcile(

@@ -176,18 +176,18 @@ def take_due(
     return [Due(r.uuid, r.body) for r in due]
 
 
-def acknowledge(conn: Connection, subscriber_id: str, update_uuid: str) -> bool:
-    """Forget an update the subscriber has handled; False when it was not pending
+def acknowledge(conn: Connection, subscriber_id: str, update_uuids: Sequence[str]) -> int:
+    """Forget updates the subscriber has handled; returns how many were pending
     (uq_stream_updates_uuid)."""
     result = conn.execute(
         delete(stream_updates).where(
             and_(
-                stream_updates.c.uuid == update_uuid,
+                stream_updates.c.uuid.in_(list(update_uuids)),
                 stream_updates.c.subscriber_id == subscriber_id,
             )
         )
     )
-    return result.rowcount > 0
+    return int(result.rowcount)
 
 
 def pending_count(conn: Connection, subscriber_id: str) -> int:

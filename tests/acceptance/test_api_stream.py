@@ -120,7 +120,7 @@ class Recorder:
                     call = json.loads(request.content)
                     if call.get("type") == "ACKNOWLEDGE" and response.status_code == 202:
                         with recorder.lock:
-                            recorder.log.append(("ack", call["uuid"], 0))
+                            recorder.log += [("ack", u, 0) for u in call["uuids"]]
                 return response
 
         return Recording()

@@ -97,7 +97,7 @@ def test_a_reconnection_resends_exactly_the_unacknowledged_updates(
     with transaction(engine) as conn:
         for due in sent[:3]:
             assert due.uuid is not None
-            assert ops.acknowledge(conn, first_stream, due.uuid, owner="alice")
+            assert ops.acknowledge(conn, first_stream, [due.uuid], owner="alice") == 1
 
     same, second_stream = _subscribe(engine, names, "alice", ops.StreamFilter(), sid)
 
@@ -106,9 +106,9 @@ def test_a_reconnection_resends_exactly_the_unacknowledged_updates(
     with transaction(engine) as conn:
         assert not stream.lock_if_current(conn, sid, first_stream)
         with pytest.raises(StaleStreamError):
-            ops.acknowledge(conn, first_stream, str(sent[4].uuid), owner="alice")
+            ops.acknowledge(conn, first_stream, [str(sent[4].uuid)], owner="alice")
         with pytest.raises(StaleStreamError):
-            ops.acknowledge(conn, second_stream, str(sent[4].uuid), owner="mallory")
+            ops.acknowledge(conn, second_stream, [str(sent[4].uuid)], owner="mallory")
 
 
 def test_an_unacknowledged_update_is_resent_on_the_same_stream_after_the_timeout(
