@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.apps import noop, registry
-from bench.run import machine_line, percentile, processes, scratch, wait_until
+from bench.run import load_line, machine_line, percentile, processes, scratch, wait_until
 from sasflow.client import Client, StreamUpdate
 from tests import harness
 from tests.api_servers import start_api, token
@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0)
     args = parser.parse_args()
     print(machine_line())
+    print(load_line())
     first: dict[int, float] = {}
     completed: dict[int, float] = {}
     submitted: dict[int, float] = {}
