@@ -120,9 +120,12 @@ class AgentWorker:
         concurrency: int = DEFAULT_CONCURRENCY,
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
+        pool: str | None = None,
     ) -> None:
         """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
-        sent (beyond them: an `error` reply saying so); keep them within the scheduler's."""
+        sent (beyond them: an `error` reply saying so); keep them within the scheduler's.
+        With `pool`, it consumes that pool's queue (the steps that ask for the pool) instead
+        of the agent's shared queue."""
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.id = process_id(f"agent-{agent.name}")
@@ -130,6 +133,8 @@ class AgentWorker:
         self._transport = transport
         self._names = names
         self._concurrency = concurrency
+        self._pool_name = pool
+        self._queue = names.agent_queue(agent.name, pool)
         self._limits = limits
         self._stop = stop or threading.Event()
         self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
@@ -181,16 +186,9 @@ class AgentWorker:
     def _serve(self) -> None:
         self._transport.connect()
         declare_common(self._transport, self._names)
-        declare_agent_queue(self._transport, self._names, self.agent.name)
-        self._transport.consume(
-            self._names.agent(self.agent.name), self._on_request, prefetch=self._concurrency
-        )
-        log.info(
-            "%s consuming %s with %d threads",
-            self.id,
-            self._names.agent(self.agent.name),
-            self._concurrency,
-        )
+        declare_agent_queue(self._transport, self._names, self.agent.name, self._pool_name)
+        self._transport.consume(self._queue, self._on_request, prefetch=self._concurrency)
+        log.info("%s consuming %s with %d threads", self.id, self._queue, self._concurrency)
         while not self._stop.is_set():
             self._transport.process(self._next_wait())
             self._settle()

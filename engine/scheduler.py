@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from sasflow.errors import (
     BrokerUnavailableError,
@@ -24,11 +24,12 @@ from sasflow.errors import (
     StoreUnavailableError,
 )
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
+from sasflow.pools import PoolGate
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import StepKind
-from sasflow.store import dialect, schedulers
+from sasflow.store import dialect, pools, schedulers
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
 from sasflow.store.claim import ClaimedStep, claim_steps, release_steps, seconds_until_due
 from sasflow.store.commands import OutcomeKind, StoredError
@@ -52,6 +53,8 @@ class SchedulerOptions:
     SQLite, see store.dialect)."""
     heartbeat_interval: float = 5.0
     relay_interval: float = 1.0
+    pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
+    """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
     limits: Limits = DEFAULT_LIMITS
     """Largest and deepest reply accepted; a reply beyond them is dead-lettered with the limit
     in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
@@ -99,6 +102,7 @@ class Scheduler:
             else dialect.rescan_interval(engine)
         )
         self.stats = SchedulerStats()
+        self._pools = PoolGate(transport, names)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -137,6 +141,7 @@ class Scheduler:
         self._transport.connect()
         declare_common(self._transport, self._names)
         self._declared_agents.clear()
+        self._pools.reset()
         for agent in self._registry.agents:
             self._declare_agent(agent.name)
         self._transport.consume(
@@ -300,6 +305,10 @@ class Scheduler:
         # `running` event): relay them now rather than at the next interval, so status
         # notifications and the subscription stream see a new run within milliseconds.
         self._events_dirty = True
+        full = len(claimed) == batch
+        claimed = self._wait_for_pools(claimed)
+        if not claimed:
+            return full, due
         try:
             results = self._transport.publish_many(
                 [self._request(step, claimed_at) for step in claimed]
@@ -321,7 +330,27 @@ class Scheduler:
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return len(claimed) == batch, due
+        return full, due
+
+    def _wait_for_pools(self, claimed: list[ClaimedStep]) -> list[ClaimedStep]:
+        """The claimed steps that may be dispatched; those whose pool has no agent wait for
+        a later pass, or fail past the pool limits (engine/pools.py)."""
+        try:
+            ready, waiting = self._pools.split(claimed)
+        except BrokerUnavailableError:
+            self._release(claimed, "pool queues not checked: broker unavailable")
+            raise
+        if waiting:
+            limits = replace(self._options.pool_limits, recheck_s=self._rescan_interval)
+            with transaction(self._engine) as conn:
+                parked = set(
+                    pools.park(conn, [s.id for s in waiting], locked_by=self.id, limits=limits)
+                )
+            for step in waiting:
+                if step.id not in parked:
+                    error = StoredError("NoAgentInPool", f"no agent in pool {step.pool}")
+                    self._fail(step.id, step.attempt, error)
+        return ready
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
         elapsed_ms = (time.monotonic() - claimed_at) * 1000
@@ -344,7 +373,7 @@ class Scheduler:
             self._declare_agent(step.agent)
         return Outgoing(
             exchange="",
-            routing_key=self._names.agent(step.agent),
+            routing_key=self._names.agent_queue(step.agent, step.pool),
             body=request.encode(),
             expiration_ms=budget_ms,
             correlation_id=f"{step.id}:{step.attempt}",

@@ -61,6 +61,15 @@ class OnFailure(StrEnum):
     COMPENSATE = "compensate"
 
 
+class CallbackState(StrEnum):
+    """Where an HTTP callback of the outbox is: still to deliver, delivered (a 2xx), or
+    given up (after its attempt or age limit; an alert says so)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 # -- named sets of run states -------------------------------------------------------------
 
 ACTIVE_RUN_STATES = frozenset({RunState.PENDING, RunState.RUNNING})

@@ -66,8 +66,8 @@ ALLOWLIST: dict[str, str] = {
     "rabbitmqctl list_queues": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "psql": "tests/services.py::apply_roles_script",
+    "curl": "tests/docs/test_api_doc.py::test_the_curl_session_of_the_api_page",
     "sh examples/stream/follow.sh": SHELL_CLIENT,
-    "curl": SHELL_CLIENT,
 }
 
 # Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.
@@ -78,7 +78,7 @@ DOC_RUNS: dict[str, str] = {
 
 # Pages other branches write; a link to one is only noted while it is missing. Empty this once
 # they are merged.
-PENDING: dict[str, str] = {"docs/api.md": "issue-14 (the REST side of the HTTP API)"}
+PENDING: dict[str, str] = {}
 YAML_COMMAND = re.compile(r"^\s*(?:command|args):\s*(?P<argv>\[.*\])\s*$")
 UNIT_COMMAND = re.compile(r"/bin/sasflow\s+(?P<args>[^'\"\n]+)")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")

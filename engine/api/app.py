@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 
 from sasflow.api import errors, stream
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import health, runs
+from sasflow.api.routes import alerts, health, runs
 from sasflow.api.streaming import StreamHub, StreamOptions
 
 WORKER_THREADS = 1000
@@ -24,6 +24,7 @@ def routers() -> list[APIRouter]:
     return [
         health.router,
         runs.router,
+        alerts.router,
         stream.router,
     ]
 

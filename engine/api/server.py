@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
+from sasflow.api.callbacks import CallbackPolicy, CallbackSender
 from sasflow.api.context import ApiContext
 
 log = logging.getLogger(__name__)
@@ -17,7 +19,8 @@ GRACEFUL_SHUTDOWN_S = 5
 
 
 def serve(app: FastAPI, ctx: ApiContext) -> None:
-    """Serve `app` until SIGTERM or SIGINT (uvicorn handles both)."""
+    """Serve `app` until SIGTERM or SIGINT (uvicorn handles both); deliver callbacks from a
+    thread meanwhile when SASFLOW_API_CALLBACKS is on and a callback key is set."""
     settings = ctx.settings
     config = uvicorn.Config(
         app,
@@ -29,7 +32,33 @@ def serve(app: FastAPI, ctx: ApiContext) -> None:
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
     )
-    _Server(config, app).run()
+    stop = threading.Event()
+    sender = callback_thread(ctx, stop)
+    if sender is not None:
+        sender.start()
+    try:
+        _Server(config, app).run()
+    finally:
+        stop.set()
+        if sender is not None:
+            sender.join(timeout=settings.api_callback_timeout_s + 5)
+
+
+def callback_thread(ctx: ApiContext, stop: threading.Event) -> threading.Thread | None:
+    """The callback loop's thread, or None when this server does not deliver callbacks."""
+    settings = ctx.settings
+    if not settings.api_callbacks:
+        return None
+    if settings.api_callback_secret is None:
+        log.info("no SASFLOW_API_CALLBACK_SECRET: callbacks are off (runs cannot ask for one)")
+        return None
+    sender = CallbackSender(
+        ctx.engine,
+        settings.api_callback_secret.get_secret_value().encode(),
+        CallbackPolicy.from_settings(settings),
+        stop=stop,
+    )
+    return threading.Thread(target=sender.run, name="sasflow-callbacks", daemon=True)
 
 
 class _Server(uvicorn.Server):

@@ -15,6 +15,7 @@ from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store.db import Engine
+from sasflow.store.pools import PoolLimits
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 
 
@@ -92,6 +93,9 @@ def scheduler(
             claim_batch=batch,
             reply_prefetch=reply_prefetch,
             rescan_interval=rescan_interval,
+            pool_limits=PoolLimits(
+                give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks
+            ),
             limits=obj.settings.limits(),
         )
         transport = obj.transport("scheduler")  # refuses memory:// before any connection
@@ -138,8 +142,16 @@ def exit_despite_hung_handlers() -> None:
     show_envvar=True,
     help="Worker threads, and requests taken from the queue at once.",
 )
+@click.option(
+    "--pool",
+    default=None,
+    envvar="SASFLOW_AGENT_POOL",
+    show_envvar=True,
+    help="Serve only the steps that ask for this pool (its own queue) instead of the "
+    "agent's shared queue.",
+)
 @click.pass_obj
-def agent(obj: CliContext, name: str, concurrency: int) -> None:
+def agent(obj: CliContext, name: str, concurrency: int, pool: str | None) -> None:
     """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object)."""
     try:
         target = load_object(name) if ":" in name else obj.registry().agent(name)
@@ -152,6 +164,7 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
             concurrency=concurrency,
             limits=obj.settings.limits(),
             stop=stop_event(),
+            pool=pool,
         )
         role.run()
     except SasflowError as exc:

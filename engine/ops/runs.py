@@ -9,12 +9,22 @@ from sasflow.store import inspect
 from sasflow.store.db import Connection
 from sasflow.store.inspect import RunFilter
 
-__all__ = ["RunFilter", "list_runs", "show_run"]
+__all__ = ["RunFilter", "list_runs", "runs_page", "show_run"]
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
     """Runs matching `where`, newest first."""
     return inspect.list_runs(conn, where)
+
+
+def runs_page(
+    conn: Connection, where: RunFilter, *, cursor: int | None
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the runs matching `where` (newest first) after `cursor`, and the cursor of
+    the next page (None on the last one)."""
+    page = inspect.runs_page(conn, where, before_id=cursor)
+    more = len(page) == where.limit
+    return page, (int(page[-1]["id"]) if more and page else None)
 
 
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:

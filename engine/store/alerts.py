@@ -22,6 +22,8 @@ class AlertKind(StrEnum):
     STEP_FAILED = "step_failed"
     COMPENSATION_FAILED = "compensation_failed"
     STALLED = "stalled"
+    CALLBACK_FAILED = "callback_failed"
+    """An HTTP callback was given up (sasflow api)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED

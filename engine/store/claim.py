@@ -30,6 +30,8 @@ class ClaimedStep:
     timeout_s: float
     complete_by: datetime
     priority: int
+    pool: str | None = None
+    """The agent pool that must run it (None: the agent's shared queue)."""
 
 
 def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
@@ -52,6 +54,7 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
             timeout_s=r.timeout_s,
             complete_by=r.complete_by,
             priority=r.priority,
+            pool=r.pool,
         )
         for r in rows
     ]

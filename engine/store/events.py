@@ -11,8 +11,8 @@ import psycopg
 from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.states import QUIET_STEP_STATES, RunState, StepState
-from sasflow.store import queries
+from sasflow.states import QUIET_STEP_STATES, TERMINAL_RUN_STATES, RunState, StepState
+from sasflow.store import callbacks, queries
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
 
@@ -111,13 +111,20 @@ def step_event(
 
 def record(conn: Connection, batch: Sequence[Event]) -> None:
     """Append `batch` in the caller's transaction: one COPY on PostgreSQL for a large batch,
-    else one executemany."""
+    else one executemany.
+
+    Every run that this batch makes terminal gets its HTTP callback (if it asked for one)
+    written in the same transaction: all the paths that end runs (advance, sweep, cancel)
+    record their events here, so this is the one place callbacks cannot be missed."""
     if not batch:
         return
     if len(batch) >= COPY_FROM and conn.dialect.name == POSTGRESQL:
         _copy(conn, batch)
     else:
         conn.execute(insert(events), [e.row() for e in batch])
+    ended = {e.run_id for e in batch if e.entity == "run" and e.to_state in TERMINAL_RUN_STATES}
+    if ended:
+        callbacks.enqueue(conn, sorted(ended))
 
 
 def _copy(conn: Connection, batch: Sequence[Event]) -> None:

@@ -55,6 +55,8 @@ _RUN_COLUMNS = (
     runs.c.business_key,
     runs.c.state,
     runs.c.priority,
+    runs.c.submitted_by,
+    runs.c.pool,
     runs.c.created_at,
     runs.c.updated_at,
     runs.c.finished_at,
@@ -104,6 +106,17 @@ def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
         .limit(where.limit)
     )
     return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def runs_page(conn: Connection, where: RunFilter, *, before_id: int | None) -> list[dict[str, Any]]:
+    """One page of the runs matching `where`, newest id first, those below `before_id` (the
+    cursor) only (primary key; ix_runs_state_created_at narrows state filters)."""
+    query = select(*_RUN_COLUMNS).where(*_conditions(where))
+    if before_id is not None:
+        query = query.where(runs.c.id < before_id)
+    return [
+        dict(r._mapping) for r in conn.execute(query.order_by(runs.c.id.desc()).limit(where.limit))
+    ]
 
 
 def select_run_ids(conn: Connection, where: RunFilter) -> list[int]:

@@ -113,6 +113,7 @@ def claim_ready() -> Update:
             steps.c.timeout_s,
             steps.c.complete_by,
             steps.c.priority,
+            steps.c.pool,
             joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         )
     )

@@ -61,6 +61,10 @@ class Transport(Protocol):
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None: ...
 
+    def consumer_count(self, queue: str) -> int:
+        """How many consumers the (declared) queue has now."""
+        ...
+
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         """Start delivering `queue` to `handler` (called on the owner thread from `process`)."""
         ...

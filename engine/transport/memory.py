@@ -337,6 +337,11 @@ class MemoryBroker:
 
     # -- consuming --------------------------------------------------------------------------
 
+    def _consumer_count(self, channel: Channel, queue: str) -> int:
+        with self._lock:
+            self._check(channel)
+            return len(self._require_queue(channel, queue).consumers)
+
     def _consume(
         self, channel: Channel, queue: str, handler: Callable[[Delivery], None], prefetch: int
     ) -> None:
@@ -516,6 +521,9 @@ class MemoryTransport:
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
         self._broker._bind(self._chan(), queue, exchange, routing_key)
+
+    def consumer_count(self, queue: str) -> int:
+        return self._broker._consumer_count(self._chan(), queue)
 
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         self._broker._consume(self._chan(), queue, handler, prefetch)

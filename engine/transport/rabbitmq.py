@@ -293,6 +293,11 @@ class RabbitMQTransport:
             self._chan().queue_declare(name, durable=True, arguments=arguments or None)
         self._declared = True
 
+    def consumer_count(self, queue: str) -> int:
+        with _translated():
+            declared = self._chan().queue_declare(queue, passive=True)
+        return int(declared.method.consumer_count or 0)
+
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
         with self._declaring():
             self._chan().queue_bind(queue, exchange, routing_key=routing_key)

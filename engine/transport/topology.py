@@ -79,6 +79,14 @@ class Names:
     def agent(self, name: str) -> str:
         return f"{self.namespace}.agent.{name}"
 
+    def pool(self, agent: str, pool: str) -> str:
+        """The queue of agent `agent`'s instances started with `--pool POOL`."""
+        return f"{self.namespace}.agent.{agent}.pool.{pool}"
+
+    def agent_queue(self, agent: str, pool: str | None) -> str:
+        """Where a step of `agent` goes: its pool's queue, or the agent's shared one."""
+        return self.agent(agent) if pool is None else self.pool(agent, pool)
+
     def all_queues(self, agents: Iterable[str]) -> list[str]:
         return [
             self.submit,
@@ -108,5 +116,9 @@ def declare_common(transport: Transport, names: Names) -> None:
     transport.declare_queue(names.replies, dead_letter_exchange=names.dead_letter_exchange)
 
 
-def declare_agent_queue(transport: Transport, names: Names, agent: str) -> None:
-    transport.declare_queue(names.agent(agent), dead_letter_exchange=names.dead_letter_exchange)
+def declare_agent_queue(
+    transport: Transport, names: Names, agent: str, pool: str | None = None
+) -> None:
+    transport.declare_queue(
+        names.agent_queue(agent, pool), dead_letter_exchange=names.dead_letter_exchange
+    )

@@ -419,3 +419,18 @@ def test_competing_consumers_share_a_queue(bus: Bus) -> None:
     # Each holds one unacked message (prefetch 1): the other two wait in the queue.
     assert (len(got["first"]), len(got["second"])) == (1, 1)
     assert sorted(got["first"] + got["second"]) == [b"0", b"1"]
+
+
+def test_consumer_count_follows_consumers_of_a_pool_queue(bus: Bus) -> None:
+    """A pool's queue reports no consumer until an agent consumes it, and none again after
+    the agent cancels (what the scheduler asks before dispatching a pooled step)."""
+    names = bus.names
+    scheduler, agent = setup(bus), bus.transport("agent")
+    bus.name("agent.echo.pool.gpu")
+    declare_agent_queue(scheduler, names, "echo", "gpu")
+    queue = names.pool("echo", "gpu")
+    assert scheduler.consumer_count(queue) == 0
+    agent.consume(queue, lambda _delivery: None, prefetch=1)
+    assert scheduler.consumer_count(queue) == 1
+    agent.cancel_consumers()
+    assert scheduler.consumer_count(queue) == 0

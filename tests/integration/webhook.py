@@ -48,9 +48,10 @@ def serving(server: S) -> Iterator[S]:
 
 
 @contextlib.contextmanager
-def webhook_server(*statuses: int) -> Iterator[WebhookServer]:
-    """An HTTP server on 127.0.0.1 answering POSTs with `statuses` in turn, then 200."""
-    server = WebhookServer(("127.0.0.1", 0), _Receiver)
+def webhook_server(*statuses: int, port: int = 0) -> Iterator[WebhookServer]:
+    """An HTTP server on 127.0.0.1 (`port`, default: a free one) answering POSTs with
+    `statuses` in turn, then 200."""
+    server = WebhookServer(("127.0.0.1", port), _Receiver)
     server.statuses, server.requests = list(statuses), []
     with serving(server):
         yield server

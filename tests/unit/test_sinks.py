@@ -85,6 +85,9 @@ class FakeTransport:
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
         raise NotImplementedError
 
+    def consumer_count(self, queue: str) -> int:
+        raise NotImplementedError
+
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         raise NotImplementedError
 

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
-from sasflow.api.models import RunRequest
+from sasflow.api.models import CancelRequest, ResubmitRequest, RunRequest
 from sasflow.errors import UnknownWorkflowError
+from sasflow.ops import cancel as cancel_ops
+from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
 from sasflow.ops import submit as submit_ops
+from sasflow.states import RunState
 from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection
+from sasflow.store.inspect import RunFilter
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+LAST_EVENTS = 50
+"""Events of a run that GET /v1/runs/{id} returns (the latest)."""
+MAX_PAGE = 500
 
 Context = Annotated[ApiContext, Depends(get_context)]
 
@@ -73,6 +81,73 @@ def submit_run(
 def get_run(
     run_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
-    """The run, its steps and its last events."""
+    """The run, its steps and its last 50 events (oldest first)."""
     detail: dict[str, Any] = ctx.transaction(lambda conn: run_ops.show_run(conn, run_id))
+    detail["events"] = detail["events"][-LAST_EVENTS:]
     return detail
+
+
+@router.get("")
+def list_runs(
+    *,
+    ctx: Context,
+    _: Annotated[Principal, Depends(require("read"))],
+    state: Annotated[list[RunState] | None, Query()] = None,
+    workflow: str | None = None,
+    key: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the last page")] = None,
+) -> dict[str, Any]:
+    """Runs, newest first, one page at a time: follow `next_cursor` until it is null."""
+    where = RunFilter(states=tuple(state or ()), workflow=workflow, key=key, limit=limit)
+    page, next_cursor = ctx.transaction(lambda conn: run_ops.runs_page(conn, where, cursor=cursor))
+    return {"runs": page, "next_cursor": next_cursor}
+
+
+@router.post("/{run_id}/cancel")
+def cancel_run(
+    run_id: int,
+    body: CancelRequest,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+) -> dict[str, Any]:
+    """Cancel a pending or running run (audited with the token's name); 409 otherwise."""
+    done = ctx.transaction(
+        lambda conn: cancel_ops.cancel(
+            conn,
+            run_id,
+            actor=who.name,
+            reason=body.reason,
+            namespace=ctx.namespace,
+            compensate=body.compensate,
+        )
+    )
+    return {"id": done.run_id, "state": done.state, "cancelled_steps": list(done.cancelled_steps)}
+
+
+@router.post("/{run_id}/resubmit")
+def resubmit_run(
+    run_id: int,
+    body: ResubmitRequest,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+) -> dict[str, Any]:
+    """Run a failed, cancelled or compensated run again (optionally from a step, with a
+    corrected input); 409 when its state does not allow it."""
+    done = ctx.transaction(
+        lambda conn: resubmit_ops.resubmit(
+            conn,
+            ctx.registry,
+            run_id,
+            actor=who.name,
+            reason=body.reason,
+            namespace=ctx.namespace,
+            from_step=body.from_step,
+            new_input=body.input,
+        )
+    )
+    return {
+        "id": done.run_id,
+        "reset_steps": list(done.reset_steps),
+        "ready_steps": list(done.ready_steps),
+    }

@@ -1,0 +1,55 @@
+"""Operator alerts: list them, show one, acknowledge one (the same ops as `sasflow alerts`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from sasflow.api.auth import Principal, require
+from sasflow.api.context import ApiContext, get_context
+from sasflow.api.models import AcknowledgeRequest
+from sasflow.ops import alerts as alert_ops
+
+router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
+
+Context = Annotated[ApiContext, Depends(get_context)]
+
+
+@router.get("")
+def list_alerts(
+    ctx: Context,
+    _: Annotated[Principal, Depends(require("read"))],
+    include_acknowledged: bool = False,
+    kind: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Open alerts (all of them with include_acknowledged), newest first."""
+    found = ctx.transaction(
+        lambda conn: alert_ops.list_alerts(
+            conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+        )
+    )
+    return {"alerts": found}
+
+
+@router.get("/{alert_id}")
+def show_alert(
+    alert_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+) -> dict[str, Any]:
+    found: dict[str, Any] = ctx.transaction(lambda conn: alert_ops.show_alert(conn, alert_id))
+    return found
+
+
+@router.post("/{alert_id}/ack")
+def acknowledge_alert(
+    alert_id: int,
+    body: AcknowledgeRequest,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+) -> dict[str, Any]:
+    """Acknowledge an open alert (the token's name is the actor); 409 if it already is."""
+    done: dict[str, Any] = ctx.transaction(
+        lambda conn: alert_ops.acknowledge(conn, alert_id, actor=who.name, reason=body.reason)
+    )
+    return done

@@ -1,0 +1,33 @@
+"""Callback signatures and backoff: what a receiver verifies, and how retries spread out."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from sasflow.api.callbacks import CallbackPolicy, encode, sign, verify
+
+POLICY = CallbackPolicy(
+    give_up_s=86400,
+    max_attempts=1024,
+    backoff_initial_s=1.0,
+    backoff_max_s=600.0,
+    timeout_s=10,
+    poll_s=1,
+)
+
+
+def test_the_signature_is_hmac_sha256_of_the_exact_body() -> None:
+    body = encode({"idempotency_key": "k", "run": {"id": 1, "state": "completed"}})
+    expected = "sha256=" + hmac.new(b"key", body, hashlib.sha256).hexdigest()
+    assert sign(b"key", body) == expected
+    assert verify(b"key", body, expected)
+    assert not verify(b"other", body, expected)
+    assert not verify(b"key", body + b" ", expected)
+
+
+def test_backoff_doubles_with_jitter_up_to_the_maximum() -> None:
+    for attempts, ceiling in [(1, 1.0), (2, 2.0), (5, 16.0), (10, 512.0), (11, 600.0)]:
+        delays = [POLICY.delay(attempts) for _ in range(50)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays), (attempts, delays)
+    assert POLICY.delay(1024) <= 600.0
