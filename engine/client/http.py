@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -25,7 +25,7 @@ class Page:
     """One page of a listing, and the cursor of the next (None on the last)."""
 
     items: list[JSONObject]
-    next_cursor: str | None = field(default=None)
+    next_cursor: int | None = field(default=None)
 
 
 class Client:
@@ -71,12 +71,19 @@ class Client:
         *,
         key: str | None = None,
         priority: int | None = None,
+        version: int | None = None,
         callback_url: str | None = None,
         pool: str | None = None,
     ) -> JSONObject:
-        """Submit a run; idempotent on (workflow, key). Returns the run."""
+        """Submit a run; idempotent on (workflow, key). Returns `{"id", "created", "run"}`."""
         body: JSONObject = {"workflow": workflow, "input": input}
-        optional = {"key": key, "priority": priority, "callback_url": callback_url, "pool": pool}
+        optional = {
+            "key": key,
+            "priority": priority,
+            "version": version,
+            "callback_url": callback_url,
+            "pool": pool,
+        }
         body.update({k: v for k, v in optional.items() if v is not None})
         return self._call("POST", "/v1/runs", json=body)
 
@@ -87,30 +94,30 @@ class Client:
     def page(
         self,
         *,
-        state: str | None = None,
+        state: str | Sequence[str] | None = None,
         workflow: str | None = None,
         key: str | None = None,
-        cursor: str | None = None,
+        cursor: int | None = None,
         limit: int | None = None,
     ) -> Page:
-        """One page of runs matching the filters."""
-        params = {"state": state, "workflow": workflow, "key": key, "cursor": cursor}
-        params["limit"] = None if limit is None else str(limit)
-        body = self._call(
-            "GET", "/v1/runs", params={k: v for k, v in params.items() if v is not None}
-        )
+        """One page of runs matching the filters, newest first (`state`: one or several)."""
+        states = [state] if isinstance(state, str) else list(state or ())
+        params: list[tuple[str, str | int]] = [("state", s) for s in states]
+        optional = {"workflow": workflow, "key": key, "cursor": cursor, "limit": limit}
+        params += [(k, v) for k, v in optional.items() if v is not None]
+        body = self._call("GET", "/v1/runs", params=params)
         return Page(list(body["runs"]), body.get("next_cursor"))
 
     def list(
         self,
         *,
-        state: str | None = None,
+        state: str | Sequence[str] | None = None,
         workflow: str | None = None,
         key: str | None = None,
         limit: int | None = None,
     ) -> Iterator[JSONObject]:
         """Every run matching the filters, fetching page after page as they are iterated."""
-        cursor: str | None = None
+        cursor: int | None = None
         while True:
             page = self.page(state=state, workflow=workflow, key=key, cursor=cursor, limit=limit)
             yield from page.items
@@ -144,9 +151,19 @@ class Client:
 
     # -- alerts --------------------------------------------------------------------------
 
-    def alerts(self, *, acknowledged: bool | None = None) -> builtins.list[JSONObject]:
-        """The alerts raised, newest first."""
-        params = {} if acknowledged is None else {"acknowledged": str(acknowledged).lower()}
+    def alerts(
+        self,
+        *,
+        include_acknowledged: bool = False,
+        kind: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[JSONObject]:
+        """The open alerts (all with `include_acknowledged`), newest first."""
+        params: dict[str, str | int] = {"include_acknowledged": str(include_acknowledged).lower()}
+        if kind is not None:
+            params["kind"] = kind
+        if limit is not None:
+            params["limit"] = limit
         return list(self._call("GET", "/v1/alerts", params=params)["alerts"])
 
     def acknowledge_alert(self, alert_id: int, reason: str) -> JSONObject:
