@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.apps import noop, registry
-from bench.run import load_line, machine_line, percentile, processes, scratch, wait_until
+from bench.run import load_line, machine_line, percentile, scratch, wait_until
 from sasflow.client import Client, StreamUpdate
-from tests import harness
-from tests.api_servers import start_api, token
+from tests import harness, services
+from tests.api.server import api_server, make_token
 
 
 def _line(name: str, values: list[float], runs: int) -> str:
@@ -58,12 +59,18 @@ def main() -> None:
                 completed[update.run] = now
 
     with (
+        tempfile.TemporaryDirectory(prefix="sasflow-bench-") as logs,
         scratch("stream", ["noop"]) as (url, engine, names),
-        processes(url, names, "bench.apps") as procs,
+        api_server(
+            Path(logs),
+            database_url=url,
+            broker_url=services.broker_url(),
+            namespace=names.namespace,
+            app="bench.apps",
+        ) as server,
     ):
-        port = start_api(procs, "api")
-        base = f"http://127.0.0.1:{port}"
-        secret = token(engine, "bench", "submit", "read")
+        base = server.base_url
+        secret = make_token(engine, "bench", "submit", "read")
         with (
             harness.running(
                 harness.scheduler(engine, url, registry, names), harness.agent(noop, names)

@@ -7,16 +7,15 @@ import pytest
 from sqlalchemy import Engine
 
 from sasflow.client import ApiError, Client
-from tests.acceptance.processes import Processes
-from tests.api_servers import start_api, token
+from tests.acceptance.conftest import Serve
+from tests.api.server import make_token
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.timeout(60)]
 
 
-def test_the_sdk_rest_methods(procs: Processes, engine: Engine) -> None:
-    port = start_api(procs, "api")
-    secret = token(engine, "gina", "submit", "read", "operate")
-    with Client(f"http://127.0.0.1:{port}", secret) as api:
+def test_the_sdk_rest_methods(serve: Serve, engine: Engine) -> None:
+    secret = make_token(engine, "gina", "submit", "read", "operate")
+    with Client(serve("api").base_url, secret) as api:
         made = api.submit("pipeline", {"text": "a"}, key="k-1", priority=5)
         assert made["created"] is True
         again = api.submit("pipeline", {"text": "other"}, key="k-1")

@@ -28,8 +28,8 @@ from sasflow.store.migrate import upgrade
 from sasflow.store.schema import stream_updates, subscribers
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.topology import Names, declare_common
-from tests.acceptance.processes import Processes, processes
-from tests.api_servers import launch_api, start_api, token, wait_ready
+from tests.acceptance.conftest import FAST_STREAM, Serve
+from tests.api.server import api_server, make_token
 from tests.apps.basic import diamond, echo, pipeline
 from tests.proxy import Proxy
 
@@ -161,15 +161,16 @@ def raw_records(response: httpx.Response) -> Iterator[dict[str, Any]]:
 
 
 def test_a_killed_subscriber_gets_exactly_its_unacknowledged_updates_back(
-    procs: Processes, engine: Engine, feed: Feed
+    serve: Serve, engine: Engine, feed: Feed
 ) -> None:
     """A raw client reads 20 updates, acknowledges 8 and dies; 5 more runs happen meanwhile.
     Reconnected through a proxy that re-chunks every response at random boundaries, the SDK
     receives the 12 + 5 others, once each, and none of the 8."""
-    port = start_api(procs, "api")
-    secret = token(engine, "alice", "read")
+    server = serve("api")
+    port = int(server.base_url.rsplit(":", 1)[1])
+    secret = make_token(engine, "alice", "read")
     auth = {"Authorization": f"Bearer {secret}"}
-    url = f"http://127.0.0.1:{port}/v1/stream"
+    url = f"{server.base_url}/v1/stream"
     body = {"type": "SUBSCRIBE", "subscriber": {"name": "raw"}}
     updates: list[dict[str, Any]] = []
     with httpx.Client(timeout=10) as http, http.stream("POST", url, json=body, headers=auth) as r:
@@ -220,16 +221,14 @@ def test_a_killed_subscriber_gets_exactly_its_unacknowledged_updates_back(
 
 
 def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
-    procs: Processes, engine: Engine, feed: Feed
+    serve: Serve, engine: Engine, feed: Feed
 ) -> None:
     """Two API servers behind one port serve one subscriber in turn: the first is killed -9
     while the handler holds an update; through the second, the subscriber gets every update
     it had not acknowledged (the held one and those queued meanwhile), none it had."""
-    port_a = launch_api(procs, "api-a")
-    port_b = launch_api(procs, "api-b")
-    wait_ready(procs, "api-a", port_a)
-    wait_ready(procs, "api-b", port_b)
-    secret = token(engine, "bob", "read")
+    api_a, api_b = serve("api-a"), serve("api-b")
+    port_a, port_b = (int(s.base_url.rsplit(":", 1)[1]) for s in (api_a, api_b))
+    secret = make_token(engine, "bob", "read")
     recorder = Recorder()
     with (
         Proxy(port_a) as proxy,
@@ -243,8 +242,8 @@ def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
         recorder.gate.clear()  # the next update is held in the handler
         batch += feed.runs(5)
         assert recorder.waiting.wait(10)
-        procs.started["api-a"].send_signal(signal.SIGKILL)
-        procs.wait("api-a", 10)
+        api_a.process.send_signal(signal.SIGKILL)
+        api_a.process.wait(10)
         proxy.backend = port_b
         batch += feed.runs(5)  # while the subscriber has no stream
         recorder.gate.set()
@@ -264,19 +263,16 @@ def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
     # being the subscriber's current one in the database).
     assert 20 <= len(received) <= 25
     assert not thread.is_alive()
-    assert "api-a" not in procs.log("api-b")  # api-b knew nothing of api-a but the rows
+    assert "POST /v1/stream" in api_b.log_text()
 
 
-def test_calls_on_the_stream_and_their_refusals(
-    procs: Processes, engine: Engine, feed: Feed
-) -> None:
+def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, feed: Feed) -> None:
     """403 without a current stream id (missing, unknown, replaced, another token's), 400
     for a malformed call, 202 for ACKNOWLEDGE, RECONCILE, KILL and TEARDOWN."""
-    port = start_api(procs, "api")
-    carol = {"Authorization": f"Bearer {token(engine, 'carol', 'read', 'submit')}"}
-    dave = {"Authorization": f"Bearer {token(engine, 'dave', 'read')}"}
-    submit_only = {"Authorization": f"Bearer {token(engine, 'erin', 'submit')}"}
-    base = f"http://127.0.0.1:{port}"
+    base = serve("api").base_url
+    carol = {"Authorization": f"Bearer {make_token(engine, 'carol', 'read', 'submit')}"}
+    dave = {"Authorization": f"Bearer {make_token(engine, 'dave', 'read')}"}
+    submit_only = {"Authorization": f"Bearer {make_token(engine, 'erin', 'submit')}"}
     url = f"{base}/v1/stream"
     subscribe = {
         "type": "SUBSCRIBE",
@@ -368,9 +364,14 @@ def test_the_stream_on_the_embedded_default(
     try:
         upgrade(engine)
         sqlite_feed = Feed(engine, registry, names, bus)
-        with processes(tmp_path, database_url=url, namespace=names.namespace) as procs:
-            port = start_api(procs, "api")
-            secret = token(engine, "frank", "read")
+        with api_server(
+            tmp_path,
+            database_url=url,
+            broker_url="memory://",
+            namespace=names.namespace,
+            env=FAST_STREAM,
+        ) as server:
+            secret = make_token(engine, "frank", "read")
             failing: set[int] = set()
             recorder = Recorder()
 
@@ -379,7 +380,7 @@ def test_the_stream_on_the_embedded_default(
                 if update.run in failing:
                     raise RuntimeError("not now")
 
-            with Client(f"http://127.0.0.1:{port}", secret) as client:
+            with Client(server.base_url, secret) as client:
                 first = client.subscription({"workflows": ["pipeline"]}, handler, name="lite")
                 thread = threading.Thread(target=first.run, daemon=True)
                 thread.start()

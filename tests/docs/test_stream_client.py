@@ -20,8 +20,8 @@ from sasflow.store.db import transaction
 from sasflow.store.schema import stream_updates
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.topology import Names, declare_common
-from tests.acceptance.processes import REPO, processes
-from tests.api_servers import start_api, token
+from tests import services
+from tests.api.server import REPO, api_server, make_token
 from tests.apps.basic import echo, pipeline
 from tests.docs.markdown import shell_commands
 
@@ -39,12 +39,17 @@ def test_the_shell_client_follows_the_stream(
     tmp_path: Path, engine: Engine, database_url: str, names: Names
 ) -> None:
     assert ["sh", SCRIPT] in shell_commands("docs/api-stream.md", "sh")
-    with processes(tmp_path, database_url=database_url, namespace=names.namespace) as procs:
-        port = start_api(procs, "api")
+    with api_server(
+        tmp_path,
+        database_url=database_url,
+        broker_url=services.broker_url(),
+        namespace=names.namespace,
+        env={"SASFLOW_API_STREAM_HEARTBEAT_S": "0.5"},
+    ) as server:
         env = {
             **os.environ,
-            "SASFLOW_API_URL": f"http://127.0.0.1:{port}",
-            "SASFLOW_API_TOKEN": token(engine, "shell", "read"),
+            "SASFLOW_API_URL": server.base_url,
+            "SASFLOW_API_TOKEN": make_token(engine, "shell", "read"),
         }
         errors = tmp_path / "follow.err"
         with errors.open("wb") as stderr:
