@@ -19,19 +19,16 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
-from sasflow import Registry, submit_run
 from sasflow.client import Client, StreamUpdate
 from sasflow.recordio import Decoder
-from sasflow.relay import relay_events
-from sasflow.store.db import make_engine, transaction
+from sasflow.store.db import make_engine
 from sasflow.store.migrate import upgrade
 from sasflow.store.schema import stream_updates, subscribers
-from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.topology import Names, declare_common
+from sasflow.transport.topology import Names
 from tests.acceptance.conftest import FAST_STREAM, Serve
 from tests.api.server import api_server, make_token
-from tests.apps.basic import diamond, echo, pipeline
 from tests.proxy import Proxy
+from tests.stream_feed import Feed, feeding
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -39,44 +36,9 @@ STREAM = "Sasflow-Stream-Id"
 
 
 @pytest.fixture
-def registry() -> Registry:
-    return Registry(workflows=[pipeline, diamond], agents=[echo])
-
-
-@pytest.fixture
-def bus(names: Names) -> Iterator[MemoryTransport]:
-    """The relay's broker side: the test relays events itself (status messages go nowhere)."""
-    transport = MemoryTransport(MemoryBroker(), process_name="test-stream")
-    transport.connect()
-    declare_common(transport, names)
-    yield transport
-    transport.close()
-
-
-class Feed:
-    """Submits runs and relays their events, as a submitter and a scheduler would."""
-
-    def __init__(
-        self, engine: Engine, registry: Registry, names: Names, bus: MemoryTransport
-    ) -> None:
-        self.engine, self.registry, self.names, self.bus = engine, registry, names, bus
-
-    def runs(self, count: int, workflow: str = "pipeline") -> list[int]:
-        with transaction(self.engine) as conn:
-            ids = [
-                submit_run(
-                    conn, self.registry, workflow, {"text": "x"}, namespace=self.names.namespace
-                ).run_id
-                for _ in range(count)
-            ]
-        while relay_events(self.engine, self.bus, self.names):
-            pass
-        return ids  # one UPDATE each: the run's `pending`
-
-
-@pytest.fixture
-def feed(engine: Engine, registry: Registry, names: Names, bus: MemoryTransport) -> Feed:
-    return Feed(engine, registry, names, bus)
+def feed(engine: Engine, names: Names) -> Iterator[Feed]:
+    with feeding(engine, names) as feed:
+        yield feed
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
@@ -325,7 +287,7 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
             assert call({"type": "RECONCILE", "runs": []}).status_code == 202
             assert call({"type": "KILL", "run": other}).status_code == 404
             assert call({"type": "KILL", "run": run}).status_code == 202
-            feed.runs(0)  # relay the cancellation
+            feed.relay()  # the cancellation's events
             seen = []
             for record in records:
                 if record["type"] == "UPDATE":
@@ -354,23 +316,23 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
         assert conn.execute(select(func.count()).select_from(subscribers)).scalar_one() == 0
 
 
-def test_the_stream_on_the_embedded_default(
-    tmp_path: Path, names: Names, registry: Registry, bus: MemoryTransport
-) -> None:
+def test_the_stream_on_the_embedded_default(tmp_path: Path, names: Names) -> None:
     """On SQLite (polling instead of NOTIFY): a handler that fails leaves its update
     unacknowledged, and a reconnection brings exactly those back."""
     url = f"sqlite:///{tmp_path / 'sasflow.db'}"
     engine = make_engine(url, application_name="test")
     try:
         upgrade(engine)
-        sqlite_feed = Feed(engine, registry, names, bus)
-        with api_server(
-            tmp_path,
-            database_url=url,
-            broker_url="memory://",
-            namespace=names.namespace,
-            env=FAST_STREAM,
-        ) as server:
+        with (
+            feeding(engine, names) as sqlite_feed,
+            api_server(
+                tmp_path,
+                database_url=url,
+                broker_url="memory://",
+                namespace=names.namespace,
+                env=FAST_STREAM,
+            ) as server,
+        ):
             secret = make_token(engine, "frank", "read")
             failing: set[int] = set()
             recorder = Recorder()

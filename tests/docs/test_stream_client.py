@@ -14,16 +14,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from sasflow import Registry, submit_run
-from sasflow.relay import relay_events
-from sasflow.store.db import transaction
 from sasflow.store.schema import stream_updates
-from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.topology import Names, declare_common
+from sasflow.transport.topology import Names
 from tests import services
 from tests.api.server import REPO, api_server, make_token
-from tests.apps.basic import echo, pipeline
 from tests.docs.markdown import shell_commands
+from tests.stream_feed import feeding
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -73,19 +69,8 @@ def test_the_shell_client_follows_the_stream(
                 time.sleep(0.05)
             assert lines, errors.read_text()
             assert lines[0]["type"] == "SUBSCRIBED"
-            bus = MemoryTransport(MemoryBroker(), process_name="test-shell")
-            bus.connect()
-            declare_common(bus, names)
-            registry = Registry(workflows=[pipeline], agents=[echo])
-            with transaction(engine) as conn:
-                runs = [
-                    submit_run(
-                        conn, registry, "pipeline", {"text": "é"}, namespace=names.namespace
-                    ).run_id
-                    for _ in range(5)
-                ]
-            relay_events(engine, bus, names)
-            bus.close()
+            with feeding(engine, names) as feed:
+                runs = feed.runs(5)
             while time.monotonic() < deadline and (
                 sum(r["type"] == "UPDATE" for r in lines) < 5 or _pending(engine)
             ):

@@ -7,41 +7,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine
 
-from sasflow import Registry, submit_run
 from sasflow.errors import StaleStreamError
 from sasflow.ops import stream as ops
-from sasflow.relay import relay_events
 from sasflow.store import stream
 from sasflow.store.db import transaction
-from sasflow.store.schema import runs
-from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.topology import Names, declare_common
-from tests.apps.basic import diamond, echo, pipeline
+from sasflow.transport.topology import Names
+from tests.stream_feed import Feed, feeding
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def registry() -> Registry:
-    return Registry(workflows=[pipeline, diamond], agents=[echo])
-
-
-@pytest.fixture
-def bus(names: Names) -> Iterator[MemoryTransport]:
-    transport = MemoryTransport(MemoryBroker(), process_name="test-stream")
-    transport.connect()
-    declare_common(transport, names)
-    yield transport
-    transport.close()
-
-
-def _submit(engine: Engine, registry: Registry, names: Names, workflow: str, by: str) -> int:
-    with transaction(engine) as conn:
-        run = submit_run(conn, registry, workflow, {"text": "x"}, namespace=names.namespace)
-        conn.execute(update(runs).where(runs.c.id == run.run_id).values(submitted_by=by))
-    return run.run_id
+def feed(engine: Engine, names: Names) -> Iterator[Feed]:
+    with feeding(engine, names) as feed:
+        yield feed
 
 
 def _subscribe(
@@ -65,16 +46,13 @@ def _take(engine: Engine, sid: str, stream_id: str, resend_after: float = 60) ->
         return stream.take_due(conn, sid, stream_id, resend_after=resend_after, limit=1000)
 
 
-def test_the_relay_fans_events_out_by_filter(
-    engine: Engine, registry: Registry, names: Names, bus: MemoryTransport
-) -> None:
+def test_the_relay_fans_events_out_by_filter(engine: Engine, names: Names, feed: Feed) -> None:
     """Each subscriber gets the run events its filter passes, in commit order per run."""
     everything, s_all = _subscribe(engine, names, "alice", ops.StreamFilter())
     diamonds, s_diamond = _subscribe(engine, names, "alice", ops.StreamFilter(("diamond",)))
     mine, s_mine = _subscribe(engine, names, "bob", ops.StreamFilter(runs_submitted_by_me=True))
-    first = _submit(engine, registry, names, "pipeline", by="bob")
-    second = _submit(engine, registry, names, "diamond", by="alice")
-    assert relay_events(engine, bus, names) == 2  # each run's `pending` event
+    first = feed.runs(1, "pipeline", submitted_by="bob")[0]
+    second = feed.runs(1, "diamond", submitted_by="alice")[0]
 
     assert [(d.body["run"], d.body["state"]) for d in _take(engine, everything, s_all)] == [
         (first, "pending"),
@@ -85,12 +63,12 @@ def test_the_relay_fans_events_out_by_filter(
 
 
 def test_a_reconnection_resends_exactly_the_unacknowledged_updates(
-    engine: Engine, registry: Registry, names: Names, bus: MemoryTransport
+    engine: Engine, names: Names, feed: Feed
 ) -> None:
     sid, first_stream = _subscribe(engine, names, "alice", ops.StreamFilter())
     for _ in range(5):
-        _submit(engine, registry, names, "pipeline", by="alice")
-    relay_events(engine, bus, names)
+        feed.runs(1, "pipeline", submitted_by="alice")[0]
+    feed.relay()
     sent = _take(engine, sid, first_stream)
     assert len(sent) == 5
     assert _take(engine, sid, first_stream) == []  # sent, not yet due again
@@ -112,22 +90,20 @@ def test_a_reconnection_resends_exactly_the_unacknowledged_updates(
 
 
 def test_an_unacknowledged_update_is_resent_on_the_same_stream_after_the_timeout(
-    engine: Engine, registry: Registry, names: Names, bus: MemoryTransport
+    engine: Engine, names: Names, feed: Feed
 ) -> None:
     sid, stream_id = _subscribe(engine, names, "alice", ops.StreamFilter())
-    _submit(engine, registry, names, "pipeline", by="alice")
-    relay_events(engine, bus, names)
+    feed.runs(1, "pipeline", submitted_by="alice")[0]
+    feed.relay()
     sent = _take(engine, sid, stream_id, resend_after=0)
     assert len(sent) == 1
     assert [d.uuid for d in _take(engine, sid, stream_id, resend_after=0)] == [sent[0].uuid]
 
 
-def test_reconcile_answers_once_without_uuid(
-    engine: Engine, registry: Registry, names: Names, bus: MemoryTransport
-) -> None:
+def test_reconcile_answers_once_without_uuid(engine: Engine, names: Names, feed: Feed) -> None:
     sid, stream_id = _subscribe(engine, names, "alice", ops.StreamFilter(("pipeline",)))
-    run = _submit(engine, registry, names, "pipeline", by="alice")
-    _submit(engine, registry, names, "diamond", by="alice")
+    run = feed.runs(1, "pipeline", submitted_by="alice")[0]
+    feed.runs(1, "diamond", submitted_by="alice")[0]
     with transaction(engine) as conn:
         assert ops.reconcile(conn, stream_id, [], owner="alice", namespace=names.namespace) == 1
         assert (
@@ -135,9 +111,8 @@ def test_reconcile_answers_once_without_uuid(
             == 2
         )
     answers = _take(engine, sid, stream_id)
-    assert [(d.uuid, d.body["run"], d.body["state"]) for d in answers] == [
-        (None, run, "pending"),
-        (None, run, "pending"),
-        (None, 10**9, None),
-    ]
-    assert _take(engine, sid, stream_id, resend_after=0) == []  # sent once, then forgotten
+    update, *reconciled = [(d.uuid, d.body["run"], d.body["state"]) for d in answers]
+    assert update[1:] == (run, "pending")  # the relayed event, to acknowledge
+    assert reconciled == [(None, run, "pending"), (None, run, "pending"), (None, 10**9, None)]
+    again = _take(engine, sid, stream_id, resend_after=0)
+    assert [d.uuid for d in again] == [update[0]]  # the answers were sent once, then forgotten
