@@ -20,6 +20,7 @@ from sasflow.api.stream_calls import Acknowledge, Kill, Reconcile, Subscribe, Te
 from sasflow.api.streaming import StreamHub
 from sasflow.errors import InvalidMessageError, StaleStreamError
 from sasflow.ops import stream as ops
+from sasflow.ops.submit import known_workflows
 from sasflow.store.db import transaction
 
 STREAM_ID_HEADER = "Sasflow-Stream-Id"
@@ -97,6 +98,13 @@ def stream_call(
 def _subscribe(
     call: Subscribe, principal: Principal, ctx: ApiContext, hub: StreamHub
 ) -> StreamingResponse:
+    known = known_workflows(ctx.registry)
+    unknown = sorted(set(call.filter.workflows or ()) - set(known))
+    if unknown:
+        # A typo in the filter would otherwise be a stream that never says anything.
+        raise InvalidMessageError(
+            f"filter.workflows: unknown {', '.join(unknown)}; known: {', '.join(known) or 'none'}"
+        )
     with transaction(ctx.engine) as conn:
         subscriber, stream_id = ops.subscribe(
             conn,

@@ -242,6 +242,10 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
         "filter": {"runs_submitted_by_me": True},
     }
     assert httpx.post(url, json=subscribe).status_code == 401
+    typo = {**subscribe, "filter": {"workflows": ["pipline"]}}
+    answer = httpx.post(url, json=typo, headers=carol)
+    assert answer.status_code == 400
+    assert "unknown pipline; known: diamond" in answer.json()["message"]
     refused = httpx.post(url, json=subscribe, headers=submit_only)
     assert (refused.status_code, refused.json()["error"]) == (403, "forbidden")
 
