@@ -231,7 +231,8 @@ def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
 def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, feed: Feed) -> None:
     """403 without a current stream id (missing, unknown, replaced, another token's), 400
     for a malformed call, 202 for ACKNOWLEDGE, RECONCILE, KILL and TEARDOWN."""
-    base = serve("api").base_url
+    server = serve("api")
+    base = server.base_url
     carol = {"Authorization": f"Bearer {make_token(engine, 'carol', 'read', 'submit')}"}
     dave = {"Authorization": f"Bearer {make_token(engine, 'dave', 'read')}"}
     submit_only = {"Authorization": f"Bearer {make_token(engine, 'erin', 'submit')}"}
@@ -318,6 +319,18 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
         assert (gone.status_code, gone.json()["error"]) == (404, "subscriber_not_found")
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(subscribers)).scalar_one() == 0
+
+    # SIGTERM: open streams are told (ERROR) and ended, so the server stops at once.
+    with (
+        httpx.Client(timeout=10) as http,
+        http.stream("POST", url, json=subscribe, headers=carol) as r,
+    ):
+        records = raw_records(r)
+        assert next(records)["type"] == "SUBSCRIBED"
+        server.process.terminate()
+        last = list(records)[-1]
+    assert last == {"type": "ERROR", "message": "the API server is shutting down: reconnect"}
+    server.process.wait(5)  # ended within 5 s (uvicorn re-raises SIGTERM once shut down)
 
 
 def test_the_stream_on_the_embedded_default(tmp_path: Path, names: Names) -> None:
