@@ -166,7 +166,7 @@ def test_a_killed_subscriber_gets_exactly_its_unacknowledged_updates_back(
         subscription, thread = follow(client, recorder, subscribed["subscriber_id"])
         wait_until(lambda: len(recorder.received()) >= 17, what="17 updates")
         wait_until(lambda: pending_updates(engine) == 0, what="every update acknowledged")
-        time.sleep(1.5)  # three heartbeats: time for any extra update to show
+        time.sleep(1.0)  # two heartbeats: time for any extra update to show
         subscription.stop()
         thread.join(10)
         chunks = proxy.chunks
@@ -212,7 +212,7 @@ def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
 
         wait_until(lambda: subscription.connections == 2, what="the stream through api-b")
         wait_until(lambda: pending_updates(engine) == 0, what="every update acknowledged")
-        time.sleep(1.5)
+        time.sleep(1.0)
         subscription.stop()
         thread.join(10)
 
