@@ -90,19 +90,30 @@ _STATUS_CODES = {
 }
 
 
-def _api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
-    return error_response(exc.status, exc.code, exc.message, headers=exc.headers, extra=exc.extra)
+def to_response(exc: Exception) -> JSONResponse:
+    """The error answer for any exception a request raised."""
+    match exc:
+        case ApiError():
+            return error_response(
+                exc.status, exc.code, exc.message, headers=exc.headers, extra=exc.extra
+            )
+        case RequestValidationError():
+            return _validation_error(exc)
+        case StarletteHTTPException():
+            code = _STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
+            return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+        case errors.SasflowError():
+            for kind, status, name in _SASFLOW_ERRORS:
+                if isinstance(exc, kind):
+                    return error_response(status, name, str(exc))
+            log.error("unexpected sasflow error: %s", exc, exc_info=exc)
+            return error_response(500, "internal_error", str(exc))
+        case _:
+            log.error("unexpected error: %s", exc, exc_info=exc)
+            return error_response(500, "internal_error", "internal error (see the server's log)")
 
 
-def _http_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)  # noqa: S101 - registered for it only
-    code = _STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
-    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
-
-
-def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)  # noqa: S101 - registered for it only
+def _validation_error(exc: RequestValidationError) -> JSONResponse:
     problems = list(exc.errors())
     if any(p.get("type") == "json_invalid" for p in problems):
         return error_response(400, "invalid_json", "the request body is not valid JSON")
@@ -114,26 +125,15 @@ def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "validation_error", summary, extra={"fields": fields})
 
 
-def _sasflow_error(_: Request, exc: Exception) -> JSONResponse:
-    for kind, status, code in _SASFLOW_ERRORS:
-        if isinstance(exc, kind):
-            return error_response(status, code, str(exc))
-    log.error("unexpected sasflow error: %s", exc, exc_info=exc)
-    return error_response(500, "internal_error", str(exc))
-
-
-def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-    log.error("unexpected error: %s", exc, exc_info=exc)
-    return error_response(500, "internal_error", "internal error (see the server's log)")
+def _handle(_: Request, exc: Exception) -> JSONResponse:
+    return to_response(exc)
 
 
 def install(app: FastAPI, *, max_body_bytes: int, max_json_depth: int) -> None:
     """Register the error handlers and the body limits on `app`."""
-    app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(errors.SasflowError, _sasflow_error)
-    app.add_exception_handler(Exception, _unexpected)
+    for kind in (ApiError, StarletteHTTPException, RequestValidationError, errors.SasflowError):
+        app.add_exception_handler(kind, _handle)
+    app.add_exception_handler(Exception, _handle)  # a bug: 500 in the same shape
     app.add_middleware(BodyLimits, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth)
 
 

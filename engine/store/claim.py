@@ -107,6 +107,20 @@ def release_steps(
     rows = conn.execute(
         queries.release_claimed(), {"b_step_ids": [s.id for s in steps], "b_locked_by": locked_by}
     ).all()
+    record_handed_back(conn, rows, actor=locked_by, reasons=[reason] * len(rows))
+    return len(rows)
+
+
+def record_handed_back(
+    conn: Connection,
+    rows: Sequence[Any],
+    *,
+    actor: str,
+    reasons: Sequence[str],
+    attempt_undone: bool = False,
+) -> None:
+    """Record claimed steps going back to pending (rows: run_id, id, name, attempt), each with
+    its reason; with `attempt_undone` the rows hold the attempt before the claim."""
     events.record(
         conn,
         [
@@ -114,11 +128,10 @@ def release_steps(
                 r,
                 StepState.PROCESSING,
                 StepState.PENDING,
-                attempt=r.attempt,
-                actor=locked_by,
+                attempt=r.attempt + 1 if attempt_undone else r.attempt,
+                actor=actor,
                 reason=reason,
             )
-            for r in rows
+            for r, reason in zip(rows, reasons, strict=True)
         ],
     )
-    return len(rows)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, func, update
 
 from sasflow.states import StepState
-from sasflow.store import events
+from sasflow.store.claim import record_handed_back
 from sasflow.store.dialect import one_of
 from sasflow.store.queries import leave_processing
 from sasflow.store.schema import steps
@@ -57,18 +57,11 @@ def park(
         .returning(steps.c.id, steps.c.run_id, steps.c.name, steps.c.attempt, steps.c.pool),
         {"b_step_ids": list(step_ids)},
     ).all()
-    events.record(
+    record_handed_back(
         conn,
-        [
-            events.step_event(
-                r,
-                StepState.PROCESSING,
-                StepState.PENDING,
-                attempt=r.attempt + 1,  # the attempt the claim recorded, now undone
-                actor=locked_by,
-                reason=f"waiting for an agent in pool {r.pool}",
-            )
-            for r in rows
-        ],
+        rows,
+        actor=locked_by,
+        reasons=[f"waiting for an agent in pool {r.pool}" for r in rows],
+        attempt_undone=True,
     )
     return [r.id for r in rows]
