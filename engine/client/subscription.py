@@ -8,11 +8,14 @@ that must act once dedupes on it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
+import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,18 +197,26 @@ class Subscription:
         if self.subscriber_id is not None:
             subscriber["id"] = self.subscriber_id
         body = {"type": "SUBSCRIBE", "subscriber": subscriber, "filter": self._where.body()}
+        # The read timeout is the backstop; the watchdog applies the interval the server
+        # announces (a socket read's timeout is fixed when the response starts).
         timeout = httpx.Timeout(
-            self._http.timeout.connect, read=MISSED_HEARTBEATS * self.heartbeat_interval
+            self._http.timeout.connect,
+            read=MISSED_HEARTBEATS * max(self.heartbeat_interval, DEFAULT_HEARTBEAT),
         )
-        with self._http.stream("POST", STREAM_PATH, json=body, timeout=timeout) as response:
+        with (
+            self._http.stream("POST", STREAM_PATH, json=body, timeout=timeout) as response,
+            _Watchdog(response, lambda: MISSED_HEARTBEATS * self.heartbeat_interval) as watchdog,
+        ):
             if response.is_error:
                 response.read()
                 raise ApiError.of(response)
             self.stream_id = response.headers.get(STREAM_ID_HEADER)
             decoder = Decoder()
             for chunk in response.iter_bytes():
-                for record in decoder.feed(chunk):
-                    self._on_record(record)
+                watchdog.alive()
+                with watchdog.paused():  # the handler's time is not the stream's silence
+                    for record in decoder.feed(chunk):
+                        self._on_record(record)
                 if self._acks.refused.is_set():
                     self._acks.refused.clear()
                     raise _StreamEnded("an acknowledgement was refused: the stream is not current")
@@ -234,6 +245,55 @@ class Subscription:
             return
         if update.uuid is not None:
             self._acks.put(update.uuid)
+
+
+class _Watchdog:
+    """Shuts the stream's socket down when nothing has arrived for `limit()` seconds (5
+    heartbeat intervals), which ends the read at once: the subscription reconnects. Does
+    nothing when the transport gives no socket (then the read timeout decides)."""
+
+    def __init__(self, response: httpx.Response, limit: Callable[[], float]) -> None:
+        stream = response.extensions.get("network_stream")
+        self._socket: socket.socket | None = (
+            None if stream is None else stream.get_extra_info("socket")
+        )
+        self._limit = limit
+        self._last = time.monotonic()
+        self._busy = 0
+        self._done = threading.Event()
+        self.expired = False
+
+    def __enter__(self) -> _Watchdog:
+        if self._socket is not None:
+            threading.Thread(
+                target=self._watch, args=(self._socket,), name="sasflow-watchdog", daemon=True
+            ).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+    def alive(self) -> None:
+        self._last = time.monotonic()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self._last = time.monotonic()
+
+    def _watch(self, sock: socket.socket) -> None:
+        while not self._done.wait(min(1.0, self._limit() / 10)):
+            if self._busy or time.monotonic() - self._last < self._limit():
+                continue
+            self.expired = True
+            log.warning("stream silent for %.1fs: reconnecting", self._limit())
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            return
 
 
 class _Acknowledger:

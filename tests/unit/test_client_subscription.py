@@ -5,7 +5,9 @@ reconnection as the same subscriber after the stream ends."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -119,3 +121,51 @@ def test_a_refused_subscription_is_an_error_not_a_retry_loop() -> None:
     ):
         client.subscribe({}, lambda _u: None)
     assert (raised.value.status, raised.value.code) == (403, "forbidden")
+
+
+def test_a_silent_stream_is_dead_after_five_heartbeat_intervals() -> None:
+    """A server that announces 0.1 s heartbeats and then falls silent (the connection stays
+    open): the SDK gives up on it after about 0.5 s and subscribes again."""
+    arrivals: list[float] = []
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)  # the SUBSCRIBE request
+            arrivals.append(time.monotonic())
+            record = encode(
+                {
+                    "type": "SUBSCRIBED",
+                    "subscriber_id": SUBSCRIBER,
+                    "heartbeat_interval_seconds": 0.1,
+                }
+            )
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nSasflow-Stream-Id: s\r\n\r\n"
+                + b"%x\r\n%s\r\n" % (len(record), record)
+            )
+            threading.Thread(target=lambda c=conn: (stop.wait(30), c.close()), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        with Client(f"http://127.0.0.1:{port}", "t") as client:
+            subscription = client.subscription({}, lambda _u: None, max_backoff=0.01)
+            runner = threading.Thread(target=subscription.run, daemon=True)
+            runner.start()
+            deadline = time.monotonic() + 10
+            while len(arrivals) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            subscription.stop()
+            stop.set()
+            runner.join(10)
+    finally:
+        listener.close()
+    assert len(arrivals) >= 2
+    assert 0.4 < arrivals[1] - arrivals[0] < 3.0  # 5 x 0.1 s, then a short backoff
+    assert subscription.heartbeat_interval == 0.1
