@@ -21,7 +21,7 @@ from sasflow.api.streaming import StreamHub
 from sasflow.errors import InvalidMessageError, StaleStreamError
 from sasflow.ops import stream as ops
 from sasflow.ops.submit import known_workflows
-from sasflow.store.db import transaction
+from sasflow.store.db import Connection
 
 STREAM_ID_HEADER = "Sasflow-Stream-Id"
 RECORDIO = "application/recordio"
@@ -61,8 +61,8 @@ async def _json_body(request: Request) -> dict[str, Any]:
     },
 )
 def stream_call(
-    request_body: Annotated[dict[str, Any], Depends(_json_body)],
     principal: Annotated[Principal, Depends(require("read"))],
+    request_body: Annotated[dict[str, Any], Depends(_json_body)],
     ctx: Annotated[ApiContext, Depends(get_context)],
     hub: Annotated[StreamHub, Depends(get_hub)],
     stream_id: Annotated[str | None, Header(alias=STREAM_ID_HEADER)] = None,
@@ -73,26 +73,42 @@ def stream_call(
         return _subscribe(call, principal, ctx, hub)
     if stream_id is None:
         raise StaleStreamError(f"{call.type} needs the {STREAM_ID_HEADER} header of a stream")
-    namespace = ctx.settings.namespace
-    with transaction(ctx.engine) as conn:
+    call_on_stream(ctx, call, stream_id, principal)
+    hub.wake()  # this server's streams at once, without waiting for NOTIFY
+    return Response(status_code=202)
+
+
+def call_on_stream(
+    ctx: ApiContext,
+    call: Acknowledge | Reconcile | Kill | Teardown,
+    stream_id: str,
+    principal: Principal,
+) -> None:
+    """Carry out one call in one transaction, retried on a deadlock (an ACKNOWLEDGE deletes
+    rows a stream may be marking sent)."""
+    namespace = ctx.namespace
+    owner = principal.name
+
+    def work(conn: Connection) -> None:
         match call:
             case Acknowledge():
-                ops.acknowledge(conn, stream_id, call.all(), owner=principal.name)
+                ops.acknowledge(conn, stream_id, call.all(), owner=owner)
             case Reconcile():
-                ops.reconcile(conn, stream_id, call.runs, owner=principal.name, namespace=namespace)
+                ops.reconcile(conn, stream_id, call.runs, owner=owner, namespace=namespace)
             case Kill():
+                may_operate = principal.may("operate")
                 ops.kill(
                     conn,
                     stream_id,
                     call.run,
-                    owner=principal.name,
-                    may_operate=principal.may("operate"),
+                    owner=owner,
+                    may_operate=may_operate,
                     namespace=namespace,
                 )
             case Teardown():
-                ops.teardown(conn, stream_id, owner=principal.name, namespace=namespace)
-    hub.wake()  # this server's streams at once, without waiting for NOTIFY
-    return Response(status_code=202)
+                ops.teardown(conn, stream_id, owner=owner, namespace=namespace)
+
+    ctx.transaction(work)
 
 
 def _subscribe(
@@ -105,15 +121,16 @@ def _subscribe(
         raise InvalidMessageError(
             f"filter.workflows: unknown {', '.join(unknown)}; known: {', '.join(known) or 'none'}"
         )
-    with transaction(ctx.engine) as conn:
-        subscriber, stream_id = ops.subscribe(
+    subscriber, stream_id = ctx.transaction(
+        lambda conn: ops.subscribe(
             conn,
             name=call.subscriber.name,
             subscriber_id=call.subscriber.id,
             where=call.filter.filter(),
             owner=principal.name,
-            namespace=ctx.settings.namespace,
+            namespace=ctx.namespace,
         )
+    )
     hub.wake()
     return StreamingResponse(
         hub.records(subscriber.id, stream_id),

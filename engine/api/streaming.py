@@ -20,7 +20,7 @@ from typing import Any
 from sasflow.errors import StoreUnavailableError
 from sasflow.recordio import encode
 from sasflow.store import stream
-from sasflow.store.db import Engine, transaction
+from sasflow.store.db import Connection, Engine, run_transaction
 from sasflow.store.dialect import has_notifications
 from sasflow.store.listen import ReadyListener
 
@@ -148,7 +148,9 @@ class StreamHub:
             self._waker.wait(seen, min(next_beat - now, self._poll))
 
     def _take(self, subscriber_id: str, stream_id: str) -> tuple[bool, list[stream.Due]]:
-        with transaction(self._engine) as conn:
+        """(still the current stream?, the updates now due on it), retried on a deadlock."""
+
+        def work(conn: Connection) -> tuple[bool, list[stream.Due]]:
             if not stream.lock_if_current(conn, subscriber_id, stream_id):
                 return False, []
             due = stream.take_due(
@@ -159,6 +161,8 @@ class StreamHub:
                 limit=self._options.batch,
             )
             return True, due
+
+        return run_transaction(self._engine, work)
 
 
 def _update(due: stream.Due) -> dict[str, Any]:
