@@ -15,6 +15,8 @@ from sasflow.redact import redact_url
 # a fresh machine runs `sasflow demo` and `sasflow run` with no service. Production sets both.
 DEFAULT_DATABASE_URL = "sqlite:///sasflow.db"
 DEFAULT_BROKER_URL = "memory://"
+MIN_CALLBACK_KEY = 16
+"""Characters an HMAC key of the callbacks needs at least (a guess must not be cheap)."""
 
 
 class Settings(BaseSettings):
@@ -192,8 +194,9 @@ class Settings(BaseSettings):
     )
     api_callback_secret: SecretStr | None = Field(
         default=None,
-        description="Key of the HMAC-SHA256 signature of outgoing callbacks; without it the "
-        "API refuses runs with a callback_url (every API server needs the same key).",
+        description="Key of the HMAC-SHA256 signature of outgoing callbacks, at least 16 "
+        "characters; without it the API refuses runs with a callback_url (every API server "
+        "needs the same key).",
     )
     api_callback_give_up_s: float = Field(
         default=86400,
@@ -252,6 +255,13 @@ class Settings(BaseSettings):
         description="Seconds after which an UPDATE sent but not acknowledged is sent again on "
         "the same stream (a reconnection re-sends every unacknowledged one at once).",
     )
+
+    @field_validator("api_callback_secret")
+    @classmethod
+    def _long_enough_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_CALLBACK_KEY:
+            raise ValueError(f"the callback key needs at least {MIN_CALLBACK_KEY} characters")
+        return value
 
     @field_validator("alert_email_to", mode="before")
     @classmethod

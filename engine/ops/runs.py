@@ -9,7 +9,7 @@ from sasflow.store import inspect
 from sasflow.store.db import Connection
 from sasflow.store.inspect import RunFilter
 
-__all__ = ["RunFilter", "list_runs", "runs_page", "show_run"]
+__all__ = ["RunFilter", "get_run", "list_runs", "runs_page", "show_run"]
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
@@ -25,6 +25,14 @@ def runs_page(
     page = inspect.runs_page(conn, where, before_id=cursor)
     more = len(page) == where.limit
     return page, (int(page[-1]["id"]) if more and page else None)
+
+
+def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
+    """The run's row (no steps, no events)."""
+    run = inspect.run_row(conn, run_id)
+    if run is None:
+        raise RunNotFoundError(f"no run with id {run_id}")
+    return run
 
 
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:

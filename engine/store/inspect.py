@@ -131,6 +131,12 @@ def select_run_ids(conn: Connection, where: RunFilter) -> list[int]:
     return list(conn.execute(query).scalars())
 
 
+def run_row(conn: Connection, run_id: int) -> dict[str, Any] | None:
+    """The run's row alone, or None (primary key)."""
+    run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+    return None if run is None else dict(run._mapping)
+
+
 def run_detail(conn: Connection, run_id: int) -> dict[str, Any] | None:
     """The run, its steps (forward then compensation) and its whole event timeline (primary
     key, uq_steps_run_id_kind_name, ix_events_run_id_id); None when there is no such run."""

@@ -20,7 +20,10 @@ def procs(tmp_path: Path, database_url: str, names: Names) -> Iterator[Processes
         yield p
 
 
-FAST_STREAM = {"SASFLOW_API_STREAM_HEARTBEAT_S": "0.5", "SASFLOW_API_STREAM_RESEND_S": "30"}
+FAST_STREAM: dict[str, str | None] = {
+    "SASFLOW_API_STREAM_HEARTBEAT_S": "0.5",
+    "SASFLOW_API_STREAM_RESEND_S": "30",
+}
 """Heartbeats every 0.5 s: a dead stream, and a stopped client, show within seconds."""
 
 Serve = Callable[[str], ApiServer]

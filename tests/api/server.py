@@ -20,7 +20,7 @@ from sasflow.ops import tokens
 from sasflow.store.db import run_transaction
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "test-callback-key"  # noqa: S105 - the test servers' callback key
+SECRET = "test-callback-key-0123"  # noqa: S105 - the test servers' callback key
 
 
 def free_port() -> int:
@@ -54,7 +54,7 @@ def api_server(
     broker_url: str,
     namespace: str,
     app: str = "tests.apps.basic",
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     name: str = "api",
     tls: tuple[Path, Path] | None = None,
 ) -> Iterator[ApiServer]:
@@ -71,8 +71,11 @@ def api_server(
         "SASFLOW_API_CALLBACK_SECRET": SECRET,
         "PYTHONPATH": str(REPO),
         "PYTHONUNBUFFERED": "1",
-        **(env or {}),
     }
+    for variable, value in (env or {}).items():  # None: unset
+        environment.pop(variable, None)
+        if value is not None:
+            environment[variable] = value
     with log.open("ab") as out:
         process = subprocess.Popen(
             [

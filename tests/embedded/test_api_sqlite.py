@@ -83,3 +83,43 @@ def test_tls_with_a_certificate(tmp_path: Path, sqlite_url: str) -> None:
             assert https.get("/healthz").json() == {"status": "ok"}
         with pytest.raises(httpx.TransportError):
             httpx.get(api.base_url.replace("https://", "http://") + "/healthz", timeout=5)
+
+
+def test_readyz_is_503_while_the_broker_is_unreachable(tmp_path: Path, sqlite_url: str) -> None:
+    """/healthz answers (the process is up) while /readyz says the broker cannot be reached."""
+    with (
+        api_server(
+            tmp_path,
+            database_url=sqlite_url,
+            broker_url="amqp://guest:guest@127.0.0.1:1/%2F",
+            namespace="embedded",
+        ) as api,
+        api.client() as http,
+    ):
+        assert http.get("/healthz").status_code == 200
+        ready = http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["error"] == "broker_unavailable"
+
+
+def test_a_server_without_a_callback_key_refuses_callback_urls(
+    tmp_path: Path, sqlite_url: str, sqlite_engine: Engine
+) -> None:
+    """No SASFLOW_API_CALLBACK_SECRET: a run asking for a callback is refused (400), since its
+    callback could not be signed; runs without one are accepted."""
+    token = make_token(sqlite_engine, "local", "submit")
+    with (
+        api_server(
+            tmp_path,
+            database_url=sqlite_url,
+            broker_url="memory://",
+            namespace="embedded",
+            env={"SASFLOW_API_CALLBACK_SECRET": None},
+        ) as api,
+        api.client(token) as http,
+    ):
+        refused = http.post(
+            "/v1/runs", json={"workflow": "pipeline", "callback_url": "http://127.0.0.1:9/h"}
+        )
+        assert (refused.status_code, refused.json()["error"]) == (400, "callbacks_disabled")
+        assert http.post("/v1/runs", json={"workflow": "pipeline"}).status_code == 201

@@ -21,6 +21,22 @@ from tests.apps import basic
 
 
 def test_pools_over_the_in_process_bus(sqlite_engine: Engine, sqlite_url: str) -> None:
+    """At the look limit: 3 looks, the third fails the step (2 counted)."""
+    looks = _served_and_orphan(sqlite_engine, sqlite_url, PoolLimits(max_looks=3))
+    assert looks == 2
+
+
+def test_a_pool_step_fails_at_the_age_limit_too(sqlite_engine: Engine, sqlite_url: str) -> None:
+    """At the age limit: the step fails once it has waited longer than give_up_s, however
+    few looks that took."""
+    looks = _served_and_orphan(
+        sqlite_engine, sqlite_url, PoolLimits(give_up_s=0.5, max_looks=1_000_000)
+    )
+    assert 1 <= looks < 1_000_000
+
+
+def _served_and_orphan(sqlite_engine: Engine, sqlite_url: str, limits: PoolLimits) -> int:
+    """Run a gpu-pool run (served) and a cpu-pool run (no agent); return the cpu step's looks."""
     names = Names("embedded-pools")
     broker = MemoryBroker()
 
@@ -45,7 +61,7 @@ def test_pools_over_the_in_process_bus(sqlite_engine: Engine, sqlite_url: str) -
         basic.registry,
         names,
         database_url=sqlite_url,
-        options=SchedulerOptions(rescan_interval=0.05, pool_limits=PoolLimits(max_looks=3)),
+        options=SchedulerOptions(rescan_interval=0.05, pool_limits=limits),
     )
     agent = AgentWorker(
         basic.echo, MemoryTransport(broker, process_name="agent"), names, pool="gpu"
@@ -62,9 +78,6 @@ def test_pools_over_the_in_process_bus(sqlite_engine: Engine, sqlite_url: str) -
         step = conn.execute(
             select(steps).where(steps.c.run_id == orphan, steps.c.name == "a")
         ).one()
-    assert (step.state, step.pool_looks, step.error["message"]) == (
-        StepState.ERROR,
-        2,
-        "no agent in pool cpu",
-    )
+    assert (step.state, step.error["message"]) == (StepState.ERROR, "no agent in pool cpu")
     assert agent.stats.received == 2
+    return int(step.pool_looks)

@@ -1,30 +1,57 @@
 """The HTTP API, served by a real `sasflow api` process on PostgreSQL and RabbitMQ: auth, the
-one error shape, every REST endpoint and its error statuses, the audit trail."""
+one error shape, every REST endpoint and its error statuses, the audit trail.
+
+One server and one database serve the whole module (a server takes seconds to start): each
+test uses its own token names, keys and workflows, and asserts on its own rows only."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select
 
 from sasflow.store.alerts import Alert, raise_alert
-from sasflow.store.db import run_transaction
+from sasflow.store.db import make_engine, run_transaction
 from sasflow.store.schema import events, runs
 from sasflow.transport.topology import Names
+from tests import services
 from tests.api.server import ApiServer, api_server, make_token
+from tests.conftest import DatabaseRoles
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def api(tmp_path: Path, database_url: str, broker_url: str, names: Names) -> Iterator[ApiServer]:
-    with api_server(
-        tmp_path, database_url=database_url, broker_url=broker_url, namespace=names.namespace
-    ) as server:
-        yield server
+@pytest.fixture(scope="module")
+def module_database(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
+    """This module's own database (cloned from the template), as the runtime role."""
+    name = services.unique("sasflow_test")
+    services.create_database(name, template=template_database, owner=database_roles.owner)
+    yield services.with_user(services.database_url(name), database_roles.runtime)
+    services.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def engine(module_database: str) -> Iterator[Engine]:
+    engine = make_engine(module_database, application_name="sasflow-test")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
+    names = Names(services.unique("sftest"))
+    try:
+        with api_server(
+            tmp_path_factory.mktemp("api"),
+            database_url=module_database,
+            broker_url=services.broker_url(),
+            namespace=names.namespace,
+        ) as server:
+            yield server
+    finally:
+        services.delete_namespace(names.namespace, [])
 
 
 def _error(response: object) -> dict[str, object]:
@@ -113,7 +140,7 @@ def test_submit_is_idempotent_and_records_who(api: ApiServer, engine: Engine) ->
     """201 with Location and the run; the same key again -> 200 and the same run; the run
     carries the token's name (submitted_by) and its first event the token as actor."""
     token = make_token(engine, "shop", "submit", "read")
-    body = {"workflow": "pipeline", "input": {"text": "hi"}, "key": "order-1", "priority": 7}
+    body = {"workflow": "diamond", "input": {"text": "hi"}, "key": "order-1", "priority": 7}
     with api.client(token) as http:
         first = http.post("/v1/runs", json=body)
         assert first.status_code == 201
@@ -127,10 +154,11 @@ def test_submit_is_idempotent_and_records_who(api: ApiServer, engine: Engine) ->
             False,
         )
         detail = http.get(f"/v1/runs/{run_id}").json()
-    assert [s["name"] for s in detail["steps"]] == ["a", "b"]
+    assert [s["name"] for s in detail["steps"]] == ["start", "left", "right", "end"]
     assert detail["run"]["priority"] == 7
     with engine.connect() as conn:
-        assert conn.execute(select(runs.c.submitted_by)).scalars().all() == ["shop"]
+        who = select(runs.c.submitted_by).where(runs.c.id == run_id)
+        assert conn.execute(who).scalar_one() == "shop"
         actors = conn.execute(select(events.c.actor).where(events.c.run_id == run_id))
         assert actors.scalars().all() == ["shop"]
 
@@ -138,17 +166,17 @@ def test_submit_is_idempotent_and_records_who(api: ApiServer, engine: Engine) ->
 def test_list_pages_with_a_cursor_and_filters(api: ApiServer, engine: Engine) -> None:
     """GET /v1/runs pages newest first; next_cursor leads to the next page, null on the last;
     state, workflow and key filter."""
-    token = make_token(engine, "shop", "submit", "read")
+    token = make_token(engine, "lister", "submit", "read")
     with api.client(token) as http:
         ids = [
-            http.post("/v1/runs", json={"workflow": wf, "key": f"k{i}"}).json()["id"]
-            for i, wf in enumerate(["pipeline", "pipeline", "diamond", "pipeline", "pipeline"])
+            http.post("/v1/runs", json={"workflow": "sleepy", "key": f"k{i}"}).json()["id"]
+            for i in range(5)
         ]
         seen: list[int] = []
         cursor = None
         pages = 0
         while True:
-            params: dict[str, str | int] = {"workflow": "pipeline", "limit": 2}
+            params: dict[str, str | int] = {"workflow": "sleepy", "limit": 2}
             if cursor is not None:
                 params["cursor"] = cursor
             page = http.get("/v1/runs", params=params).json()
@@ -157,12 +185,16 @@ def test_list_pages_with_a_cursor_and_filters(api: ApiServer, engine: Engine) ->
             cursor = page["next_cursor"]
             if cursor is None:
                 break
-        assert seen == [ids[4], ids[3], ids[1], ids[0]]
-        assert pages == 3  # 2 + 2 + an empty last page
+        assert seen == ids[::-1]
+        assert pages == 3  # 2 + 2 + 1
         by_key = http.get("/v1/runs", params={"key": "k2"}).json()["runs"]
         assert [r["id"] for r in by_key] == [ids[2]]
-        pending = http.get("/v1/runs", params={"state": ["pending", "running"]}).json()
-        assert len(pending["runs"]) == 5
+        pending = http.get(
+            "/v1/runs", params={"state": ["pending", "running"], "workflow": "sleepy"}
+        ).json()
+        assert [r["id"] for r in pending["runs"]] == ids[::-1]
+        done = http.get("/v1/runs", params={"state": "completed", "workflow": "sleepy"}).json()
+        assert done == {"runs": [], "next_cursor": None}
         assert http.get("/v1/runs", params={"state": "done"}).status_code == 422
 
 
@@ -172,7 +204,7 @@ def test_cancel_resubmit_and_alerts_are_audited_with_the_token(
     """cancel needs operate and a reason; cancelling twice -> 409; resubmit brings the run
     back; alerts are listed and acknowledged once (409 the second time); every action's
     actor is the token's name."""
-    submitter = make_token(engine, "shop", "submit", "read")
+    submitter = make_token(engine, "orders", "submit", "read")
     operator = make_token(engine, "ops-team", "operate", "read")
     with api.client(submitter) as http:
         run_id = http.post("/v1/runs", json={"workflow": "pipeline", "key": "c1"}).json()["id"]
@@ -220,7 +252,7 @@ def test_cancel_resubmit_and_alerts_are_audited_with_the_token(
             .order_by(events.c.id)
         ).all()
     assert [tuple(e) for e in run_events] == [
-        ("shop", "received"),
+        ("orders", "received"),
         ("ops-team", "cancelled: customer left"),
         ("ops-team", "resubmitted: came back"),
     ]

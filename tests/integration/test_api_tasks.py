@@ -33,7 +33,7 @@ from tests.integration.webhook import webhook_server
 
 pytestmark = pytest.mark.integration
 
-FAST_CALLBACKS = {
+FAST_CALLBACKS: dict[str, str | None] = {
     "SASFLOW_API_CALLBACK_BACKOFF_INITIAL_S": "0.2",
     "SASFLOW_API_CALLBACK_BACKOFF_MAX_S": "0.4",
     "SASFLOW_API_CALLBACK_POLL_S": "0.1",
@@ -119,35 +119,8 @@ def test_a_callback_is_given_up_at_its_attempt_limit_with_an_alert(engine: Engin
     with webhook_server(500, 500, 500) as receiver:
         url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
 
-        def submit_and_cancel(conn: Connection) -> int:
-            new = NewRun(workflow="pipeline", input={}, callback_url=url)
-            result = submit_ops.submit_run(
-                conn,
-                basic.registry,
-                new,
-                actor="t",
-                namespace="t",
-                limits=DEFAULT_LIMITS,
-            )
-            cancel_ops.cancel(conn, result.run_id, actor="t", reason="r", namespace="t")
-            return result.run_id
-
-        run_id = run_transaction(engine, submit_and_cancel)
-        policy = CallbackPolicy(
-            give_up_s=3600,
-            max_attempts=2,
-            backoff_initial_s=0.05,
-            backoff_max_s=0.05,
-            timeout_s=5,
-            poll_s=0.05,
-        )
-        sender = CallbackSender(engine, SECRET.encode(), policy, stop=threading.Event())
-
-        def given_up() -> bool:
-            sender.deliver_due()
-            return bool(_callback_rows(engine)[0]["state"] == CallbackState.FAILED)
-
-        harness.wait_for(given_up, what="callback given up")
+        run_id = run_transaction(engine, lambda conn: _ended_run(conn, url))
+        _deliver_until_given_up(engine, give_up_s=3600, max_attempts=2)
         assert len(receiver.requests) == 2
     row = _callback_rows(engine)[0]
     assert (row["attempts"], row["last_error"]) == (2, "HTTP 500")
@@ -155,6 +128,47 @@ def test_a_callback_is_given_up_at_its_attempt_limit_with_an_alert(engine: Engin
         alert = conn.execute(select(alerts)).one()
     assert (alert.kind, alert.run_id) == (AlertKind.CALLBACK_FAILED, run_id)
     assert url in alert.message
+
+
+def test_a_callback_is_given_up_at_its_age_limit(engine: Engine) -> None:
+    """A callback older than give_up_s is failed at its first failed attempt past that age."""
+    with webhook_server(*[500] * 10) as receiver:
+        url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+        run_transaction(engine, lambda conn: _ended_run(conn, url))
+        _deliver_until_given_up(engine, give_up_s=0.2, max_attempts=1024)
+    row = _callback_rows(engine)[0]
+    assert 1 <= row["attempts"] < 1024
+    with engine.connect() as conn:
+        assert conn.execute(select(alerts.c.kind)).scalars().all() == [AlertKind.CALLBACK_FAILED]
+
+
+def _deliver_until_given_up(engine: Engine, *, give_up_s: float, max_attempts: int) -> None:
+    """Run the delivery loop's passes (fast backoff) until the one callback is given up."""
+    policy = CallbackPolicy(
+        give_up_s=give_up_s,
+        max_attempts=max_attempts,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.05,
+        timeout_s=5,
+        poll_s=0.05,
+    )
+    sender = CallbackSender(engine, SECRET.encode(), policy, stop=threading.Event())
+
+    def given_up() -> bool:
+        sender.deliver_due()
+        return bool(_callback_rows(engine)[0]["state"] == CallbackState.FAILED)
+
+    harness.wait_for(given_up, what="callback given up")
+
+
+def _ended_run(conn: Connection, url: str) -> int:
+    """A run with a callback to `url`, submitted and cancelled (so its callback is due)."""
+    new = NewRun(workflow="pipeline", input={}, callback_url=url)
+    result = submit_ops.submit_run(
+        conn, basic.registry, new, actor="t", namespace="t", limits=DEFAULT_LIMITS
+    )
+    cancel_ops.cancel(conn, result.run_id, actor="t", reason="r", namespace="t")
+    return result.run_id
 
 
 def test_a_higher_priority_run_jumps_the_backlog(

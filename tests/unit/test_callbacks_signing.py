@@ -5,7 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+import pydantic
+import pytest
+
 from sasflow.api.callbacks import CallbackPolicy, encode, sign, verify
+from sasflow.settings import Settings
 
 POLICY = CallbackPolicy(
     give_up_s=86400,
@@ -31,3 +35,9 @@ def test_backoff_doubles_with_jitter_up_to_the_maximum() -> None:
         delays = [POLICY.delay(attempts) for _ in range(50)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays), (attempts, delays)
     assert POLICY.delay(1024) <= 600.0
+
+
+def test_a_short_callback_key_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="at least 16 characters"):
+        Settings(api_callback_secret="short")  # noqa: S106 - a refused key, not a secret
+    assert Settings(api_callback_secret="x" * 16).api_callback_secret is not None

@@ -59,7 +59,7 @@ def submit_run(
         result = submit_ops.submit_run(
             conn, ctx.registry, new, actor=who.name, namespace=ctx.namespace, limits=ctx.limits
         )
-        return result.created, run_ops.show_run(conn, result.run_id)["run"]
+        return result.created, run_ops.get_run(conn, result.run_id)
 
     try:
         created, run = ctx.transaction(work)
