@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
-from sasflow.client import Client, StreamUpdate
+from sasflow.client import ApiError, Client, StreamUpdate
 from sasflow.recordio import Decoder
 from sasflow.store.db import make_engine
 from sasflow.store.migrate import upgrade
@@ -230,7 +230,8 @@ def test_an_api_server_killed_mid_stream_and_a_second_one_behind_the_same_port(
 
 def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, feed: Feed) -> None:
     """403 without a current stream id (missing, unknown, replaced, another token's), 400
-    for a malformed call, 202 for ACKNOWLEDGE, RECONCILE, KILL and TEARDOWN."""
+    for a malformed call, 202 for ACKNOWLEDGE, RECONCILE, KILL and TEARDOWN; on the same
+    server, the SDK's REST methods; then SIGTERM ends the open streams with ERROR."""
     server = serve("api")
     base = server.base_url
     carol = {"Authorization": f"Bearer {make_token(engine, 'carol', 'read', 'submit')}"}
@@ -320,6 +321,8 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(subscribers)).scalar_one() == 0
 
+    check_the_sdk_rest_methods(base, engine)
+
     # SIGTERM: open streams are told (ERROR) and ended, so the server stops at once.
     with (
         httpx.Client(timeout=10) as http,
@@ -331,6 +334,38 @@ def test_calls_on_the_stream_and_their_refusals(serve: Serve, engine: Engine, fe
         last = list(records)[-1]
     assert last == {"type": "ERROR", "message": "the API server is shutting down: reconnect"}
     server.process.wait(5)  # ended within 5 s (uvicorn re-raises SIGTERM once shut down)
+
+
+def check_the_sdk_rest_methods(base: str, engine: Engine) -> None:
+    """The SDK's REST side on the same server: submit (idempotent), get, list across pages,
+    cancel, resubmit, alerts, and errors as ApiError."""
+    secret = make_token(engine, "gina", "submit", "read", "operate")
+    with Client(base, secret) as api:
+        made = api.submit("diamond", {"text": "a"}, key="k-1", priority=5)
+        assert made["created"] is True
+        again = api.submit("diamond", {"text": "other"}, key="k-1")
+        assert (again["created"], again["id"]) == (False, made["id"])
+        runs = [made["id"], *(api.submit("diamond", {"text": str(i)})["id"] for i in range(4))]
+
+        shown = api.get(made["id"])
+        assert (shown["run"]["id"], shown["run"]["priority"]) == (made["id"], 5)
+        assert [r["id"] for r in api.list(workflow="diamond", limit=2)] == sorted(
+            runs, reverse=True
+        )  # three pages
+        assert [r["id"] for r in api.list(state=["pending"], key="k-1")] == [made["id"]]
+
+        assert api.cancel(made["id"], "changed my mind")["state"] == "cancelled"
+        assert api.resubmit(made["id"], "try again")["id"] == made["id"]
+        assert api.get(made["id"])["run"]["state"] in {"pending", "running"}  # again
+        assert api.alerts() == []  # none raised in this test
+
+        with pytest.raises(ApiError) as missing:
+            api.get(10**9)
+        assert (missing.value.status, missing.value.code) == (404, "run_not_found")
+        with pytest.raises(ApiError) as unknown:
+            api.submit("nope", {})
+        assert unknown.value.status == 404
+        assert "pipeline" in unknown.value.message
 
 
 def test_the_stream_on_the_embedded_default(tmp_path: Path, names: Names) -> None:
