@@ -109,3 +109,12 @@ class BrokerRefusedError(BrokerUnavailableError):
         super().__init__(message)
         self.never_connected = never_connected
         """True when this transport had not connected before (see StoreRefusedError)."""
+
+
+class StaleStreamError(SasflowError):
+    """No subscriber's current stream has this Sasflow-Stream-Id (ended, replaced or never
+    opened)."""
+
+
+class SubscriberNotFoundError(SasflowError):
+    """No subscriber with that id belongs to this token."""

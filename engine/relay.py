@@ -3,15 +3,18 @@
 Any process with the database and the broker may relay; rows are locked with SKIP LOCKED so
 relays never publish the same event concurrently. Delivery is at least once: an event is
 marked published only after the broker confirmed it, so consumers dedupe on `event_id`.
+The same transaction queues each event for the subscription stream's matching subscribers
+(`store.stream.fan_out`), so the stream's updates follow the events' order too.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from sasflow.errors import BrokerUnavailableError
 from sasflow.messages import StatusEvent
-from sasflow.store import events
+from sasflow.store import events, stream
 from sasflow.store.db import Engine, transaction
 from sasflow.transport.base import Outgoing, Transport
 from sasflow.transport.topology import Names
@@ -35,6 +38,7 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
             return 0
         messages: list[Outgoing] = []
         owners: list[int] = []
+        feed: list[stream.FeedEvent] = []
         for row in rows:
             body = StatusEvent(
                 event_id=row.id,
@@ -61,6 +65,7 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
             if row.reply_to:
                 messages.append(Outgoing("", row.reply_to, body, headers))
                 owners.append(row.id)
+            feed.append(_feed_event(row))
         for event_id, result in zip(owners, transport.publish_many(messages), strict=True):
             if isinstance(result, BrokerUnavailableError):
                 raise result  # not sent: nothing is marked, the next relay publishes again
@@ -68,4 +73,24 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 # Refused for good (e.g. too large): one bad event must not block the others.
                 log.error("status event %s not published: %s", event_id, result)
         events.mark_published(conn, [r.id for r in rows])
+        stream.fan_out(conn, feed, namespace=names.namespace)
     return len(rows)
+
+
+def _feed_event(row: Any) -> stream.FeedEvent:
+    """The subscription stream's UPDATE of one event (its `uuid` is added per subscriber)."""
+    body: dict[str, Any] = {
+        "run": row.run_id,
+        "workflow": row.workflow,
+        "key": row.business_key,
+        "entity": row.entity,
+        "state": row.to_state,
+        "previous": row.from_state,
+        "at": row.created_at.isoformat(),
+        "event_id": row.id,
+    }
+    if row.step is not None:
+        body["step"] = row.step
+    if row.reason is not None:
+        body["reason"] = row.reason
+    return stream.FeedEvent(row.run_id, row.workflow, row.submitted_by, body)

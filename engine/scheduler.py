@@ -313,6 +313,10 @@ class Scheduler:
             return False, due
         claimed_at = time.monotonic()
         self.stats.claimed += len(claimed)
+        # A claim follows a submission (its run's `pending` event) and may start runs (their
+        # `running` event): relay them now rather than at the next interval, so status
+        # notifications and the subscription stream see a new run within milliseconds.
+        self._events_dirty = True
         full = len(claimed) == batch
         claimed = self._wait_for_pools(claimed)
         if not claimed:

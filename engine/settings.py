@@ -240,6 +240,22 @@ class Settings(BaseSettings):
         description="Dispatch passes that find no agent in a step's pool before it fails.",
     )
 
+    # -- the HTTP API's subscription stream (docs/api-stream.md) -------------------------------
+    api_stream_heartbeat_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="Seconds between HEARTBEAT records on a subscription stream (clients call "
+        "a stream dead after 5 missed).",
+    )
+    api_stream_resend_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=86400,
+        description="Seconds after which an UPDATE sent but not acknowledged is sent again on "
+        "the same stream (a reconnection re-sends every unacknowledged one at once).",
+    )
+
     @field_validator("api_callback_secret")
     @classmethod
     def _long_enough_key(cls, value: SecretStr | None) -> SecretStr | None:
@@ -278,6 +294,8 @@ class Settings(BaseSettings):
             "max_json_depth": self.max_json_depth,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
+            "api_stream_heartbeat_s": self.api_stream_heartbeat_s,
+            "api_stream_resend_s": self.api_stream_resend_s,
             **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
             **{name: getattr(self, name) for name in API_SETTINGS},
             "api_callback_secret": "***" if self.api_callback_secret is not None else None,

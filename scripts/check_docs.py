@@ -53,6 +53,7 @@ REPO_DIRS = ("scripts/", "examples/", "docs/", "deploy/", "bench/", "tests/", "a
 # Commands the docs show that are not sasflow's, each with what exercises it: a pytest node
 # (`file::test`) or a repository script that CI runs. Keys are the program, or the program and
 # its first argument when only that subcommand is exercised.
+SHELL_CLIENT = "tests/docs/test_stream_client.py::test_the_shell_client_follows_the_stream"
 ALLOWLIST: dict[str, str] = {
     "createdb": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
     "touch": "tests/docs/test_tutorial.py::test_tutorial_runs_as_written",
@@ -66,6 +67,7 @@ ALLOWLIST: dict[str, str] = {
     "rabbitmqctl purge_queue": "tests/docs/test_commands.py::test_rabbitmq_commands_of_operations",
     "psql": "tests/services.py::apply_roles_script",
     "curl": "tests/docs/test_api_doc.py::test_the_curl_session_of_the_api_page",
+    "sh examples/stream/follow.sh": SHELL_CLIENT,
 }
 
 # Blocks marked `<!-- doc-run: NAME -->` and the test that executes them in order.

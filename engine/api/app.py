@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
-from sasflow.api import errors
+from sasflow.api import errors, stream
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, runs
+from sasflow.api.streaming import StreamHub, StreamOptions
+
+WORKER_THREADS = 1000
+"""Sync handlers and open subscription streams share anyio's worker threads (40 by default);
+each open stream holds one while it waits for updates, so the limit is raised: what bounds
+the short requests is the database pool, not the thread count."""
 
 
 def routers() -> list[APIRouter]:
@@ -15,17 +25,39 @@ def routers() -> list[APIRouter]:
         health.router,
         runs.router,
         alerts.router,
+        stream.router,
     ]
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
     """The API over `ctx`; OpenAPI at /openapi.json, the docs page at /docs."""
+    hub = StreamHub(
+        ctx.engine,
+        ctx.settings.database_url,
+        ctx.namespace,
+        StreamOptions(
+            heartbeat_interval=ctx.settings.api_stream_heartbeat_s,
+            resend_after=ctx.settings.api_stream_resend_s,
+        ),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        hub.start()
+        try:
+            yield
+        finally:
+            hub.close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="sasflow",
         summary="REST tasks with callbacks over the sasflow workflow engine (docs/api.md).",
         version="1",
     )
     app.state.sasflow = ctx
+    app.state.stream_hub = hub
     errors.install(
         app,
         max_body_bytes=ctx.settings.api_max_body_bytes,

@@ -69,6 +69,9 @@ _SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], int, str], ...] = (
     (errors.InvalidInputError, 400, "invalid_input"),
     (errors.InvalidAcknowledgementError, 400, "invalid_input"),
     (errors.InvalidTokenError, 400, "invalid_input"),
+    (errors.StaleStreamError, 403, "stale_stream"),
+    (errors.SubscriberNotFoundError, 404, "subscriber_not_found"),
+    (errors.InvalidMessageError, 400, "invalid_call"),
     (errors.StoreUnavailableError, 503, "store_unavailable"),
     (errors.BrokerUnavailableError, 503, "broker_unavailable"),
 )

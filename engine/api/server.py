@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -36,7 +37,7 @@ def serve(app: FastAPI, ctx: ApiContext) -> None:
     if sender is not None:
         sender.start()
     try:
-        uvicorn.Server(config).run()
+        _Server(config, app).run()
     finally:
         stop.set()
         if sender is not None:
@@ -58,3 +59,17 @@ def callback_thread(ctx: ApiContext, stop: threading.Event) -> threading.Thread 
         stop=stop,
     )
     return threading.Thread(target=sender.run, name="sasflow-callbacks", daemon=True)
+
+
+class _Server(uvicorn.Server):
+    """Ends the subscription streams (ERROR, then the end of the response) as soon as the
+    server is asked to stop: uvicorn waits for open responses before the app's shutdown, and
+    a stream never ends by itself."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._app.state.stream_hub.end_streams()
+        super().handle_exit(sig, frame)

@@ -23,13 +23,20 @@ def libpq_dsn(sqlalchemy_url: str) -> str:
 
 
 class ReadyListener:
-    """Calls `on_ready` (from its own thread) whenever work is committed in the namespace."""
+    """Calls `on_ready` (from its own thread) whenever work is committed in the namespace, or
+    a notification arrives on `channel_name` when given (the subscription stream's)."""
 
     def __init__(
-        self, database_url: str, namespace: str, on_ready: Callable[[], None], *, name: str
+        self,
+        database_url: str,
+        namespace: str,
+        on_ready: Callable[[], None],
+        *,
+        name: str,
+        channel_name: str | None = None,
     ) -> None:
         self._dsn = libpq_dsn(database_url)
-        self._channel = channel(namespace)
+        self._channel = channel_name or channel(namespace)
         self._on_ready = on_ready
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-listen", daemon=True)

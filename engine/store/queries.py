@@ -366,6 +366,7 @@ def unpublished_events() -> Select[Any]:
             runs.c.workflow,
             runs.c.version,
             runs.c.reply_to,
+            runs.c.submitted_by,
         )
         .join(runs, runs.c.id == events.c.run_id)
         .where(is_false(events.c.published))

@@ -321,3 +321,41 @@ callbacks = Table(
         sqlite_where=text("state = 'pending'"),
     ),
 )
+
+subscribers = Table(
+    "subscribers",
+    metadata,
+    # The subscription stream's durable side (engine/api/stream): who subscribed with which
+    # filter, and which stream is its current one, so any API server can serve or end it.
+    Column("id", String(36), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("owner", String(200), nullable=False),
+    Column("workflows", Json, nullable=True),
+    Column("submitted_by", String(200), nullable=True),
+    Column("stream_id", String(36), nullable=True, unique=True),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("connected_at", nullable=False, default_now=True),
+)
+
+stream_updates = Table(
+    "stream_updates",
+    metadata,
+    # One row per update a subscriber has not acknowledged yet (deleted by ACKNOWLEDGE), and
+    # per RECONCILE answer not yet sent (`uuid` NULL: deleted once sent). Written by the relay
+    # in the transaction that publishes the event. No foreign key to runs or events: retention
+    # may prune a run whose last updates are still unacknowledged.
+    Column("id", Id, Identity(), primary_key=True),
+    Column(
+        "subscriber_id",
+        String(36),
+        ForeignKey("subscribers.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("uuid", String(36), nullable=True, unique=True),
+    Column("run_id", Id, nullable=False),
+    Column("body", Json, nullable=False),
+    Column("sent_stream", String(36), nullable=True),
+    _ts("sent_at"),
+    # Serves a stream's read of its subscriber's due updates, in commit order.
+    Index("ix_stream_updates_subscriber_id_id", "subscriber_id", "id"),
+)

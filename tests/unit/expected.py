@@ -27,6 +27,11 @@ RETENTION_DEFAULTS: dict[str, Any] = {
     "retain_failed_days": 90,
 }
 """The retention settings as `Settings.redacted()` shows them when none is configured."""
+STREAM_DEFAULTS: dict[str, Any] = {
+    "api_stream_heartbeat_s": 15.0,
+    "api_stream_resend_s": 30.0,
+}
+"""The subscription stream's settings as `Settings.redacted()` shows them by default."""
 CONNECTION_DEFAULTS: dict[str, Any] = {
     "db_pool_size": None,
     "db_max_overflow": None,

@@ -17,6 +17,7 @@ from tests.unit.expected import (
     CONNECTION_DEFAULTS,
     LIMIT_DEFAULTS,
     RETENTION_DEFAULTS,
+    STREAM_DEFAULTS,
 )
 
 
@@ -73,6 +74,7 @@ def test_config_show_redacts_passwords_and_prefers_options_over_variables() -> N
         **ALERT_DEFAULTS,
         **LIMIT_DEFAULTS,
         **RETENTION_DEFAULTS,
+        **STREAM_DEFAULTS,
         **CONNECTION_DEFAULTS,
         **API_DEFAULTS,
     }

@@ -94,3 +94,15 @@ def test_importing_the_agents_package_loads_no_database_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_importing_the_http_client_loads_no_database_library() -> None:
+    """`from sasflow.client import Client` (the SDK) loads httpx, not the store's libraries."""
+    code = (
+        "import sys\n"
+        "from sasflow.client import Client, StreamUpdate\n"
+        "heavy = ('sqlalchemy', 'psycopg', 'pydantic_settings', 'alembic', 'httpx')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['httpx']"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import sasflow
 import sasflow.agents
+import sasflow.client
 
 PUBLIC = {
     "AppLoadError",
@@ -44,6 +45,17 @@ AGENTS_PUBLIC = {
     "TransientError",
 }
 
+CLIENT_PUBLIC = {
+    "ApiError",
+    "Client",
+    "Page",
+    "StreamFilter",
+    "StreamUpdate",
+    "Subscription",
+    "submit_run",
+}
+"""`sasflow.client`: the HTTP SDK, and `submit_run` (also exported by `sasflow`)."""
+
 
 def test_sasflow_exports_exactly_the_public_names() -> None:
     assert set(sasflow.__all__) == PUBLIC
@@ -63,7 +75,13 @@ def test_sasflow_agents_exports_exactly_its_public_names() -> None:
     assert [name for name in sorted(AGENTS_PUBLIC) if not hasattr(sasflow.agents, name)] == []
 
 
-ALLOWED_IN_EXAMPLES = {"sasflow", "sasflow.agents"}
+def test_sasflow_client_exports_exactly_its_public_names() -> None:
+    assert set(sasflow.client.__all__) == CLIENT_PUBLIC
+    assert [name for name in sorted(CLIENT_PUBLIC) if not hasattr(sasflow.client, name)] == []
+    assert sasflow.client.submit_run is sasflow.submit_run
+
+
+ALLOWED_IN_EXAMPLES = {"sasflow", "sasflow.agents", "sasflow.client"}
 """What examples and docs import: the public packages; and the demo's own package, whose
 scenario the orders example drives (`sasflow.demo.*`)."""
 

@@ -15,6 +15,7 @@ from tests.unit.expected import (
     CONNECTION_DEFAULTS,
     LIMIT_DEFAULTS,
     RETENTION_DEFAULTS,
+    STREAM_DEFAULTS,
 )
 
 
@@ -110,6 +111,7 @@ def test_redacted_hides_passwords_in_both_urls(clean_env: pytest.MonkeyPatch) ->
         **ALERT_DEFAULTS,
         **LIMIT_DEFAULTS,
         **RETENTION_DEFAULTS,
+        **STREAM_DEFAULTS,
         **CONNECTION_DEFAULTS,
         **API_DEFAULTS,
     }
