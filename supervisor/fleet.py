@@ -8,7 +8,7 @@ per instance) and appends one fleet event (entity "agent") to the history, in on
 from __future__ import annotations
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
-from sasflow.store import events, fleet
+from sasflow.store import events, fleet, stream
 from sasflow.store.alerts import AGENT_LOST, Alert, raise_alert
 from sasflow.store.db import Engine, transaction
 from sasflow.store.lease import Lease
@@ -18,8 +18,11 @@ FORGET_AFTER_S = 7 * 86400.0
 """Seconds a stopped or lost instance stays in the fleet view before it is deleted."""
 
 
-def flag_lost_agents(engine: Engine, lease: Lease, *, actor: str, report: SweepReport) -> None:
-    """Mark lost the instances that missed LOST_AFTER_MISSED heartbeats; alert and record each."""
+def flag_lost_agents(
+    engine: Engine, lease: Lease, *, actor: str, namespace: str, report: SweepReport
+) -> None:
+    """Mark lost the instances that missed LOST_AFTER_MISSED heartbeats; alert, record each, and
+    tell the subscription streams (a FAILURE record)."""
     with transaction(engine) as conn:
         lease.check(conn)
         lost = fleet.mark_lost(conn)
@@ -54,5 +57,7 @@ def flag_lost_agents(engine: Engine, lease: Lease, *, actor: str, report: SweepR
                 )
             )
         events.record(conn, batch)
+        failures = [{"type": "FAILURE", **(e.detail or {})} for e in batch]
+        stream.queue_failures(conn, failures, namespace=namespace)
         report.agents_lost += len(lost)
         fleet.forget_gone(conn, after_s=FORGET_AFTER_S)

@@ -125,7 +125,13 @@ class Supervisor:
                 actor=self.id,
                 report=report,
             )
-            flag_lost_agents(self._engine, self.lease, actor=self.id, report=report)
+            flag_lost_agents(
+                self._engine,
+                self.lease,
+                actor=self.id,
+                namespace=self._names.namespace,
+                report=report,
+            )
             self._enforce_retention(report)
         except LeaseLostError as exc:
             log.warning("%s", exc)

@@ -42,7 +42,7 @@ def upgrade() -> None:
     sa.Column('id', _ID, sa.Identity(always=False), nullable=False),
     sa.Column('subscriber_id', sa.String(length=36), nullable=False),
     sa.Column('uuid', sa.String(length=36), nullable=True),
-    sa.Column('run_id', _ID, nullable=False),
+    sa.Column('run_id', _ID, nullable=True),
     sa.Column('body', _JSON, nullable=False),
     sa.Column('sent_stream', sa.String(length=36), nullable=True),
     sa.Column('sent_at', sa.DateTime(timezone=True), nullable=True),

@@ -166,6 +166,7 @@ class StreamHub:
 
 
 def _update(due: stream.Due) -> dict[str, Any]:
+    """An UPDATE record, or the record its body names (a FAILURE carries `"type"`)."""
     record: dict[str, Any] = {"type": "UPDATE"}
     if due.uuid is not None:
         record["uuid"] = due.uuid

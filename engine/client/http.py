@@ -181,8 +181,10 @@ class Client:
         subscriber_id: str | None = None,
         max_backoff: float = 15.0,
         stop: threading.Event | None = None,
+        on_failure: Callable[[JSONObject], None] | None = None,
     ) -> Subscription:
-        """A subscription, not started: `run()` it in a thread of its own to keep control."""
+        """A subscription, not started: `run()` it in a thread of its own to keep control.
+        `on_failure` gets each FAILURE record (an agent instance lost; never acknowledged)."""
         return Subscription(
             self._http,
             StreamFilter.of(where),
@@ -191,6 +193,7 @@ class Client:
             subscriber_id=subscriber_id,
             max_backoff=max_backoff,
             stop=stop,
+            on_failure=on_failure,
         )
 
     def subscribe(
@@ -201,12 +204,14 @@ class Client:
         name: str = "sdk",
         subscriber_id: str | None = None,
         stop: threading.Event | None = None,
+        on_failure: Callable[[JSONObject], None] | None = None,
     ) -> Subscription:
         """Follow the stream until `stop` is set: call `handler` with each UPDATE and
         acknowledge it when the handler returns; reconnect on a lost or dead stream (5 missed
-        heartbeats), with exponential backoff capped at 15 s, as the same subscriber."""
+        heartbeats), with exponential backoff capped at 15 s, as the same subscriber.
+        `on_failure` gets each FAILURE record (an agent instance lost)."""
         subscription = self.subscription(
-            where, handler, name=name, subscriber_id=subscriber_id, stop=stop
+            where, handler, name=name, subscriber_id=subscriber_id, stop=stop, on_failure=on_failure
         )
         subscription.run()
         return subscription

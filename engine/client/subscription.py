@@ -117,10 +117,12 @@ class Subscription:
         subscriber_id: str | None = None,
         max_backoff: float = 15.0,
         stop: threading.Event | None = None,
+        on_failure: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._http = http
         self._where = where
         self._handler = handler
+        self._on_failure = on_failure
         self._name = name
         self._max_backoff = max_backoff
         self.subscriber_id = subscriber_id
@@ -231,6 +233,13 @@ class Subscription:
             self.connections += 1
         elif kind == "UPDATE":
             self._deliver(StreamUpdate.from_record(record))
+        elif kind == "FAILURE":
+            log.warning("agent instance lost: %s", record.get("instance_id"))
+            if self._on_failure is not None:
+                try:
+                    self._on_failure(record)
+                except Exception:
+                    log.exception("on_failure failed on a FAILURE record")
         elif kind == "ERROR":
             raise _StreamEnded(str(record.get("message")))
         elif kind != "HEARTBEAT":

@@ -352,7 +352,7 @@ stream_updates = Table(
         nullable=False,
     ),
     Column("uuid", String(36), nullable=True, unique=True),
-    Column("run_id", Id, nullable=False),
+    Column("run_id", Id, nullable=True),  # NULL: a FAILURE (an agent instance lost)
     Column("body", Json, nullable=False),
     Column("sent_stream", String(36), nullable=True),
     _ts("sent_at"),

@@ -254,6 +254,22 @@ def queue_once(
     return len(rows)
 
 
+def queue_failures(conn: Connection, bodies: Sequence[dict[str, Any]], *, namespace: str) -> int:
+    """Queue FAILURE records (an agent instance lost) for every subscriber, sent once and never
+    acknowledged, in the caller's transaction (the supervisor's); returns how many."""
+    if not bodies:
+        return 0
+    rows = [
+        {"subscriber_id": s.id, "uuid": None, "run_id": None, "body": body}
+        for body in bodies
+        for s in all_subscribers(conn)
+    ]
+    if rows:
+        conn.execute(insert(stream_updates), rows)
+        notify_streams(conn, namespace)
+    return len(rows)
+
+
 _RUN_COLUMNS = (
     runs.c.id,
     runs.c.workflow,

@@ -19,8 +19,10 @@ from sasflow.agents import Agent, BreakerOpenError
 from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.cli.main import cli
 from sasflow.fleet_messages import AgentHeartbeat
+from sasflow.ops import stream as stream_ops
 from sasflow.ops.agents import list_agents
-from sasflow.store import fleet
+from sasflow.store import fleet, stream
+from sasflow.store.db import transaction
 from sasflow.store.schema import alerts, events
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
@@ -125,6 +127,15 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     )
     assert listed.exit_code == 0, listed.output
     assert [(i["agent"], i["state"]) for i in json.loads(listed.output)] == [("ghost", "lost")]
+    with transaction(engine) as conn:
+        subscriber, stream_id = stream_ops.subscribe(
+            conn,
+            name="watcher",
+            subscriber_id=None,
+            where=stream_ops.StreamFilter(),
+            owner="ops",
+            namespace=names.namespace,
+        )
     supervisor = Supervisor(engine, names, options=SupervisorOptions(interval=0.1))
     first = supervisor.sweep_once()
     second = supervisor.sweep_once()
@@ -142,6 +153,12 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     assert (kind, key) == ("agent_lost", "agent_lost:agent-ghost:host:1:deadbeef")
     assert (detail["agent"], detail["in_flight"]) == ("ghost", 2)
     assert [tuple(e) for e in fleet_events] == [(None, "live", "lost", True)]
+    with transaction(engine) as conn:
+        assert stream.lock_if_current(conn, subscriber.id, stream_id)
+        due = stream.take_due(conn, subscriber.id, stream_id, resend_after=60, limit=10)
+    assert [(d.uuid, d.body["type"], d.body["instance_id"]) for d in due] == [
+        (None, "FAILURE", "agent-ghost:host:1:deadbeef")
+    ], "subscribers get one FAILURE record, sent once, with no uuid to acknowledge"
 
 
 def test_a_breaker_opened_by_one_instance_opens_its_peers_and_a_trial_closes_them(

@@ -111,6 +111,31 @@ def test_updates_are_acknowledged_after_the_handler_returns_and_the_subscriber_r
     assert second["subscriber"] == {"name": "sdk", "id": SUBSCRIBER}
 
 
+def test_a_failure_record_goes_to_on_failure_and_is_not_acknowledged() -> None:
+    lost: dict[str, object] = {
+        "type": "FAILURE",
+        "agent": "payments",
+        "instance_id": "agent-payments:h:1:ab",
+    }
+    server = Server([[_subscribed(), lost, _update(U1, 1)]])
+    failures: list[dict[str, object]] = []
+    seen: list[int] = []
+
+    with Client("http://api", "t", transport=httpx.MockTransport(server)) as client:
+        subscription = client.subscription(
+            {}, lambda u: seen.append(u.run), max_backoff=0.01, on_failure=failures.append
+        )
+        runner = threading.Thread(target=subscription.run)
+        runner.start()
+        assert server.done.wait(10)
+        subscription.stop()
+        runner.join(10)
+
+    assert failures == [lost]
+    assert seen == [1]
+    assert server.acks == [U1]
+
+
 def test_a_refused_subscription_is_an_error_not_a_retry_loop() -> None:
     def refuse(_request: httpx.Request) -> httpx.Response:
         return httpx.Response(403, json={"error": "forbidden", "message": "lacks read"})
