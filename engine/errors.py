@@ -81,6 +81,18 @@ class InvalidAcknowledgementError(SasflowError):
     """An acknowledgement needs a reason and an actor of at most 200 characters."""
 
 
+class InvalidScheduleError(SasflowError):
+    """The schedule's definition is invalid (cron or interval, time zone, catch-up policy)."""
+
+
+class ScheduleNotFoundError(SasflowError):
+    """No schedule with that id or name."""
+
+
+class SchedulerNotFoundError(SasflowError):
+    """No scheduler registered with that name."""
+
+
 # -- refusals: a permanent misconfiguration, not an outage ------------------------------------
 
 

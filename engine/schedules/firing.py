@@ -1,0 +1,126 @@
+"""Fire the due ticks of the schedules one scheduler holds, fenced by its registration.
+
+One transaction locks the holder's due schedules (only while its lease is live: a scheduler
+that lost its lease fires nothing), submits a run per tick (business key
+`schedule:<id>:<tick>`, so a tick fired twice makes one run), records the ticks and moves each
+schedule to its next tick. A draining scheduler locks every schedule it holds and releases
+each in the same transaction, after submitting what was due.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sasflow.errors import InvalidInputError, UnknownWorkflowError
+from sasflow.registry import Registry
+from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
+from sasflow.store import schedules as store
+from sasflow.store.commands import NewRun
+from sasflow.store.db import Connection
+from sasflow.store.submit import submit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FireReport:
+    schedules: int = 0
+    """Schedules locked (due ones; every held one when draining)."""
+    fired: int = 0
+    """Ticks submitted."""
+    released: int = 0
+    late: list[float] = field(default_factory=list)
+    """Seconds between each fired tick's time and the database time it was fired at."""
+
+
+def timing_of(schedule: Any) -> Timing:
+    """A stored schedule's timing (its columns, by name)."""
+    interval = schedule["interval_s"]
+    return Timing(
+        cron=schedule["cron"],
+        interval_s=None if interval is None else int(interval),
+        timezone=schedule["timezone"],
+    )
+
+
+def fire_due(
+    conn: Connection,
+    registry: Registry,
+    *,
+    holder: str,
+    fired_by: str,
+    namespace: str,
+    release_all: bool = False,
+    limit: int = 200,
+) -> FireReport:
+    """Inside the caller's transaction: fire what is due of the schedules `holder` holds (see
+    the module docstring); with `release_all`, release each of them too."""
+    report = FireReport()
+    rows, db_now = store.lock_owned(conn, holder, due_only=not release_all, limit=limit)
+    for row in rows:
+        report.schedules += 1
+        next_tick_at = row.next_tick_at
+        ticks: list[dt.datetime] = []
+        if db_now is not None and row.next_tick_at <= db_now:
+            timing = timing_of(row._mapping)
+            ticks = ticks_to_fire(
+                timing,
+                since=row.next_tick_at,
+                now=db_now,
+                acquired_at=row.acquired_at or db_now,
+                catch_up=CatchUp(row.catch_up),
+                max_catch_up=row.max_catch_up,
+            )
+            for tick in ticks:
+                submit_tick(conn, registry, row, tick, fired_by=fired_by, namespace=namespace)
+                report.late.append((db_now - tick).total_seconds())
+            next_tick_at = timing.next_after(db_now)
+        report.fired += len(ticks)
+        report.released += int(release_all)
+        store.set_ticked(
+            conn,
+            row.id,
+            next_tick_at=next_tick_at,
+            last_tick_at=ticks[-1] if ticks else None,
+            release=release_all,
+        )
+    return report
+
+
+def submit_tick(
+    conn: Connection,
+    registry: Registry,
+    schedule: Any,
+    tick: dt.datetime,
+    *,
+    fired_by: str,
+    namespace: str,
+) -> int | None:
+    """Submit the run of one tick and record the tick; its run id, or None when the run could
+    not be made (unknown workflow, bad input: recorded with the tick's error, never retried)."""
+    run_id: int | None = None
+    error: str | None = None
+    try:
+        with conn.begin_nested():
+            run_id = submit(
+                conn,
+                registry,
+                NewRun(
+                    workflow=schedule.workflow,
+                    input=schedule.input,
+                    key=tick_key(schedule.id, tick),
+                ),
+                namespace=namespace,
+                actor=fired_by,
+            ).run_id
+    except (UnknownWorkflowError, InvalidInputError) as exc:
+        error = str(exc)
+    if error is not None:
+        log.error(
+            "schedule %s (%s): tick %s not submitted: %s", schedule.id, schedule.name, tick, error
+        )
+    store.record_tick(conn, schedule.id, tick, run_id=run_id, fired_by=fired_by, error=error)
+    return run_id
