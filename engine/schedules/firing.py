@@ -75,7 +75,14 @@ def fire_due(
                 max_catch_up=row.max_catch_up,
             )
             for tick in ticks:
-                submit_tick(conn, registry, row, tick, fired_by=fired_by, namespace=namespace)
+                submit_tick(
+                    conn,
+                    registry,
+                    Target.of(row._mapping),
+                    tick,
+                    fired_by=fired_by,
+                    namespace=namespace,
+                )
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(db_now)
         report.fired += len(ticks)
@@ -90,10 +97,25 @@ def fire_due(
     return report
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a tick submits: the schedule's id and name, its workflow and input."""
+
+    id: int
+    name: str
+    workflow: str
+    input: Any
+
+    @classmethod
+    def of(cls, schedule: Any) -> Target:
+        """From a schedule's columns (by name)."""
+        return cls(schedule["id"], schedule["name"], schedule["workflow"], schedule["input"])
+
+
 def submit_tick(
     conn: Connection,
     registry: Registry,
-    schedule: Any,
+    schedule: Target,
     tick: dt.datetime,
     *,
     fired_by: str,

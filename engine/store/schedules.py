@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, delete, func, select, update
 
 from sasflow.store.dialect import has_notifications, upsert_insert
 from sasflow.store.schedulers import owner_is_live, registration_is_live
-from sasflow.store.schema import schedule_ticks, schedules
+from sasflow.store.schema import schedule_ticks, schedulers, schedules
 from sasflow.store.sqltime import now
 
 
@@ -62,9 +62,16 @@ def by_id(conn: Connection, schedule_id: int, *, lock: bool = False) -> dict[str
 
 
 def all_schedules(conn: Connection) -> list[dict[str, Any]]:
-    """Every schedule, with whether its owner is live, by id (a scan of schedules)."""
+    """Every schedule with its owner's name and whether that owner is live, by id (a scan of
+    schedules; owners by primary key)."""
     rows = conn.execute(
-        select(schedules, owner_is_live().label("owner_live")).order_by(schedules.c.id)
+        select(
+            schedules,
+            schedulers.c.name.label("owner_name"),
+            (schedulers.c.lease_expires_at > now()).label("owner_live"),
+        )
+        .select_from(schedules.outerjoin(schedulers, schedulers.c.id == schedules.c.owner))
+        .order_by(schedules.c.id)
     )
     return [dict(r._mapping) for r in rows]
 
@@ -214,9 +221,3 @@ def recent_ticks(conn: Connection, schedule_id: int, *, limit: int) -> list[dict
         .limit(limit)
     )
     return [dict(r._mapping) for r in rows]
-
-
-def insert_ticks(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    """Bulk-record ticks known to be new (primary key)."""
-    if rows:
-        conn.execute(insert(schedule_ticks), rows)
