@@ -49,8 +49,9 @@ class ClusterOptions:
     """M: the overload alarm is raised while it holds more; None: never."""
     lease_ttl: float = 10.0
     assignment: str = "acquire"
-    rescan_interval: float = 1.0
-    """Seconds between scans when nothing woke it (the safety net; SQLite's wake-up)."""
+    rescan_interval: float | None = None
+    """Seconds between scans when nothing woke it (the safety net, and what notices a dead
+    scheduler's schedules; SQLite's wake-up). None: a third of the lease TTL, at most 1 s."""
     fire_batch: int = 500
     """Schedules fired per transaction."""
 
@@ -83,6 +84,11 @@ class ClusterMember:
         self._actor = actor
         self._figures = figures
         self._strategy = make_strategy(options.assignment)
+        self._rescan = (
+            options.rescan_interval
+            if options.rescan_interval is not None
+            else min(1.0, options.lease_ttl / 3)
+        )
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self._woken = threading.Event()
         self._reg: Registration | None = None
@@ -120,11 +126,11 @@ class ClusterMember:
             return max(0.05, self._next_renew - time.monotonic())
         reg = self._reg
         if reg is None:  # may_act says it is registered; this tells mypy
-            return self._options.rescan_interval
+            return self._rescan
         if self._woken.is_set() or t >= self._next_scan:
             self._woken.clear()
             self._scan(reg)
-            self._next_scan = t + self._options.rescan_interval
+            self._next_scan = t + self._rescan
         if self._offline or t >= self._next_fire:
             self._fire(reg)
         return max(0.0, min(self._next_renew, self._next_scan, self._next_fire) - time.monotonic())
@@ -261,5 +267,5 @@ class ClusterMember:
                 break
         with transaction(self._engine) as conn:
             due = schedules.next_due(conn, reg.id)
-        wait = self._options.rescan_interval if due is None else due
+        wait = self._rescan if due is None else due
         self._next_fire = time.monotonic() + min(wait, 60.0)
