@@ -41,7 +41,9 @@ class ClusterOptions:
     """A scheduler's place in the schedule cluster (the `sasflow scheduler` options)."""
 
     name: str | None = None
-    """Stable name (the offline list is keyed by it); None: `host:pid`."""
+    """Stable name (the offline list is keyed by it); None: `host:pid` (with a suffix for the
+    second and later schedulers of one process). A scheduler given the name of a live one
+    waits, unregistered and acting on nothing, until that one's lease expires."""
     address: str | None = None
     """Where to reach it, for operators; None: the host name."""
     fault_tolerance: int = 1
@@ -189,7 +191,10 @@ class ClusterMember:
         )
         with transaction(self._engine) as conn:
             if not schedulers.register(conn, reg):
-                log.warning("scheduler name %r is held by a live registration; retrying", self.name)
+                log.warning("scheduler name %r is held by a live registration", reg.name)
+                if options.name is None:  # a default name: another scheduler of this process
+                    self.name = f"{reg.name}:{reg.id[:4]}"
+                    self._next_renew = started  # register under the new name at once
                 return
             synced = sync_app_schedules(conn, self._registry)
             self._offline = schedulers.offline(conn, self.name)
