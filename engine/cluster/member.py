@@ -32,6 +32,9 @@ from sasflow.store.schedulers import Registration
 
 log = logging.getLogger(__name__)
 
+DRAIN_PAUSE = 0.02
+"""Seconds between a draining scheduler's release transactions."""
+
 Figures = Callable[[], tuple[int, int, bool]]
 """The role's (steps claimed, replies applied, stopping) recorded with each renewal."""
 
@@ -56,6 +59,8 @@ class ClusterOptions:
     scheduler's schedules; SQLite's wake-up). None: a third of the lease TTL, at most 1 s."""
     fire_batch: int = 500
     """Schedules fired per transaction."""
+    drain_batch: int = 20
+    """Schedules a draining scheduler considers per transaction (every DRAIN_PAUSE)."""
 
     def __post_init__(self) -> None:
         if self.fault_tolerance < 1:
@@ -250,27 +255,34 @@ class ClusterMember:
         self._overloaded = over
 
     def _fire(self, reg: Registration) -> None:
+        if self._offline:  # a few at a time: the operator may stop the drain half-way
+            self._fire_batch(reg, self._options.drain_batch, drain_horizon=self._options.lease_ttl)
+            self._next_fire = time.monotonic() + DRAIN_PAUSE
+            return
         batch = self._options.fire_batch
-        while True:
-            with transaction(self._engine) as conn:
-                report = fire_due(
-                    conn,
-                    self._registry,
-                    holder=reg.id,
-                    fired_by=self.name,
-                    namespace=self._namespace,
-                    release_all=self._offline,
-                    limit=batch,
-                )
-                if report.released:
-                    schedules.notify_changed(conn, self._namespace)
-            self.fired += report.fired
-            if report.released and self.load is not None:
-                held = max(0, self.load.held - report.released)
-                self.load = Load(self.load.active, self.load.live, self.load.limit, held)
-            if report.schedules < batch:
-                break
+        while self._fire_batch(reg, batch, drain_horizon=None) == batch:
+            pass
         with transaction(self._engine) as conn:
             due = schedules.next_due(conn, reg.id)
         wait = self._rescan if due is None else due
         self._next_fire = time.monotonic() + min(wait, 60.0)
+
+    def _fire_batch(self, reg: Registration, limit: int, *, drain_horizon: float | None) -> int:
+        """One transaction of fire_due; how many schedules it locked."""
+        with transaction(self._engine) as conn:
+            report = fire_due(
+                conn,
+                self._registry,
+                holder=reg.id,
+                fired_by=self.name,
+                namespace=self._namespace,
+                drain_horizon=drain_horizon,
+                limit=limit,
+            )
+            if report.released:
+                schedules.notify_changed(conn, self._namespace)
+        self.fired += report.fired
+        if report.released and self.load is not None:
+            held = max(0, self.load.held - report.released)
+            self.load = Load(self.load.active, self.load.live, self.load.limit, held)
+        return report.schedules

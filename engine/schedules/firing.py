@@ -3,8 +3,9 @@
 One transaction locks the holder's due schedules (only while its lease is live: a scheduler
 that lost its lease fires nothing), submits a run per tick (business key
 `schedule:<id>:<tick>`, so a tick fired twice makes one run), records the ticks and moves each
-schedule to its next tick. A draining scheduler locks every schedule it holds and releases
-each in the same transaction, after submitting what was due.
+schedule to its next tick. A draining scheduler releases each schedule in the transaction that
+submits its due tick (so the next holder starts from the following tick), a few per
+transaction, so that an operator can stop a drain half-way.
 """
 
 from __future__ import annotations
@@ -53,18 +54,31 @@ def fire_due(
     holder: str,
     fired_by: str,
     namespace: str,
-    release_all: bool = False,
+    drain_horizon: float | None = None,
     limit: int = 200,
 ) -> FireReport:
-    """Inside the caller's transaction: fire what is due of the schedules `holder` holds (see
-    the module docstring); with `release_all`, release each of them too."""
+    """Inside the caller's transaction: fire what is due of the schedules `holder` holds.
+
+    Draining (`drain_horizon` given): release each schedule right after its due tick was
+    submitted, and at once those whose next tick is more than `drain_horizon` seconds away;
+    the others stay held until their tick.
+    """
     report = FireReport()
-    rows, db_now = store.lock_owned(conn, holder, due_only=not release_all, limit=limit)
+    draining = drain_horizon is not None
+    rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit)
     for row in rows:
         report.schedules += 1
+        if db_now is None:
+            break
+        due = row.next_tick_at <= db_now
+        release = draining and (
+            due or (row.next_tick_at - db_now).total_seconds() > (drain_horizon or 0.0)
+        )
+        if not due and not release:
+            continue
         next_tick_at = row.next_tick_at
         ticks: list[dt.datetime] = []
-        if db_now is not None and row.next_tick_at <= db_now:
+        if due:
             timing = timing_of(row._mapping)
             ticks = ticks_to_fire(
                 timing,
@@ -86,13 +100,13 @@ def fire_due(
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(db_now)
         report.fired += len(ticks)
-        report.released += int(release_all)
+        report.released += int(release)
         store.set_ticked(
             conn,
             row.id,
             next_tick_at=next_tick_at,
             last_tick_at=ticks[-1] if ticks else None,
-            release=release_all,
+            release=release,
         )
     return report
 

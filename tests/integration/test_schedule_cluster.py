@@ -331,3 +331,28 @@ def _open_alarms(engine: Engine) -> int:
                 )
             ).scalar_one()
         )
+
+
+def test_a_draining_scheduler_hands_a_schedule_over_right_after_its_tick(
+    engine: Engine, registry: Registry, members: list[ClusterMember]
+) -> None:
+    """A schedule every second is released in the transaction that submits its tick: the
+    next scheduler fires the following tick; no tick is missed or fired twice."""
+    (sid,) = add(engine, registry, 1, every=1, catch_up="skip")
+    a = join(members, engine, registry, "a")
+    step_until(lambda: _ticks(engine, sid) >= 1, a, timeout=5)
+    b = join(members, engine, registry, "b")
+    with transaction(engine) as conn:
+        scheduler_ops.drain(conn, "a", actor="test", reason=None, namespace=NS)
+    step_until(lambda: held_by(engine, b) == 1, a, b, timeout=5, what="handed over")
+    step_until(lambda: _ticks(engine, sid) >= 4, a, b, timeout=6, what="B fires")
+    with engine.connect() as conn:
+        ticks = conn.execute(
+            select(schedule_ticks.c.tick_at, schedule_ticks.c.fired_by)
+            .where(schedule_ticks.c.schedule_id == sid)
+            .order_by(schedule_ticks.c.tick_at)
+        ).all()
+    assert next(t.fired_by for t in ticks) == "a"
+    assert [t.fired_by for t in ticks][-1] == "b"
+    assert {(y.tick_at - x.tick_at).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
+    assert view(engine)["a"]["state"] == "drained"
