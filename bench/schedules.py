@@ -84,7 +84,7 @@ def add_schedules(engine: Engine, count: int, names: Names) -> None:
             )
 
 
-def rebalance(engine: Engine, names: Names, target: int, *, rounds: int = 10) -> int:
+def rebalance(engine: Engine, names: Names, target: int, *, rounds: int = 6) -> int:
     """Drain the scheduler holding the most until it holds `target` or fewer, let the others
     take what it released, undrain it; again while one holds more than `target` (what it
     releases goes to whichever acquires). Returns the rounds taken."""
@@ -169,10 +169,11 @@ def main() -> None:
         target = -(-args.schedules // len(members))
         started = time.monotonic()
         rounds = rebalance(engine, names, target + max(1, target // 10))
-        counts = held(engine)
+        counts = {name: held(engine).get(name, 0) for name in members}  # a dead one holds 0
         ratio = max(counts.values()) / max(1, min(counts.values()))
         say(
-            f"  after drain/undrain rebalance ({rounds} drains, {time.monotonic() - started:.1f}s): "
+            f"  after drain/undrain rebalance ({rounds} drains, "
+            f"{time.monotonic() - started:.1f}s): "
             f"{counts}; "
             f"max/min {ratio:.2f} (target <= 1.5: {verdict(ratio <= 1.5)})"
         )

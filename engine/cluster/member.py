@@ -57,7 +57,7 @@ class ClusterOptions:
     rescan_interval: float | None = None
     """Seconds between scans when nothing woke it (the safety net, and what notices a dead
     scheduler's schedules; SQLite's wake-up). None: a third of the lease TTL, at most 1 s."""
-    fire_batch: int = 500
+    fire_batch: int = 100
     """Schedules fired per transaction."""
     drain_batch: int = 20
     """Schedules a draining scheduler considers per transaction (every DRAIN_PAUSE)."""
@@ -260,8 +260,12 @@ class ClusterMember:
             self._next_fire = time.monotonic() + DRAIN_PAUSE
             return
         batch = self._options.fire_batch
+        # A backlog is fired batch by batch, but never past a renewal: a scheduler busy firing
+        # must not let its lease (and with it, the right to fire) lapse.
         while self._fire_batch(reg, batch, drain_horizon=None) == batch:
-            pass
+            if time.monotonic() >= self._next_renew or not self.may_act:
+                self._next_fire = 0.0
+                return
         with transaction(self._engine) as conn:
             due = schedules.next_due(conn, reg.id)
         wait = self._rescan if due is None else due

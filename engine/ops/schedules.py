@@ -16,6 +16,7 @@ from sasflow.schedules.sync import new_row
 from sasflow.store import schedules as store
 from sasflow.store.audit import AuditRecord, database_now, record
 from sasflow.store.db import Connection
+from sasflow.store.notify import notify_ready
 
 SHOWN_TICKS = 10
 
@@ -126,6 +127,8 @@ def trigger(
     run_id = submit_tick(
         conn, registry, Target.of(schedule), now, fired_by=actor, namespace=namespace
     )
+    if run_id is not None:
+        notify_ready(conn, namespace)
     _audit(conn, "trigger", schedule, actor, reason)
     tick = store.recent_ticks(conn, schedule["id"], limit=1)
     return {

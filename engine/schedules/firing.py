@@ -21,6 +21,7 @@ from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from sasflow.store import schedules as store
 from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection
+from sasflow.store.notify import notify_ready
 from sasflow.store.submit import submit
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ def fire_due(
             last_tick_at=ticks[-1] if ticks else None,
             release=release,
         )
+    if report.fired:
+        notify_ready(conn, namespace)
     return report
 
 
@@ -151,6 +154,7 @@ def submit_tick(
                 ),
                 namespace=namespace,
                 actor=fired_by,
+                notify=False,  # fire_due's caller wakes the schedulers once per batch
             ).run_id
     except (UnknownWorkflowError, InvalidInputError) as exc:
         error = str(exc)
