@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from sasflow.cli.context import CliContext, default_actor
+from sasflow.cli.context import CliContext
 from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.cli.schedules import BY, REASON
 from sasflow.ops import schedulers as ops
 
 
@@ -45,10 +46,8 @@ def list_command(obj: CliContext, output: str) -> None:
 
 @schedulers.command("drain")
 @click.argument("name")
-@click.option("--reason", default=None, help="Why (recorded in the audit trail).")
-@click.option(
-    "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acts."
-)
+@REASON
+@BY
 @click.pass_obj
 def drain_command(obj: CliContext, name: str, reason: str | None, actor: str) -> None:
     """Put scheduler NAME on the offline list: it stops acquiring and releases each schedule
@@ -63,10 +62,8 @@ def drain_command(obj: CliContext, name: str, reason: str | None, actor: str) ->
 
 @schedulers.command("undrain")
 @click.argument("name")
-@click.option("--reason", default=None, help="Why (recorded in the audit trail).")
-@click.option(
-    "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acts."
-)
+@REASON
+@BY
 @click.pass_obj
 def undrain_command(obj: CliContext, name: str, reason: str | None, actor: str) -> None:
     """Take scheduler NAME off the offline list: it may acquire again, then acquires."""

@@ -180,6 +180,18 @@ def test_each_tick_fires_once_even_when_fired_twice(
     assert f"schedule:{sid}:{fired[-1].tick_at.strftime('%Y-%m-%dT%H:%M:%S')}Z" in keys
 
 
+def tick_rows(engine: Engine, sid: int) -> list[Any]:
+    """The schedule's ticks, oldest first: their time and who fired them."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                select(schedule_ticks.c.tick_at, schedule_ticks.c.fired_by)
+                .where(schedule_ticks.c.schedule_id == sid)
+                .order_by(schedule_ticks.c.tick_at)
+            )
+        )
+
+
 def _ticks(engine: Engine, sid: int) -> int:
     with engine.connect() as conn:
         return int(
@@ -226,12 +238,7 @@ def test_no_tick_is_lost_across_a_failover(
     members.remove(a)  # dies: never stepped again
     b = join(members, engine, registry, "b")
     step_until(lambda: _ticks(engine, sid) >= 4, b, timeout=TTL + 6, what="B fires")
-    with engine.connect() as conn:
-        ticks = conn.execute(
-            select(schedule_ticks.c.tick_at, schedule_ticks.c.fired_by)
-            .where(schedule_ticks.c.schedule_id == sid)
-            .order_by(schedule_ticks.c.tick_at)
-        ).all()
+    ticks = tick_rows(engine, sid)
     assert {t.fired_by for t in ticks} == {"a", "b"}
     assert {(y.tick_at - x.tick_at).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
 
@@ -346,12 +353,7 @@ def test_a_draining_scheduler_hands_a_schedule_over_right_after_its_tick(
         scheduler_ops.drain(conn, "a", actor="test", reason=None, namespace=NS)
     step_until(lambda: held_by(engine, b) == 1, a, b, timeout=5, what="handed over")
     step_until(lambda: _ticks(engine, sid) >= 4, a, b, timeout=6, what="B fires")
-    with engine.connect() as conn:
-        ticks = conn.execute(
-            select(schedule_ticks.c.tick_at, schedule_ticks.c.fired_by)
-            .where(schedule_ticks.c.schedule_id == sid)
-            .order_by(schedule_ticks.c.tick_at)
-        ).all()
+    ticks = tick_rows(engine, sid)
     assert next(t.fired_by for t in ticks) == "a"
     assert [t.fired_by for t in ticks][-1] == "b"
     assert {(y.tick_at - x.tick_at).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
