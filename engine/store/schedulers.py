@@ -108,12 +108,8 @@ def deregister(conn: Connection, reg_id: str) -> None:
 
 
 def count_live(conn: Connection) -> int:
-    """S: live schedulers not on the offline list (ix_schedulers_lease_expires_at)."""
-    return int(
-        conn.execute(
-            select(func.count()).where(live(), ~_is_offline(schedulers.c.name))
-        ).scalar_one()
-    )
+    """S: live schedulers, draining ones included (ix_schedulers_lease_expires_at)."""
+    return int(conn.execute(select(func.count()).where(live())).scalar_one())
 
 
 def cluster(conn: Connection) -> list[dict[str, Any]]:

@@ -254,7 +254,7 @@ def test_drain_releases_and_undrain_acquires_again_and_drain_survives_a_restart(
         scheduler_ops.drain(conn, "a", actor="test", reason="maintenance", namespace=NS)
     step_until(lambda: held_by(engine, b) == 4, a, b, what="A drained, B holds all")
     assert view(engine)["a"]["state"] == "drained"
-    assert view(engine)["a"]["S"] == 1  # a drained scheduler takes no share
+    assert view(engine)["a"]["S"] == 2  # a drained scheduler is live: S counts it
     # A restart of A keeps it drained (the offline list is keyed by name).
     a.leave()
     members.remove(a)
