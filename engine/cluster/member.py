@@ -262,7 +262,7 @@ class ClusterMember:
         batch = self._options.fire_batch
         # A backlog is fired batch by batch, but never past a renewal: a scheduler busy firing
         # must not let its lease (and with it, the right to fire) lapse.
-        while self._fire_batch(reg, batch, drain_horizon=None) == batch:
+        while self._fire_batch(reg, batch, drain_horizon=None):
             if time.monotonic() >= self._next_renew or not self.may_act:
                 self._next_fire = 0.0
                 return
@@ -271,8 +271,8 @@ class ClusterMember:
         wait = self._rescan if due is None else due
         self._next_fire = time.monotonic() + min(wait, 60.0)
 
-    def _fire_batch(self, reg: Registration, limit: int, *, drain_horizon: float | None) -> int:
-        """One transaction of fire_due; how many schedules it locked."""
+    def _fire_batch(self, reg: Registration, limit: int, *, drain_horizon: float | None) -> bool:
+        """One transaction of fire_due; whether work was left for another."""
         with transaction(self._engine) as conn:
             report = fire_due(
                 conn,
@@ -289,4 +289,4 @@ class ClusterMember:
         if report.released and self.load is not None:
             held = max(0, self.load.held - report.released)
             self.load = Load(self.load.active, self.load.live, self.load.limit, held)
-        return report.schedules
+        return report.more

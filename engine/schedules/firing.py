@@ -34,6 +34,8 @@ class FireReport:
     fired: int = 0
     """Ticks submitted."""
     released: int = 0
+    more: bool = False
+    """Work was left for another transaction (the batch or the tick budget was full)."""
     late: list[float] = field(default_factory=list)
     """Seconds between each fired tick's time and the database time it was fired at."""
 
@@ -56,9 +58,12 @@ def fire_due(
     fired_by: str,
     namespace: str,
     drain_horizon: float | None = None,
-    limit: int = 200,
+    limit: int = 100,
+    tick_budget: int = 200,
 ) -> FireReport:
-    """Inside the caller's transaction: fire what is due of the schedules `holder` holds.
+    """Inside the caller's transaction: fire what is due of up to `limit` schedules `holder`
+    holds, at most `tick_budget` ticks (a schedule far behind fires its oldest ticks first and
+    the rest in the next transactions: a transaction stays short, whatever the backlog).
 
     Draining (`drain_horizon` given): release each schedule right after its due tick was
     submitted, and at once those whose next tick is more than `drain_horizon` seconds away;
@@ -67,10 +72,13 @@ def fire_due(
     report = FireReport()
     draining = drain_horizon is not None
     rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit)
+    report.more = len(rows) == limit
+    budget = tick_budget
     for row in rows:
-        report.schedules += 1
-        if db_now is None:
+        if db_now is None or budget <= 0:
+            report.more = True
             break
+        report.schedules += 1
         due = row.next_tick_at <= db_now
         release = draining and (
             due or (row.next_tick_at - db_now).total_seconds() > (drain_horizon or 0.0)
@@ -89,6 +97,10 @@ def fire_due(
                 catch_up=CatchUp(row.catch_up),
                 max_catch_up=row.max_catch_up,
             )
+            behind = len(ticks) > budget
+            report.more = report.more or behind
+            ticks = ticks[:budget]
+            budget -= len(ticks)
             for tick in ticks:
                 submit_tick(
                     conn,
@@ -99,7 +111,8 @@ def fire_due(
                     namespace=namespace,
                 )
                 report.late.append((db_now - tick).total_seconds())
-            next_tick_at = timing.next_after(db_now)
+            next_tick_at = timing.next_after(ticks[-1] if behind else db_now)
+            release = release and not behind
         report.fired += len(ticks)
         report.released += int(release)
         store.set_ticked(

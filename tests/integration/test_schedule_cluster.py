@@ -358,3 +358,32 @@ def test_a_draining_scheduler_hands_a_schedule_over_right_after_its_tick(
     assert [t.fired_by for t in ticks][-1] == "b"
     assert {(y.tick_at - x.tick_at).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
     assert view(engine)["a"]["state"] == "drained"
+
+
+def test_a_backlog_is_fired_oldest_first_within_a_tick_budget_per_transaction(
+    engine: Engine, registry: Registry, members: list[ClusterMember]
+) -> None:
+    """Ten ticks fell due while held: a transaction fires at most its budget, the oldest first,
+    and the next ones continue where it stopped; none is skipped or fired twice."""
+    (sid,) = add(engine, registry, 1, every=1, catch_up="skip")
+    a = join(members, engine, registry, "a")
+    reg = a.registration
+    assert reg is not None
+    with transaction(engine) as conn:
+        conn.execute(
+            update(schedules).values(
+                acquired_at=func.now() - dt.timedelta(hours=1),
+                next_tick_at=func.date_trunc("second", func.now()) - dt.timedelta(seconds=9),
+            )
+        )
+    reports = []
+    for _ in range(6):
+        with transaction(engine) as conn:
+            reports.append(
+                fire_due(conn, registry, holder=reg.id, fired_by="a", namespace=NS, tick_budget=3)
+            )
+    assert [r.fired for r in reports[:3]] == [3, 3, 3]
+    assert reports[0].more
+    ticks = [t.tick_at for t in tick_rows(engine, sid)]
+    assert len(ticks) >= 10
+    assert {(y - x).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
