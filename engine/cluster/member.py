@@ -59,7 +59,7 @@ class ClusterOptions:
     scheduler's schedules; SQLite's wake-up). None: a third of the lease TTL, at most 1 s."""
     fire_batch: int = 100
     """Schedules fired per transaction."""
-    drain_batch: int = 20
+    drain_batch: int = 10
     """Schedules a draining scheduler considers per transaction (every DRAIN_PAUSE)."""
 
     def __post_init__(self) -> None:
