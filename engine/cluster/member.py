@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from sasflow.cluster.limits import Load
 from sasflow.cluster.strategy import make_strategy
+from sasflow.errors import InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
-from sasflow.schedules.firing import fire_due
+from sasflow.schedules.firing import FireReport, fire_due
 from sasflow.schedules.sync import sync_app_schedules
 from sasflow.store import alerts, schedulers, schedules
 from sasflow.store.db import Connection, Engine, transaction
@@ -272,7 +273,21 @@ class ClusterMember:
         self._next_fire = time.monotonic() + min(wait, 60.0)
 
     def _fire_batch(self, reg: Registration, limit: int, *, drain_horizon: float | None) -> bool:
-        """One transaction of fire_due; whether work was left for another."""
+        """One transaction of fire_due; whether work was left for another. Ticks are submitted
+        without a savepoint each; if one cannot be made, the batch is done again with them."""
+        try:
+            report = self._fire_once(reg, limit, drain_horizon=drain_horizon, isolate=False)
+        except (InvalidInputError, UnknownWorkflowError):
+            report = self._fire_once(reg, limit, drain_horizon=drain_horizon, isolate=True)
+        self.fired += report.fired
+        if report.released and self.load is not None:
+            held = max(0, self.load.held - report.released)
+            self.load = Load(self.load.active, self.load.live, self.load.limit, held)
+        return report.more
+
+    def _fire_once(
+        self, reg: Registration, limit: int, *, drain_horizon: float | None, isolate: bool
+    ) -> FireReport:
         with transaction(self._engine) as conn:
             report = fire_due(
                 conn,
@@ -282,11 +297,8 @@ class ClusterMember:
                 namespace=self._namespace,
                 drain_horizon=drain_horizon,
                 limit=limit,
+                isolate=isolate,
             )
             if report.released:
                 schedules.notify_changed(conn, self._namespace)
-        self.fired += report.fired
-        if report.released and self.load is not None:
-            held = max(0, self.load.held - report.released)
-            self.load = Load(self.load.active, self.load.live, self.load.limit, held)
-        return report.more
+        return report

@@ -10,6 +10,7 @@ transaction, so that an operator can stop a drain half-way.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
@@ -60,10 +61,12 @@ def fire_due(
     drain_horizon: float | None = None,
     limit: int = 100,
     tick_budget: int = 200,
+    isolate: bool = True,
 ) -> FireReport:
     """Inside the caller's transaction: fire what is due of up to `limit` schedules `holder`
     holds, at most `tick_budget` ticks (a schedule far behind fires its oldest ticks first and
     the rest in the next transactions: a transaction stays short, whatever the backlog).
+    `isolate`: each tick in a savepoint (see submit_tick).
 
     Draining (`drain_horizon` given): release each schedule right after its due tick was
     submitted, and at once those whose next tick is more than `drain_horizon` seconds away;
@@ -109,6 +112,7 @@ def fire_due(
                     tick,
                     fired_by=fired_by,
                     namespace=namespace,
+                    isolate=isolate,
                 )
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(ticks[-1] if behind else db_now)
@@ -150,26 +154,28 @@ def submit_tick(
     *,
     fired_by: str,
     namespace: str,
+    isolate: bool = True,
 ) -> int | None:
     """Submit the run of one tick and record the tick; its run id, or None when the run could
-    not be made (unknown workflow, bad input: recorded with the tick's error, never retried)."""
+    not be made (unknown workflow, bad input: recorded with the tick's error, never retried).
+
+    Without `isolate` there is no savepoint: a bad tick raises and the caller's transaction
+    must be rolled back (fire_due's fast path, retried with `isolate` when that happens).
+    """
     run_id: int | None = None
     error: str | None = None
+    new_run = NewRun(
+        workflow=schedule.workflow, input=schedule.input, key=tick_key(schedule.id, tick)
+    )
     try:
-        with conn.begin_nested():
+        with conn.begin_nested() if isolate else contextlib.nullcontext():
+            # fire_due's caller wakes the schedulers once per batch (notify=False).
             run_id = submit(
-                conn,
-                registry,
-                NewRun(
-                    workflow=schedule.workflow,
-                    input=schedule.input,
-                    key=tick_key(schedule.id, tick),
-                ),
-                namespace=namespace,
-                actor=fired_by,
-                notify=False,  # fire_due's caller wakes the schedulers once per batch
+                conn, registry, new_run, namespace=namespace, actor=fired_by, notify=False
             ).run_id
     except (UnknownWorkflowError, InvalidInputError) as exc:
+        if not isolate:
+            raise
         error = str(exc)
     if error is not None:
         log.error(

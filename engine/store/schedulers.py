@@ -45,9 +45,14 @@ def _is_offline(name: Any) -> Any:
     return exists().where(scheduler_offline.c.name == name)
 
 
+DEAD_KEPT_S = 86400.0
+"""How long `schedulers list` keeps showing a dead registration."""
+
+
 def register(conn: Connection, reg: Registration) -> bool:
     """Record a registration unless a live one holds the name; a dead one of the same name is
-    replaced (ix_schedulers_name). False when the name is taken."""
+    replaced, and registrations dead for DEAD_KEPT_S are removed (ix_schedulers_name,
+    ix_schedulers_lease_expires_at). False when the name is taken."""
     taken = conn.execute(
         select(schedulers.c.id, live().label("live"))
         .where(schedulers.c.name == reg.name)
@@ -56,6 +61,10 @@ def register(conn: Connection, reg: Registration) -> bool:
     if any(row.live for row in taken):
         return False
     conn.execute(delete(schedulers).where(schedulers.c.name == reg.name))
+    # Rows dead for a day go too (a default name, host:pid, never registers again).
+    conn.execute(
+        delete(schedulers).where(schedulers.c.lease_expires_at < plus_seconds(now(), -DEAD_KEPT_S))
+    )
     conn.execute(
         insert(schedulers).values(
             id=reg.id,

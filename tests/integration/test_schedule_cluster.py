@@ -387,3 +387,28 @@ def test_a_backlog_is_fired_oldest_first_within_a_tick_budget_per_transaction(
     ticks = [t.tick_at for t in tick_rows(engine, sid)]
     assert len(ticks) >= 10
     assert {(y - x).total_seconds() for x, y in itertools.pairwise(ticks)} == {1.0}
+
+
+def test_a_tick_that_cannot_be_submitted_is_recorded_with_its_error_and_others_fire(
+    engine: Engine, registry: Registry, members: list[ClusterMember]
+) -> None:
+    """A schedule of a workflow the scheduler's app no longer has: its tick is recorded with
+    the error (not retried); the batch's other schedules fire as usual."""
+    wider = Registry([basic.pipeline, basic.diamond], [basic.echo])
+    with transaction(engine) as conn:
+        gone = schedule_ops.add(
+            conn, Schedule("gone", "diamond", every=1), wider, actor="t", reason=None, namespace=NS
+        )["id"]
+    (fine,) = add(engine, registry, 1, every=1)
+    a = join(members, engine, registry, "a")
+    step_until(lambda: _ticks(engine, gone) >= 1 and _ticks(engine, fine) >= 1, a, timeout=5)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(schedule_ticks.c.schedule_id, schedule_ticks.c.run_id, schedule_ticks.c.error)
+        ).all()
+    assert all(
+        r.run_id is None and "unknown workflow 'diamond'" in r.error
+        for r in rows
+        if r.schedule_id == gone
+    )
+    assert all(r.run_id is not None and r.error is None for r in rows if r.schedule_id == fine)
