@@ -56,9 +56,10 @@ WINDOW = """
 SELECT count(*), count(*) FILTER (WHERE fired_at - tick_at > interval '1 second')
 FROM schedule_ticks WHERE tick_at >= :start AND tick_at < :end
 """
-STILL_DEAD = """
+NOT_TAKEN = """
 SELECT count(*) FROM schedules c WHERE c.id = ANY(:ids) AND NOT EXISTS
-(SELECT 1 FROM schedulers s WHERE s.id = c.owner AND s.lease_expires_at > now())
+(SELECT 1 FROM schedulers s WHERE s.id = c.owner AND s.lease_expires_at > now()
+ AND s.name <> :victim)
 """
 FIRED_ELSEWHERE = """
 SELECT count(DISTINCT schedule_id) FROM schedule_ticks
@@ -152,7 +153,8 @@ def kill_most_loaded(
 
     def taken() -> bool:
         with engine.connect() as conn:
-            return int(conn.execute(text(STILL_DEAD), {"ids": ids}).scalar_one()) == 0
+            left = conn.execute(text(NOT_TAKEN), {"ids": ids, "victim": victim}).scalar_one()
+        return int(left) == 0
 
     def moved() -> bool:
         with engine.connect() as conn:
