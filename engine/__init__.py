@@ -18,6 +18,7 @@ from sasflow.errors import (
     DefinitionError,
     InvalidInputError,
     InvalidMessageError,
+    InvalidScheduleError,
     PublishError,
     SasflowError,
     StoreUnavailableError,
@@ -25,6 +26,8 @@ from sasflow.errors import (
 )
 from sasflow.policy import Backoff, BreakerPolicy, RetryPolicy, StepPolicy
 from sasflow.registry import ExternalAgent, Registry
+from sasflow.schedules.definition import Schedule
+from sasflow.schedules.timing import CatchUp
 from sasflow.store.commands import SubmitResult
 from sasflow.workflow import Step, StepContext, Workflow
 
@@ -48,15 +51,18 @@ __all__ = [
     "Backoff",
     "BreakerPolicy",
     "BrokerUnavailableError",
+    "CatchUp",
     "ConfigurationError",
     "DefinitionError",
     "ExternalAgent",
     "InvalidInputError",
     "InvalidMessageError",
+    "InvalidScheduleError",
     "PublishError",
     "Registry",
     "RetryPolicy",
     "SasflowError",
+    "Schedule",
     "Settings",
     "Step",
     "StepContext",

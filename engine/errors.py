@@ -89,6 +89,18 @@ class InvalidTokenError(SasflowError):
     """An API token needs a name (letters, digits, '_', '.', '@', '-') and known scopes."""
 
 
+class InvalidScheduleError(SasflowError):
+    """The schedule's definition is invalid (cron or interval, time zone, catch-up policy)."""
+
+
+class ScheduleNotFoundError(SasflowError):
+    """No schedule with that id or name."""
+
+
+class SchedulerNotFoundError(SasflowError):
+    """No scheduler registered with that name."""
+
+
 # -- refusals: a permanent misconfiguration, not an outage ------------------------------------
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sasflow.errors import DefinitionError, UnknownWorkflowError
+from sasflow.schedules.definition import Schedule
 from sasflow.workflow import Workflow, check_name
 
 
@@ -37,6 +38,7 @@ class Registry:
         self,
         workflows: Iterable[Workflow] = (),
         agents: Iterable[AgentSpec] = (),
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         self._agents: dict[str, AgentSpec] = {}
         for agent in agents:
@@ -53,6 +55,12 @@ class Registry:
                 )
             self._check_agents(workflow)
             self._workflows[key] = workflow
+        self._schedules: dict[str, Schedule] = {}
+        for schedule in schedules:
+            if schedule.name in self._schedules:
+                raise DefinitionError(f"duplicate schedule name {schedule.name!r}")
+            self.workflow(schedule.workflow)  # UnknownWorkflowError names it
+            self._schedules[schedule.name] = schedule
 
     def _check_agents(self, workflow: Workflow) -> None:
         for step in workflow.steps:
@@ -74,6 +82,11 @@ class Registry:
     @property
     def workflows(self) -> tuple[Workflow, ...]:
         return tuple(self._workflows.values())
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The schedules defined in Python (synced to the database when a scheduler starts)."""
+        return tuple(self._schedules.values())
 
     @property
     def agents(self) -> tuple[AgentSpec, ...]:

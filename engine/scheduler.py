@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
 
+from sasflow.cluster.member import ClusterMember, ClusterOptions
 from sasflow.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -30,7 +29,7 @@ from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import StepKind
-from sasflow.store import dialect, pools, schedulers
+from sasflow.store import dialect, pools
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
 from sasflow.store.claim import ClaimedStep, claim_steps, release_steps, seconds_until_due
 from sasflow.store.commands import OutcomeKind, StoredError
@@ -52,7 +51,6 @@ class SchedulerOptions:
     """Seconds between claims when nothing woke us: the safety net for missed notifications on
     PostgreSQL, the wake-up itself on SQLite. None: the database's default (1 s; 0.05 s on
     SQLite, see store.dialect)."""
-    heartbeat_interval: float = 5.0
     relay_interval: float = 1.0
     fleet_interval: float = 1.0
     """Seconds between two takes of agent heartbeats (sasflow.fleet_recorder)."""
@@ -61,6 +59,8 @@ class SchedulerOptions:
     limits: Limits = DEFAULT_LIMITS
     """Largest and deepest reply accepted; a reply beyond them is dead-lettered with the limit
     in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    """Its registration, lease and schedules (docs/cluster.md)."""
 
 
 @dataclass
@@ -107,6 +107,14 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.fleet = FleetRecorder(engine, transport, names)
         self._pools = PoolGate(transport, names)
+        self.cluster = ClusterMember(
+            engine,
+            registry,
+            self._options.cluster,
+            namespace=names.namespace,
+            actor=self.id,
+            figures=lambda: (self.stats.claimed, self.stats.applied, self._stop.is_set()),
+        )
 
     @property
     def stop_event(self) -> threading.Event:
@@ -121,7 +129,11 @@ class Scheduler:
         listener = None
         if dialect.has_notifications(self._engine):  # else the short rescan is the wake-up
             listener = ReadyListener(
-                self._database_url, self._names.namespace, self._on_ready, name=self.id
+                self._database_url,
+                self._names.namespace,
+                self._on_ready,
+                name=self.id,
+                on_schedules=self._on_schedules,
             )
             listener.start()
         try:
@@ -129,7 +141,7 @@ class Scheduler:
         finally:
             if listener is not None:
                 listener.stop()
-            self._deregister()
+            self._leave()
             self._transport.close()
         log.info("%s stopped: %s", self.id, self.stats)
 
@@ -142,6 +154,10 @@ class Scheduler:
         # While the loop reconnects it cannot be woken; it claims right after connecting.
         with contextlib.suppress(BrokerUnavailableError):
             self._transport.call_threadsafe(lambda: None)
+
+    def _on_schedules(self) -> None:
+        self.cluster.wake()
+        self._on_ready()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -156,9 +172,8 @@ class Scheduler:
         self._transport.consume(
             self._names.replies, self._on_reply, prefetch=self._options.reply_prefetch
         )
-        self._register()
         log.info("%s serving namespace %r", self.id, self._names.namespace)
-        next_claim = next_heartbeat = next_relay = next_fleet = 0.0
+        next_claim = next_cluster = next_relay = next_fleet = 0.0
         db_retry = Reconnect()
         while not self._stop.is_set():
             busy = False
@@ -167,7 +182,8 @@ class Scheduler:
                     self._apply_buffered()
                     busy = True
                 t = time.monotonic()
-                if self._wake.is_set() or t >= next_claim:
+                next_cluster = t + self.cluster.step()  # fences: no claim without a lease
+                if self.cluster.may_act and (self._wake.is_set() or t >= next_claim):
                     self._wake.clear()
                     full, due = self._claim_and_dispatch()
                     next_claim = t + self._rescan_interval
@@ -181,9 +197,6 @@ class Scheduler:
                         relay_events(self._engine, self._transport, self._names) >= 500
                     )
                     next_relay = t + self._options.relay_interval
-                if t >= next_heartbeat:
-                    self._heartbeat()
-                    next_heartbeat = t + self._options.heartbeat_interval
                 if t >= next_fleet:
                     self.fleet.poll()
                     next_fleet = t + self._options.fleet_interval
@@ -195,7 +208,8 @@ class Scheduler:
                 log.log(level, "%s: %s; retrying in %.1fs", self.id, exc, delay)
                 self._transport.process(delay)  # keeps the broker connection alive meanwhile
                 continue
-            wait = 0.0 if busy else max(0.0, min(next_claim, next_relay) - time.monotonic())
+            wait = min(next_claim, next_relay, next_cluster, next_fleet) - time.monotonic()
+            wait = 0.0 if busy else max(0.0, wait)
             self._transport.process(wait)
         self._drain()
 
@@ -430,25 +444,10 @@ class Scheduler:
                 len(steps),
             )
 
-    # -- registration ---------------------------------------------------------------------
+    # -- the schedule cluster --------------------------------------------------------------
 
-    def _register(self) -> None:
-        with transaction(self._engine) as conn:
-            schedulers.register(conn, self.id, hostname=socket.gethostname(), pid=os.getpid())
-
-    def _heartbeat(self) -> None:
-        with transaction(self._engine) as conn:
-            schedulers.heartbeat(
-                conn,
-                self.id,
-                claimed=self.stats.claimed,
-                applied=self.stats.applied,
-                draining=self._stop.is_set(),
-            )
-
-    def _deregister(self) -> None:
+    def _leave(self) -> None:
         try:
-            with transaction(self._engine) as conn:
-                schedulers.deregister(conn, self.id)
+            self.cluster.leave()
         except StoreUnavailableError:
-            log.warning("%s could not remove its schedulers row", self.id)
+            log.warning("%s could not deregister; its lease expires on its own", self.id)

@@ -5,7 +5,7 @@ Every sink sends the same JSON document (`AlertRecord.to_json()`), UTF-8 encoded
 ```jsonc
 {
   "id": 42,                                   // alerts.id, unique per database
-  "kind": "step_failed",                      // step_failed | compensation_failed | stalled
+  "kind": "step_failed",       // step_failed | compensation_failed | stalled | scheduler_overloaded
   "message": "run 7 of order (key o-1) failed at step 'charge': PermanentError: declined",
   "run_id": 7,                                // or null
   "step_id": 19,                              // or null

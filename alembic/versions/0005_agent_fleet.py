@@ -1,7 +1,7 @@
 """agent fleet: agent_instances, fleet events without a run
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-24 14:00:00.000000
 """
 
@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sasflow.store.sqltime import now
 
 revision: str = '0005'
-down_revision: str | None = '0003'
+down_revision: str | None = '0004'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -19,6 +19,8 @@ COMMANDS = {
     "run": "sasflow.cli.run:run_command",
     "runs": "sasflow.cli.runs:runs",
     "scheduler": "sasflow.cli.roles:scheduler",
+    "schedulers": "sasflow.cli.schedulers:schedulers",
+    "schedules": "sasflow.cli.schedules:schedules",
     "submit": "sasflow.cli.submit:submit_command",
     "submitter": "sasflow.cli.roles:submitter",
     "supervisor": "sasflow.cli.supervisor:supervisor",

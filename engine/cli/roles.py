@@ -14,6 +14,8 @@ from sasflow.agents.children import ChildProcesses, default_state_dir
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
+from sasflow.cluster.member import ClusterOptions
+from sasflow.cluster.strategy import ASSIGNMENTS
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store.db import Engine
@@ -84,11 +86,70 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     help="Seconds between claims when no notification woke us "
     "[default: 1 on PostgreSQL, 0.05 on SQLite, which has no notifications].",
 )
+@click.option(
+    "--name",
+    envvar="SASFLOW_SCHEDULER_NAME",
+    show_envvar=True,
+    help="This scheduler's stable name in the cluster (the offline list is keyed by it) "
+    "[default: host:pid].",
+)
+@click.option(
+    "--address",
+    envvar="SASFLOW_SCHEDULER_ADDRESS",
+    show_envvar=True,
+    help="Where operators reach it, shown by `schedulers list` [default: the host name].",
+)
+@click.option(
+    "--fault-tolerance",
+    type=click.IntRange(1, 1000),
+    default=ClusterOptions.fault_tolerance,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_FAULT_TOLERANCE",
+    show_envvar=True,
+    help="n: it holds at most N = 1 + K // max(S - n, 1) of the K schedules (S live schedulers).",
+)
+@click.option(
+    "--alarm-threshold",
+    type=click.IntRange(0),
+    default=None,
+    envvar="SASFLOW_SCHEDULER_ALARM_THRESHOLD",
+    show_envvar=True,
+    help="M: raise a scheduler_overloaded alert while it holds more schedules "
+    "[default: unlimited].",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(0.5, 3600),
+    default=ClusterOptions.lease_ttl,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds its registration lives without renewal (renewed every third of it).",
+)
+@click.option(
+    "--assignment",
+    type=click.Choice(ASSIGNMENTS),
+    default=ClusterOptions.assignment,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_ASSIGNMENT",
+    show_envvar=True,
+    help="How schedules are distributed over the schedulers.",
+)
 @click.pass_obj
 def scheduler(
-    obj: CliContext, batch: int, reply_prefetch: int, rescan_interval: float | None
+    obj: CliContext,
+    batch: int,
+    reply_prefetch: int,
+    rescan_interval: float | None,
+    name: str | None,
+    address: str | None,
+    fault_tolerance: int,
+    alarm_threshold: int | None,
+    lease_ttl: float,
+    assignment: str,
 ) -> None:
-    """Claim ready steps, dispatch them to agents and apply their replies."""
+    """Claim ready steps, dispatch them to agents and apply their replies; hold and fire
+    recurring schedules (docs/cluster.md)."""
     engine: Engine | None = None
     try:
         options = SchedulerOptions(
@@ -99,6 +160,14 @@ def scheduler(
                 give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks
             ),
             limits=obj.settings.limits(),
+            cluster=ClusterOptions(
+                name=name,
+                address=address,
+                fault_tolerance=fault_tolerance,
+                alarm_threshold=alarm_threshold,
+                lease_ttl=lease_ttl,
+                assignment=assignment,
+            ),
         )
         transport = obj.transport("scheduler")  # refuses memory:// before any connection
         engine = obj.engine("scheduler")

@@ -25,6 +25,7 @@ class AlertKind(StrEnum):
     AGENT_LOST = "agent_lost"
     CALLBACK_FAILED = "callback_failed"
     """An HTTP callback was given up (sasflow api)."""
+    SCHEDULER_OVERLOADED = "scheduler_overloaded"
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
@@ -80,6 +81,23 @@ def raise_alert(conn: Connection, alert: Alert) -> int | None:
         )
         .returning(alerts.c.id)
     ).scalar_one_or_none()
+
+
+def resolve_open(conn: Connection, dedup_key: str, *, actor: str, reason: str) -> bool:
+    """Close the open alert with this key, the condition being over (acknowledged by `actor`);
+    False when none was open (uq_alerts_open_dedup_key)."""
+    closed = conn.execute(
+        update(alerts)
+        .where(alerts.c.dedup_key == dedup_key, alerts.c.acknowledged.is_(False))
+        .values(
+            acknowledged=True,
+            acknowledged_by=actor,
+            acknowledge_reason=reason,
+            acknowledged_at=now(),
+        )
+        .returning(alerts.c.id)
+    ).first()
+    return closed is not None
 
 
 # -- the outbox: what the dispatcher sends -------------------------------------------------

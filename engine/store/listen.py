@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from sasflow.runtime import Reconnect
 from sasflow.store.notify import channel
+from sasflow.store.schedules import channel as schedules_channel
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +24,9 @@ def libpq_dsn(sqlalchemy_url: str) -> str:
 
 
 class ReadyListener:
-    """Calls `on_ready` (from its own thread) whenever work is committed in the namespace, or
-    a notification arrives on `channel_name` when given (the subscription stream's)."""
+    """Calls `on_ready` (from its own thread) whenever work is committed in the namespace (or
+    a notification arrives on `channel_name` when given: the subscription stream's), and
+    `on_schedules`, when given, whenever its schedules or scheduler registry change."""
 
     def __init__(
         self,
@@ -34,9 +36,12 @@ class ReadyListener:
         *,
         name: str,
         channel_name: str | None = None,
+        on_schedules: Callable[[], None] | None = None,
     ) -> None:
         self._dsn = libpq_dsn(database_url)
-        self._channel = channel_name or channel(namespace)
+        self._callbacks = {channel_name or channel(namespace): on_ready}
+        if on_schedules is not None:
+            self._callbacks[schedules_channel(namespace)] = on_schedules
         self._on_ready = on_ready
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-listen", daemon=True)
@@ -53,13 +58,15 @@ class ReadyListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    for name in self._callbacks:
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
                     reconnect.reset()
                     # Work may have been committed while we were not listening.
-                    self._on_ready()
+                    for callback in self._callbacks.values():
+                        callback()
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self._on_ready()
+                        for note in conn.notifies(timeout=0.5):
+                            self._callbacks.get(note.channel, self._on_ready)()
             except psycopg.Error as exc:
                 delay = reconnect.next_delay()
                 log.warning("listener lost the database (%s); retrying in %.1fs", exc, delay)

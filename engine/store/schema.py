@@ -226,6 +226,71 @@ schedulers = Table(
     Column("applied", BigInteger, nullable=False, server_default=text("0")),
     _ts("started_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),
+    # The registry of the schedule cluster (docs/cluster.md): one row per registration (a new
+    # id each time a scheduler registers), its name unique among the rows, its lease on the
+    # database clock. A row whose lease expired is a dead scheduler.
+    Column("name", String(100), nullable=False, server_default=text("''")),
+    Column("address", String(255), nullable=False, server_default=text("''")),
+    Column("fault_tolerance", Integer, nullable=False, server_default=text("1")),
+    Column("alarm_threshold", Integer, nullable=True),
+    Column("held", Integer, nullable=False, server_default=text("0")),
+    Column("lease_ttl_s", Float, nullable=False, server_default=text("10")),
+    _ts("lease_expires_at", nullable=False, default_now=True),
+    # Serves S (live schedulers) and the "is the owner alive" test of the acquisition.
+    Index("ix_schedulers_lease_expires_at", "lease_expires_at"),
+    Index("ix_schedulers_name", "name"),
+)
+
+scheduler_offline = Table(
+    "scheduler_offline",
+    metadata,
+    # The offline (drain) list, keyed by scheduler NAME so that it outlives a registration: a
+    # drained scheduler that restarts stays drained until `sasflow schedulers undrain`.
+    Column("name", String(100), primary_key=True),
+    Column("actor", String(200), nullable=False),
+    Column("reason", Text, nullable=True),
+    _ts("since", nullable=False, default_now=True),
+)
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Id, Identity(), primary_key=True),
+    Column("name", String(100), nullable=False, unique=True),
+    Column("workflow", String(100), nullable=False),
+    Column("input", Json, nullable=False),
+    Column("cron", String(200), nullable=True),
+    Column("interval_s", Float, nullable=True),
+    Column("timezone", String(64), nullable=False, server_default=text("'UTC'")),
+    Column("catch_up", String(10), nullable=False, server_default=text("'latest'")),
+    Column("max_catch_up", Integer, nullable=False, server_default=text("10")),
+    Column("source", String(10), nullable=False, server_default=text("'cli'")),
+    Column("paused", Boolean, nullable=False, server_default=false()),
+    # The registration (schedulers.id) holding it, and since when (database clock): ticks
+    # that fell due before `acquired_at` were missed, and the catch-up policy applies.
+    Column("owner", String(100), nullable=True),
+    _ts("acquired_at"),
+    _ts("next_tick_at", nullable=False),
+    _ts("last_tick_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    # Serves each scheduler's "my due schedules" scan and its X count.
+    Index("ix_schedules_owner_next_tick_at", "owner", "next_tick_at"),
+)
+
+schedule_ticks = Table(
+    "schedule_ticks",
+    metadata,
+    # Each tick fired (one row per schedule and tick time: a tick fired twice is recorded
+    # once, and its run is one run, by its business key).
+    Column("id", Id, Identity(), primary_key=True),
+    Column("schedule_id", Id, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
+    _ts("tick_at", nullable=False),
+    Column("run_id", Id, nullable=True),
+    Column("fired_by", String(200), nullable=False),
+    Column("error", Text, nullable=True),
+    _ts("fired_at", nullable=False, default_now=True),
+    UniqueConstraint("schedule_id", "tick_at"),
 )
 
 audit = Table(

@@ -46,8 +46,10 @@ def submit(
     *,
     namespace: str,
     actor: str,
+    notify: bool = True,
 ) -> SubmitResult:
     """Record a run inside the caller's transaction on `conn` (commit or roll back with it).
+    With `notify` False the caller wakes the schedulers itself (once for a batch).
 
     Raises UnknownWorkflowError for an unregistered workflow, and InvalidInputError when the
     input is not JSON, a first step's input cannot be built, or the database refuses the data
@@ -55,15 +57,18 @@ def submit(
     (the database cannot take it now, or a bug), never blamed on the submission.
     """
     try:
-        return _insert(conn, registry, submission, namespace=namespace, actor=actor)
+        result = _insert(conn, registry, submission, actor=actor)
     except DBAPIError as exc:
         if is_message_fault(exc):
             raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
         raise
+    if result.created and notify:
+        notify_ready(conn, namespace)
+    return result
 
 
 def _insert(
-    conn: Connection, registry: Registry, submission: NewRun, *, namespace: str, actor: str
+    conn: Connection, registry: Registry, submission: NewRun, *, actor: str
 ) -> SubmitResult:
     workflow = registry.workflow(submission.workflow, submission.version)
     try:
@@ -138,5 +143,4 @@ def _insert(
             )
         ],
     )
-    notify_ready(conn, namespace)
     return SubmitResult(run_id, key, created=True, state=RunState.PENDING)

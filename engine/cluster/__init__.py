@@ -1,0 +1,1 @@
+"""The schedule cluster: scheduler registration, fencing, and who holds which schedule."""

@@ -1,0 +1,1 @@
+"""Recurring schedules: their definition, their ticks, and firing them (docs/schedules.md)."""
