@@ -37,17 +37,20 @@ HALF_OPEN_DEFER = 1.0
 
 
 class _OpenedAt(pybreaker.CircuitBreakerListener):
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[str, str], None] | None = None) -> None:
         self.at = 0.0
+        self._on_change = on_change
 
     def state_change(  # signature fixed by pybreaker
         self,
-        cb: pybreaker.CircuitBreaker,  # noqa: ARG002
+        cb: pybreaker.CircuitBreaker,
         old_state: pybreaker.CircuitBreakerState | None,  # noqa: ARG002
         new_state: pybreaker.CircuitBreakerState,
     ) -> None:
         if new_state.name == pybreaker.STATE_OPEN:
             self.at = time.monotonic()
+        if self._on_change is not None:
+            self._on_change(str(cb.name), str(new_state.name))
 
 
 def _sleep(interrupted: threading.Event, seconds: float) -> None:
@@ -65,10 +68,17 @@ def _fail(exc: BaseException) -> None:
 class SharedBreaker:
     """A thread-safe circuit breaker around one remote dependency."""
 
-    def __init__(self, dependency: str, policy: BreakerPolicy) -> None:
+    def __init__(
+        self,
+        dependency: str,
+        policy: BreakerPolicy,
+        on_change: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """`on_change(dependency, state)` hears every state change (under the breaker's lock:
+        it must be quick)."""
         self.dependency = dependency
         self.policy = policy
-        self._opened = _OpenedAt()
+        self._opened = _OpenedAt(on_change)
         self._cb = pybreaker.CircuitBreaker(
             fail_max=policy.fail_max,
             reset_timeout=policy.reset_timeout,
@@ -145,6 +155,7 @@ def retrying(
     budget: float,
     is_transient: Callable[[BaseException], bool],
     interrupted: threading.Event,
+    on_retry: Callable[[BaseException, int], None] | None = None,
 ) -> Retrying:
     """Exponential backoff with full jitter on transient errors, never sleeping past `budget`
     seconds from now; a set `interrupted` event (shutdown, deadline) cuts the sleep short."""
@@ -158,6 +169,11 @@ def retrying(
         if error is not None:
             last_failure[:] = [error]
 
+    def before_sleep(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if on_retry is not None and error is not None:
+            on_retry(error, state.attempt_number)
+
     def not_after_interruption(state: RetryCallState) -> None:
         # tenacity checks `stop` before sleeping only; an interrupted sleep must not be
         # followed by one more call: re-raise the last attempt's error instead.
@@ -167,6 +183,7 @@ def retrying(
     return Retrying(
         before=not_after_interruption,
         after=remember,
+        before_sleep=before_sleep,
         stop=stop,
         wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
         retry=retry_if_exception(is_transient),

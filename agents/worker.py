@@ -20,6 +20,7 @@ from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError
+from sasflow.hooks import Headers, Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
     ErrorInfo,
@@ -52,6 +53,7 @@ class Job:
     call: Call
     done: bool = False
     abandoned: bool = False
+    reply_headers: Headers | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class AgentWorker:
         concurrency: int = DEFAULT_CONCURRENCY,
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
         sent (beyond them: an `error` reply saying so); keep them within the scheduler's."""
@@ -132,7 +135,11 @@ class AgentWorker:
         self._concurrency = concurrency
         self._limits = limits
         self._stop = stop or threading.Event()
-        self._breakers = {dep: SharedBreaker(dep, policy) for dep, policy in agent.breakers.items()}
+        self._hooks = guarded(hooks)
+        self._breakers = {
+            dep: SharedBreaker(dep, policy, on_change=self._breaker_changed)
+            for dep, policy in agent.breakers.items()
+        }
         self._threads: set[threading.Thread] = set()
         self._busy: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
@@ -151,6 +158,9 @@ class AgentWorker:
 
     def breaker(self, dependency: str) -> SharedBreaker:
         return self._breakers[dependency]
+
+    def _breaker_changed(self, dependency: str, state: str) -> None:
+        self._hooks.breaker_changed(self.agent.name, dependency, state)
 
     def run(self) -> None:
         try:
@@ -271,6 +281,7 @@ class AgentWorker:
             delivery, reason, dead_letter_exchange=self._names.dead_letter_exchange
         )
         self.stats.dead_lettered += 1
+        self._hooks.dead_lettered(delivery.queue, reason)
 
     def _settle(self) -> None:
         """Reply for finished jobs and abandon those whose deadline passed (owner thread)."""
@@ -349,6 +360,7 @@ class AgentWorker:
                     routing_key=job.delivery.reply_to or self._names.replies,
                     body=body,
                     correlation_id=job.delivery.correlation_id,
+                    headers=job.reply_headers,
                 )
                 for job, _, body in sending
             ]
@@ -429,6 +441,8 @@ class AgentWorker:
         with self._threads_lock:
             self._busy.add(threading.current_thread())
         outcome = Outcome(job, None)
+        started = time.monotonic()
+        self._hooks.handler_started(job.request, job.delivery.headers)
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0:
                 return  # waited in the pool past its deadline: never call the remote late
@@ -440,6 +454,13 @@ class AgentWorker:
                 job.request.attempt,
             )
         finally:
+            breaker = self._breakers.get(spec.dependency) if spec.dependency else None
+            job.reply_headers = self._hooks.handler_finished(
+                job.request,
+                outcome.reply,
+                time.monotonic() - started,
+                breaker.state if breaker is not None else None,
+            )
             # Idle before the owner can see the outcome, so it never waits on this thread.
             with self._threads_lock:
                 self._busy.discard(threading.current_thread())
@@ -463,6 +484,7 @@ class AgentWorker:
                 budget=retry_budget(call.remaining()),
                 is_transient=self._is_transient,
                 interrupted=call.cancelled,
+                on_retry=lambda exc, n: self._hooks.handler_retrying(request, exc, n),
             )(attempt)
         except BreakerOpenError as exc:
             return self._reply(

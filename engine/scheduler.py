@@ -23,6 +23,7 @@ from sasflow.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
+from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
@@ -80,8 +81,10 @@ class Scheduler:
         database_url: str,
         options: SchedulerOptions | None = None,
         stop: threading.Event | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.id = process_id("scheduler")
+        self._hooks = guarded(hooks)
         self._engine = engine
         self._transport = transport
         self._registry = registry
@@ -200,6 +203,7 @@ class Scheduler:
                 delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange
             )
             self.stats.dead_lettered += 1
+            self._hooks.dead_lettered(delivery.queue, str(exc))
             return
         self._replies.append((delivery, reply))
 
@@ -227,6 +231,7 @@ class Scheduler:
         self._transport.ack(last, multiple=True)
 
     def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
+        started = time.monotonic()
         with transaction(self._engine) as conn:
             report = apply_outcomes(
                 conn,
@@ -235,6 +240,8 @@ class Scheduler:
                 namespace=self._names.namespace,
                 actor=self.id,
             )
+            self._hooks.runs_finished(conn, report.finished)
+        self._hooks.replies_applied(held, report, time.monotonic() - started)
         self._count(report)
 
     def _count(self, report: ApplyReport) -> None:
@@ -260,6 +267,7 @@ class Scheduler:
                     dead_letter_exchange=self._names.dead_letter_exchange,
                 )
                 self.stats.dead_lettered += 1
+                self._hooks.dead_lettered(delivery.queue, "reply could not be applied")
                 return
         self._transport.ack(delivery)
 
@@ -289,8 +297,10 @@ class Scheduler:
         one wait for the broker's confirms.
         """
         batch = self._options.claim_batch
+        started = time.monotonic()
         with transaction(self._engine) as conn:
             claimed = claim_steps(conn, locked_by=self.id, batch=batch)
+            self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
             due = seconds_until_due(conn) if len(claimed) < batch else None
         if not claimed:
             return False, due
@@ -314,6 +324,7 @@ class Scheduler:
                 self.stats.dispatched += 1
             else:
                 unsent.append(step)
+        self._hooks.steps_dispatched(len(claimed) - len(unsent), time.monotonic() - claimed_at)
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
@@ -346,6 +357,7 @@ class Scheduler:
             correlation_id=f"{step.id}:{step.attempt}",
             reply_to=self._names.replies,
             mandatory=True,
+            headers=self._hooks.request_headers(step),
         )
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:

@@ -44,6 +44,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
             prefetch=prefetch,
             limits=obj.settings.limits(),
             stop=stop_event(),
+            hooks=obj.hooks("submitter"),
         )
         role.run()
     except SasflowError as exc:
@@ -105,6 +106,7 @@ def scheduler(
             database_url=obj.settings.database_url,
             options=options,
             stop=stop_event(),
+            hooks=obj.hooks("scheduler"),
         )
         role.run()
     except SasflowError as exc:
@@ -145,6 +147,7 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
         target = load_object(name) if ":" in name else obj.registry().agent(name)
         if not isinstance(target, Agent):
             raise click.UsageError(f"{name} is not a sasflow.agents.Agent with handlers")
+        hooks = obj.hooks("agent")
         role = AgentWorker(
             target,
             obj.transport(f"agent-{target.name}"),
@@ -152,8 +155,10 @@ def agent(obj: CliContext, name: str, concurrency: int) -> None:
             concurrency=concurrency,
             limits=obj.settings.limits(),
             stop=stop_event(),
+            hooks=hooks,
         )
         role.run()
     except SasflowError as exc:
         raise role_failed(exc) from exc
+    hooks.close()  # before a possible os._exit: flush the spans
     exit_despite_hung_handlers()

@@ -64,6 +64,8 @@ class NewRun:
     priority: int = 0
     version: int | None = None
     reply_to: str | None = None
+    trace_parent: str | None = None
+    """W3C traceparent of the trace the run joins (tracing on), else None."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import psycopg
 from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.states import QUIET_STEP_STATES, RunState, StepState
+from sasflow.states import QUIET_STEP_STATES, TERMINAL_RUN_STATES, RunState, StepState
 from sasflow.store import queries
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.schema import events
@@ -107,6 +107,15 @@ def step_event(
         reason=reason,
         detail=detail,
     )
+
+
+def finished_runs(batch: Sequence[Event]) -> dict[int, RunState]:
+    """The runs that `batch` takes to a terminal state: run id -> state."""
+    return {
+        e.run_id: RunState(e.to_state)
+        for e in batch
+        if e.entity == "run" and e.to_state in TERMINAL_RUN_STATES
+    }
 
 
 def record(conn: Connection, batch: Sequence[Event]) -> None:

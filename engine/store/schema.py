@@ -59,6 +59,8 @@ runs = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False, server_default=text("'pending'")),
     Column("reply_to", String(255), nullable=True),
+    # W3C traceparent of the run's trace (tracing on): every span of the run joins it.
+    Column("trace_parent", String(100), nullable=True),
     Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),

@@ -81,6 +81,7 @@ def _insert(
             priority=submission.priority,
             state=RunState.PENDING,
             reply_to=submission.reply_to,
+            trace_parent=submission.trace_parent,
             on_failure=workflow.on_failure,
         )
         .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])

@@ -1,0 +1,314 @@
+"""OpenTelemetry traces of a run across processes and AMQP hops, as hooks (`sasflow[otel]`).
+
+The W3C trace context travels in AMQP headers (`traceparent`, `tracestate`) and is stored with
+the run (`runs.trace_parent`), so every span of a run joins one trace whichever process makes
+it: the submitter's `process <ns>.submit` span (or, for a run submitted straight into the
+database, a `run <workflow>` span made at its first claim) is the root; each claim, request
+publish, agent handler, reply publish, reply apply, supervisor expiry and the run's completion
+hang below it. Span names and attributes follow the OpenTelemetry messaging semantic
+conventions. This module is imported only when tracing is on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Span, SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from sasflow.hooks import Headers, Hooks
+from sasflow.store import traces
+
+if TYPE_CHECKING:
+    from sasflow.messages import Reply, Request
+    from sasflow.states import RunState
+    from sasflow.store.apply import ApplyReport
+    from sasflow.store.claim import ClaimedStep
+    from sasflow.store.db import Connection
+    from sasflow.transport.base import Delivery
+    from sasflow.transport.topology import Names
+
+PROPAGATOR = TraceContextTextMapPropagator()
+SYSTEM = {"messaging.system": "rabbitmq"}
+
+
+class JsonLinesExporter(SpanExporter):
+    """Writes each finished span as one JSON object per line (OTLP-free, for files and tests)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._file = Path(path).open("a", encoding="utf-8")  # noqa: SIM115 - closed in shutdown
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = "".join(span.to_json(indent=None) + "\n" for span in spans)
+        with self._lock:
+            self._file.write(lines)
+            self._file.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def file_provider(service: str, path: str | Path) -> TracerProvider:
+    """A provider that batches spans of `service` into the JSON-lines file `path`."""
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(path)))
+    return provider
+
+
+def _extract(headers: Mapping[str, Any] | None) -> Context | None:
+    if not headers or "traceparent" not in headers:
+        return None
+    carrier = {k: _text(v) for k, v in headers.items() if k in ("traceparent", "tracestate")}
+    return PROPAGATOR.extract(carrier)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _inject(span: Span) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+def _ids(run_id: int, step_id: int | None = None, attempt: int | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = {"sasflow.run_id": run_id}
+    if step_id is not None:
+        found["sasflow.step_id"] = step_id
+    if attempt is not None:
+        found["sasflow.attempt"] = attempt
+    return found
+
+
+class Tracing(Hooks):
+    """Spans for every hop of a run. `owns_provider`: shut the provider down on `close()`."""
+
+    def __init__(
+        self, provider: trace.TracerProvider, names: Names, *, owns_provider: bool = True
+    ) -> None:
+        self._provider = provider
+        self._tracer = provider.get_tracer("sasflow")
+        self._names = names
+        self._owns_provider = owns_provider
+        self._claims: dict[int, Span] = {}
+        self._handling = threading.local()
+
+    # -- submitter --------------------------------------------------------------------------
+
+    def submission_received(self, delivery: Delivery) -> str | None:
+        span = self._tracer.start_span(
+            f"process {delivery.queue}",
+            context=_extract(delivery.headers),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **SYSTEM,
+                "messaging.operation.type": "process",
+                "messaging.destination.name": delivery.queue,
+                "messaging.message.id": delivery.message_id or "",
+            },
+        )
+        span.end()
+        return _inject(span)["traceparent"]
+
+    # -- scheduler --------------------------------------------------------------------------
+
+    def _run_contexts(self, conn: Connection, workflows: Mapping[int, str]) -> dict[int, Context]:
+        """The stored trace of each run; a run that has none (submitted straight into the
+        database) gets a root span now, stored for its later spans."""
+        stored = traces.trace_parents(conn, workflows.keys())
+        contexts: dict[int, Context] = {}
+        for run_id, workflow in workflows.items():
+            parent = stored.get(run_id)
+            if parent is None:
+                root = self._tracer.start_span(f"run {workflow}", attributes=_ids(run_id))
+                root.end()
+                parent = traces.set_trace_parent(conn, run_id, _inject(root)["traceparent"])
+            contexts[run_id] = PROPAGATOR.extract({"traceparent": parent})
+        return contexts
+
+    def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
+        self._claims.clear()
+        if not steps:
+            return
+        contexts = self._run_contexts(conn, {s.run_id: s.workflow for s in steps})
+        started = time.time_ns() - int(seconds * 1e9)
+        for step in steps:
+            span = self._tracer.start_span(
+                f"claim {step.name}",
+                context=contexts[step.run_id],
+                start_time=started,
+                attributes={**_ids(step.run_id, step.id, step.attempt), "sasflow.step": step.name},
+            )
+            span.end()
+            self._claims[step.id] = span
+
+    def request_headers(self, step: ClaimedStep) -> Headers | None:
+        claim = self._claims.pop(step.id, None)
+        queue = self._names.agent(step.agent)
+        span = self._tracer.start_span(
+            f"publish {queue}",
+            context=trace.set_span_in_context(claim) if claim is not None else None,
+            kind=SpanKind.PRODUCER,
+            attributes={
+                **SYSTEM,
+                **_ids(step.run_id, step.id, step.attempt),
+                "messaging.operation.type": "publish",
+                "messaging.destination.name": queue,
+                "messaging.rabbitmq.destination.routing_key": queue,
+                "messaging.message.conversation_id": f"{step.id}:{step.attempt}",
+            },
+        )
+        span.end()
+        return _inject(span)
+
+    def replies_applied(
+        self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
+    ) -> None:
+        dropped = {(o.step_id, o.attempt) for o in report.dropped}
+        started = time.time_ns() - int(seconds * 1e9)
+        for delivery, reply in replies:
+            span = self._tracer.start_span(
+                f"process {delivery.queue}",
+                context=_extract(delivery.headers),
+                kind=SpanKind.CONSUMER,
+                start_time=started,
+                attributes={
+                    **SYSTEM,
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": delivery.queue,
+                    "messaging.message.conversation_id": delivery.correlation_id or "",
+                    "sasflow.step_id": reply.step_id,
+                    "sasflow.attempt": reply.attempt,
+                    "sasflow.reply.status": reply.status,
+                    "sasflow.reply.dropped": (reply.step_id, reply.attempt) in dropped,
+                },
+            )
+            span.end()
+
+    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
+        self._internal(conn, {run_id: (f"run {state}", {}) for run_id, state in finished.items()})
+
+    # -- supervisor -------------------------------------------------------------------------
+
+    def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
+        self._internal(
+            conn,
+            {
+                r.run_id: (
+                    f"supervisor {reason}",
+                    {
+                        "sasflow.step_id": r.id,
+                        "sasflow.attempt": r.attempt,
+                        "sasflow.step.state": str(r.state),
+                    },
+                )
+                for r in rows
+            },
+        )
+
+    def _internal(self, conn: Connection, spans: Mapping[int, tuple[str, dict[str, Any]]]) -> None:
+        if not spans:
+            return
+        stored = traces.trace_parents(conn, spans.keys())
+        for run_id, (name, attributes) in spans.items():
+            parent = stored.get(run_id)
+            context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
+            self._tracer.start_span(
+                name, context=context, attributes={**_ids(run_id), **attributes}
+            ).end()
+
+    # -- agent (worker threads) -------------------------------------------------------------
+
+    def handler_started(self, request: Request, headers: Headers) -> None:
+        queue = self._names.agent(request.agent)
+        span = self._tracer.start_span(
+            f"process {queue}",
+            context=_extract(headers),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **SYSTEM,
+                **_ids(request.run_id, request.step_id, request.attempt),
+                "messaging.operation.type": "process",
+                "messaging.destination.name": queue,
+                "messaging.message.conversation_id": f"{request.step_id}:{request.attempt}",
+                "sasflow.workflow": request.workflow,
+                "sasflow.step": request.step,
+                "sasflow.action": request.action,
+            },
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        self._handling.current = (span, token)
+
+    def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
+        current = getattr(self._handling, "current", None)
+        if current is not None:
+            current[0].add_event(
+                "retry",
+                {
+                    "exception.type": type(error).__name__,
+                    "exception.message": str(error),
+                    "sasflow.retry.attempt": attempt,
+                },
+            )
+
+    def handler_finished(
+        self,
+        request: Request,
+        reply: Reply | None,
+        seconds: float,
+        breaker: str | None,
+    ) -> Headers | None:
+        current = getattr(self._handling, "current", None)
+        if current is None:
+            return None
+        span, token = current
+        self._handling.current = None
+        if breaker is not None:
+            span.set_attribute("sasflow.breaker.state", breaker)
+        span.set_attribute("sasflow.reply.status", reply.status if reply else "silent")
+        if reply is not None and reply.status in ("error", "failed"):
+            span.set_status(StatusCode.ERROR, reply.error.message if reply.error else "")
+        headers = None
+        if reply is not None:
+            publish = self._tracer.start_span(
+                f"publish {self._names.replies}",
+                context=trace.set_span_in_context(span),
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    **SYSTEM,
+                    "messaging.operation.type": "publish",
+                    "messaging.destination.name": self._names.replies,
+                    "messaging.message.conversation_id": f"{request.step_id}:{request.attempt}",
+                },
+            )
+            publish.end()
+            headers = _inject(publish)
+        span.end()
+        otel_context.detach(token)
+        return headers
+
+    def close(self) -> None:
+        if self._owns_provider and isinstance(self._provider, TracerProvider):
+            self._provider.shutdown()
+
+
+def trace_ids() -> tuple[str, str] | None:
+    """The current span's (trace id, span id) in hex, or None (for the JSON log lines)."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
