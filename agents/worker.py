@@ -140,6 +140,8 @@ class AgentWorker:
             dep: SharedBreaker(dep, policy, on_change=self._breaker_changed)
             for dep, policy in agent.breakers.items()
         }
+        for dependency in self._breakers:  # observers learn every breaker, closed at start
+            self._breaker_changed(dependency, "closed")
         self._threads: set[threading.Thread] = set()
         self._busy: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
