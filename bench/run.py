@@ -40,6 +40,7 @@ from bench import apps, limits
 from bench.sweep import measure as measure_sweep
 from sasflow import Registry, Step, Workflow, submit_run
 from sasflow.agents import Agent, Call
+from sasflow.hooks import Hooks
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
@@ -395,8 +396,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def latency_once(sizes: Sizes) -> list[float]:
-    """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms."""
+def latency_once(
+    sizes: Sizes, hooks: Callable[[str], Hooks | None] = lambda _role: None
+) -> list[float]:
+    """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms;
+    `hooks(role)` gives the scheduler's and the agent's hooks (bench/overhead.py)."""
     registry, agent = build_registry()
     runs = int(sizes.w3_seconds * sizes.w3_rate)
     with scratch("w3", ["noop"]) as (url, engine, names):
@@ -421,7 +425,8 @@ def latency_once(sizes: Sizes) -> list[float]:
         listener.start()
         try:
             with harness.running(
-                harness.scheduler(engine, url, registry, names), harness.agent(agent, names)
+                harness.scheduler(engine, url, registry, names, hooks("scheduler")),
+                harness.agent(agent, names, hooks=hooks("agent")),
             ):
                 time.sleep(1.0)
                 for i in range(runs):

@@ -1,0 +1,132 @@
+"""The cost of observability: W1 and W3 with metrics, tracing and both on, against off.
+
+    python bench/overhead.py [--quick] [--repeat N]
+
+Runs bench/run.py's W1 (one-step runs drained by 2 schedulers + 2 agents, CLI processes) and
+W3 (one run at a time, submit commit -> run.completed, roles as threads) once per setting per
+repeat, the settings interleaved so that a change in the machine's load spreads over all of
+them. Prints each figure and its ratio to `off` measured in the same run (targets: metrics
+cost <= 3 % of W1 throughput, tracing <= 10 %). Spans go to a scratch file, metrics to a
+free port; nothing scrapes them (a scrape every 15 s costs the process nothing measurable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.run import Results, Sizes, drain, latency_once, report, say, scratch, verdict
+from sasflow.hooks import Hooks
+from sasflow.observability.build import role_hooks
+from sasflow.settings import Settings
+
+SETTINGS = ("off", "metrics", "tracing", "both")
+TARGETS = {"metrics": 0.03, "tracing": 0.10}
+
+
+def variables(setting: str, spans: Path) -> dict[str, str]:
+    found = {}
+    if setting in ("metrics", "both"):
+        found["SASFLOW_METRICS_PORT"] = "0"
+    if setting in ("tracing", "both"):
+        found["SASFLOW_TRACE_FILE"] = str(spans)
+    return found
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """The CLI processes started meanwhile inherit `values` (Processes copies os.environ)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def hooks_of(values: dict[str, str], namespace: str) -> tuple[Callable[[str], Hooks], list[Hooks]]:
+    made: list[Hooks] = []
+
+    def make(role: str) -> Hooks:
+        settings = Settings(
+            namespace=namespace,
+            metrics_port=int(values["SASFLOW_METRICS_PORT"])
+            if "SASFLOW_METRICS_PORT" in values
+            else None,
+            trace_file=values.get("SASFLOW_TRACE_FILE"),
+        )
+        made.append(role_hooks(settings, role))
+        return made[-1]
+
+    return make, made
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--repeat", type=int, default=None, help="override the repeat count")
+    args = parser.parse_args()
+    sizes = Sizes.of(args.quick)
+    if args.repeat:
+        sizes.repeat = args.repeat
+    results = Results()
+    w1: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    w3: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    with tempfile.TemporaryDirectory(prefix="sasflow-overhead-") as scratch_dir:
+        spans = Path(scratch_dir) / "spans.jsonl"
+        with scratch("ovh", ["noop"]) as (url, engine, names):
+            for index in range(sizes.repeat):
+                for setting in SETTINGS:
+                    values = variables(setting, spans)
+                    with environment(values):
+                        w1[setting].append(
+                            drain(
+                                url,
+                                engine,
+                                names,
+                                "one",
+                                count=sizes.w1_runs,
+                                label=f"ovh{setting}{index}",
+                                sizes=sizes,
+                                memory=None,
+                            )
+                        )
+        for _ in range(sizes.repeat):
+            for setting in SETTINGS:
+                make, made = hooks_of(variables(setting, spans), "bench")
+                try:
+                    latencies = latency_once(sizes, make)
+                finally:
+                    for hooks in made:
+                        hooks.close()
+                w3[setting].append(statistics.median(latencies))
+    say(f"W1 ({sizes.w1_runs:,} one-step runs, CLI processes) by setting", results)
+    base = statistics.median(w1["off"])
+    for setting in SETTINGS:
+        cost = 1 - statistics.median(w1[setting]) / base
+        target = TARGETS.get(setting)
+        extra = f"cost {cost:+.1%} of off" + (
+            f"; target <= {target:.0%}: {verdict(cost <= target)}" if target else ""
+        )
+        report(results, f"W1 runs/s {setting}", w1[setting], "runs/s", extra)
+    say("W3 latency p50 (one run at a time, roles as threads) by setting", results)
+    base = statistics.median(w3["off"])
+    for setting in SETTINGS:
+        ratio = statistics.median(w3[setting]) / base
+        report(results, f"W3 p50 {setting}", w3[setting], "ms", f"x{ratio:.2f} of off")
+
+
+if __name__ == "__main__":
+    main()
