@@ -23,22 +23,43 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import Results, Sizes, drain, latency_once, report, say, scratch, verdict
+from bench.run import (
+    Results,
+    Sizes,
+    drain,
+    latency_once,
+    load_line,
+    report,
+    say,
+    scratch,
+    verdict,
+)
 from sasflow.hooks import Hooks
 from sasflow.observability.build import role_hooks
 from sasflow.settings import Settings
 
-SETTINGS = ("off", "metrics", "tracing", "both")
+SETTINGS = ("off", "metrics", "tracing", "tracing-10%", "both")
 TARGETS = {"metrics": 0.03, "tracing": 0.10}
 
 
 def variables(setting: str, spans: Path) -> dict[str, str]:
+    """The environment of `setting`: tracing records every run, tracing-10% one in ten (the
+    OpenTelemetry SDK's own sampler variables; the decision follows the run's root)."""
     found = {}
     if setting in ("metrics", "both"):
         found["SASFLOW_METRICS_PORT"] = "0"
-    if setting in ("tracing", "both"):
+    if setting.startswith("tracing") or setting == "both":
         found["SASFLOW_TRACE_FILE"] = str(spans)
+    if setting == "tracing-10%":
+        found["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        found["OTEL_TRACES_SAMPLER_ARG"] = "0.1"
     return found
+
+
+def rotated(index: int) -> tuple[str, ...]:
+    """SETTINGS, starting one further on each repeat: none always runs first (cold caches)."""
+    shift = index % len(SETTINGS)
+    return SETTINGS[shift:] + SETTINGS[:shift]
 
 
 @contextlib.contextmanager
@@ -88,7 +109,7 @@ def main() -> None:
         spans = Path(scratch_dir) / "spans.jsonl"
         with scratch("ovh", ["noop"]) as (url, engine, names):
             for index in range(sizes.repeat):
-                for setting in SETTINGS:
+                for setting in rotated(index):
                     values = variables(setting, spans)
                     with environment(values):
                         w1[setting].append(
@@ -103,11 +124,13 @@ def main() -> None:
                                 memory=None,
                             )
                         )
-        for _ in range(sizes.repeat):
-            for setting in SETTINGS:
-                make, made = hooks_of(variables(setting, spans), "bench")
+        for index in range(sizes.repeat):
+            for setting in rotated(index):
+                values = variables(setting, spans)
+                make, made = hooks_of(values, "bench")
                 try:
-                    latencies = latency_once(sizes, make)
+                    with environment(values):  # the SDK reads its sampler variables
+                        latencies = latency_once(sizes, make)
                 finally:
                     for hooks in made:
                         hooks.close()
@@ -126,6 +149,7 @@ def main() -> None:
     for setting in SETTINGS:
         ratio = statistics.median(w3[setting]) / base
         report(results, f"W3 p50 {setting}", w3[setting], "ms", f"x{ratio:.2f} of off")
+    say(load_line(), results)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ conventions. This module is imported only when tracing is on.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,7 +51,7 @@ class JsonLinesExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(span.to_json(indent=None) + "\n" for span in spans)
+        lines = "".join(json.dumps(span_record(span), default=str) + "\n" for span in spans)
         with self._lock:
             self._file.write(lines)
             self._file.flush()
@@ -61,10 +62,41 @@ class JsonLinesExporter(SpanExporter):
             self._file.close()
 
 
+def span_record(span: ReadableSpan) -> dict[str, Any]:
+    """One span as a JSON object: the fields and spelling of the SDK's `to_json` (ids as
+    0x-prefixed hex), times in Unix nanoseconds, and only the resource's service name; about
+    a third of `to_json`'s cost, which matters on a role's hot path."""
+    context = span.get_span_context()
+    parent = span.parent
+    return {
+        "name": span.name,
+        "context": {
+            "trace_id": f"0x{context.trace_id:032x}" if context else None,
+            "span_id": f"0x{context.span_id:016x}" if context else None,
+        },
+        "kind": str(span.kind),
+        "parent_id": f"0x{parent.span_id:016x}" if parent is not None else None,
+        "start_time": span.start_time,
+        "end_time": span.end_time,
+        "status": {"status_code": span.status.status_code.name},
+        "attributes": dict(span.attributes or {}),
+        "events": [
+            {"name": e.name, "timestamp": e.timestamp, "attributes": dict(e.attributes or {})}
+            for e in span.events
+        ],
+        "resource": {"attributes": {"service.name": span.resource.attributes.get("service.name")}},
+    }
+
+
 def file_provider(service: str, path: str | Path) -> TracerProvider:
     """A provider that batches spans of `service` into the JSON-lines file `path`."""
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    provider.add_span_processor(BatchSpanProcessor(JsonLinesExporter(path)))
+    # A queue deep enough for a scheduler's bursts (the default 2048 drops spans beyond it).
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            JsonLinesExporter(path), max_queue_size=32768, max_export_batch_size=2048
+        )
+    )
     return provider
 
 
@@ -130,15 +162,18 @@ class Tracing(Hooks):
         """The stored trace of each run; a run that has none (submitted straight into the
         database) gets a root span now, stored for its later spans."""
         stored = traces.trace_parents(conn, workflows.keys())
-        contexts: dict[int, Context] = {}
+        roots: dict[int, str] = {}
         for run_id, workflow in workflows.items():
-            parent = stored.get(run_id)
-            if parent is None:
+            if stored.get(run_id) is None:
                 root = self._tracer.start_span(f"run {workflow}", attributes=_ids(run_id))
                 root.end()
-                parent = traces.set_trace_parent(conn, run_id, _inject(root)["traceparent"])
-            contexts[run_id] = PROPAGATOR.extract({"traceparent": parent})
-        return contexts
+                roots[run_id] = _inject(root)["traceparent"]
+        stored.update(traces.set_trace_parents(conn, roots))
+        return {
+            run_id: PROPAGATOR.extract({"traceparent": parent})
+            for run_id, parent in stored.items()
+            if parent is not None
+        }
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self._claims.clear()
@@ -149,7 +184,7 @@ class Tracing(Hooks):
         for step in steps:
             span = self._tracer.start_span(
                 f"claim {step.name}",
-                context=contexts[step.run_id],
+                context=contexts.get(step.run_id),
                 start_time=started,
                 attributes={**_ids(step.run_id, step.id, step.attempt), "sasflow.step": step.name},
             )

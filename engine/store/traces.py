@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from sasflow.store.schema import runs
 
@@ -19,13 +19,21 @@ def trace_parents(conn: Connection, run_ids: Collection[int]) -> dict[int, str |
     return {row.id: row.trace_parent for row in rows}
 
 
-def set_trace_parent(conn: Connection, run_id: int, trace_parent: str) -> str:
-    """Store `trace_parent` for a run that has none yet; returns the one the run keeps (served
-    by the runs primary key)."""
+_set_if_none = (
+    update(runs)
+    .where(runs.c.id == bindparam("b_id"), runs.c.trace_parent.is_(None))
+    .values(trace_parent=bindparam("b_trace_parent"))
+)
+
+
+def set_trace_parents(conn: Connection, new: Mapping[int, str]) -> dict[int, str]:
+    """Store a traceparent for each run of `new` that has none yet (one batched statement);
+    returns the one each run keeps (served by the runs primary key)."""
+    if not new:
+        return {}
     conn.execute(
-        update(runs)
-        .where(runs.c.id == run_id, runs.c.trace_parent.is_(None))
-        .values(trace_parent=trace_parent)
+        _set_if_none,
+        [{"b_id": run_id, "b_trace_parent": parent} for run_id, parent in sorted(new.items())],
     )
-    kept = conn.execute(select(runs.c.trace_parent).where(runs.c.id == run_id)).scalar()
-    return kept or trace_parent
+    kept = trace_parents(conn, new.keys())
+    return {run_id: kept.get(run_id) or parent for run_id, parent in new.items()}
