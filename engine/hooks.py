@@ -66,6 +66,10 @@ class Hooks:
     ) -> None:
         """A batch of replies was applied (committed) in `seconds`."""
 
+    def events_relayed(self, count: int, seconds: float) -> None:
+        """`count` status events (the outbox) were published and marked in `seconds`
+        (scheduler, submitter)."""
+
     def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
         """Runs reached a terminal state (run id -> state), inside the transaction that did it
         (scheduler: applying replies; supervisor: escalating an expired step)."""
@@ -157,6 +161,9 @@ class HookChain(Hooks):
         self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
     ) -> None:
         self._each("replies_applied", lambda h: h.replies_applied(replies, report, seconds))
+
+    def events_relayed(self, count: int, seconds: float) -> None:
+        self._each("events_relayed", lambda h: h.events_relayed(count, seconds))
 
     def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
         self._each("runs_finished", lambda h: h.runs_finished(conn, finished))

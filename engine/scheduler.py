@@ -167,7 +167,8 @@ class Scheduler:
                         busy = True
                 if self._events_dirty or t >= next_relay:
                     self._events_dirty = (
-                        relay_events(self._engine, self._transport, self._names) >= 500
+                        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+                        >= 500
                     )
                     next_relay = t + self._options.relay_interval
                 if t >= next_heartbeat:
@@ -191,7 +192,7 @@ class Scheduler:
         self._transport.process(0)
         if self._replies:
             self._apply_buffered()
-        relay_events(self._engine, self._transport, self._names)
+        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
 
     # -- replies --------------------------------------------------------------------------
 
@@ -380,6 +381,7 @@ class Scheduler:
                 actor=self.id,
                 agent=agent,
             )
+            self._hooks.runs_finished(conn, report.finished)
         self._count(report)
 
     def _declare_agent(self, agent: str) -> None:

@@ -139,4 +139,4 @@ class Submitter:
         for delivery in held:
             if delivery.tag not in rejected_tags:
                 self._transport.ack(delivery)
-        relay_events(self._engine, self._transport, self._names)
+        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)

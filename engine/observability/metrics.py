@@ -61,6 +61,8 @@ def new_registry() -> CollectorRegistry:
 
 
 class _DeadLetters(Hooks):
+    """What every role that consumes counts."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.dead_letters = Counter(
             "sasflow_dead_letters",
@@ -73,7 +75,30 @@ class _DeadLetters(Hooks):
         self.dead_letters.labels(queue).inc()
 
 
-class SubmitterMetrics(_DeadLetters):
+class _Relay(_DeadLetters):
+    """What the roles that consume and relay the outbox (scheduler, submitter) count."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.relayed = Counter(
+            "sasflow_events_relayed",
+            "Status events published from the outbox (the events table).",
+            registry=registry,
+        )
+        self.relay_seconds = Histogram(
+            "sasflow_relay_duration_seconds",
+            "Time of one relay batch that published events.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def events_relayed(self, count: int, seconds: float) -> None:
+        self.relayed.inc(count)
+        if count:
+            self.relay_seconds.observe(seconds)
+
+
+class SubmitterMetrics(_Relay):
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
         self.submitted = Counter(
@@ -102,9 +127,9 @@ class _RunsFinished(Hooks):
             self.finished.labels(str(state)).inc()
 
 
-class SchedulerMetrics(_DeadLetters, _RunsFinished):
+class SchedulerMetrics(_Relay, _RunsFinished):
     def __init__(self, registry: CollectorRegistry) -> None:
-        _DeadLetters.__init__(self, registry)
+        _Relay.__init__(self, registry)
         _RunsFinished.__init__(self, registry)
         self.claimed = Counter(
             "sasflow_steps_claimed", "Steps claimed for dispatch.", registry=registry
