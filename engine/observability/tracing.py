@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from sasflow.transport.topology import Names
 
 PROPAGATOR = TraceContextTextMapPropagator()
+REMEMBERED_RUNS = 10_000
+"""Runs whose trace context a scheduler or supervisor keeps in memory (about 1 MB)."""
 SYSTEM = {"messaging.system": "rabbitmq"}
 
 
@@ -137,6 +140,9 @@ class Tracing(Hooks):
         self._names = names
         self._owns_provider = owns_provider
         self._claims: dict[int, Span] = {}
+        # run id -> traceparent of the runs seen lately (loop thread only): a run's later
+        # claims and its completion usually happen in the process that claimed it before.
+        self._remembered: OrderedDict[int, str] = OrderedDict()
         self._handling = threading.local()
 
     # -- submitter --------------------------------------------------------------------------
@@ -159,21 +165,35 @@ class Tracing(Hooks):
     # -- scheduler --------------------------------------------------------------------------
 
     def _run_contexts(self, conn: Connection, workflows: Mapping[int, str]) -> dict[int, Context]:
-        """The stored trace of each run; a run that has none (submitted straight into the
-        database) gets a root span now, stored for its later spans."""
-        stored = traces.trace_parents(conn, workflows.keys())
-        roots: dict[int, str] = {}
-        for run_id, workflow in workflows.items():
-            if stored.get(run_id) is None:
-                root = self._tracer.start_span(f"run {workflow}", attributes=_ids(run_id))
-                root.end()
-                roots[run_id] = _inject(root)["traceparent"]
-        stored.update(traces.set_trace_parents(conn, roots))
-        return {
-            run_id: PROPAGATOR.extract({"traceparent": parent})
-            for run_id, parent in stored.items()
-            if parent is not None
+        """The trace of each run: remembered, else stored, else a new root span stored now.
+
+        Root spans are made for every run not remembered and ended (exported) only for the runs
+        that had none stored: one UPDATE serves both the question and the answer."""
+        found = {r: p for r in workflows if (p := self._remembered.get(r)) is not None}
+        roots = {
+            run_id: self._tracer.start_span(f"run {workflow}", attributes=_ids(run_id))
+            for run_id, workflow in workflows.items()
+            if run_id not in found
         }
+        if roots:
+            proposed = {run_id: _inject(span)["traceparent"] for run_id, span in roots.items()}
+            taken = traces.set_missing_trace_parents(conn, proposed)
+            for run_id in taken:
+                roots[run_id].end()
+                found[run_id] = proposed[run_id]
+            others = set(roots) - taken
+            found.update(
+                (r, p) for r, p in traces.trace_parents(conn, others).items() if p is not None
+            )
+        for run_id, parent in found.items():
+            self._remember(run_id, parent)
+        return {r: PROPAGATOR.extract({"traceparent": p}) for r, p in found.items()}
+
+    def _remember(self, run_id: int, parent: str) -> None:
+        self._remembered[run_id] = parent
+        self._remembered.move_to_end(run_id)
+        while len(self._remembered) > REMEMBERED_RUNS:
+            self._remembered.popitem(last=False)
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self._claims.clear()
@@ -236,6 +256,8 @@ class Tracing(Hooks):
 
     def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
         self._internal(conn, {run_id: (f"run {state}", {}) for run_id, state in finished.items()})
+        for run_id in finished:  # an operator's resubmission reads it back from the run
+            self._remembered.pop(run_id, None)
 
     # -- supervisor -------------------------------------------------------------------------
 
@@ -258,9 +280,12 @@ class Tracing(Hooks):
     def _internal(self, conn: Connection, spans: Mapping[int, tuple[str, dict[str, Any]]]) -> None:
         if not spans:
             return
-        stored = traces.trace_parents(conn, spans.keys())
+        parents = {r: p for r in spans if (p := self._remembered.get(r)) is not None}
+        if len(parents) < len(spans):
+            stored = traces.trace_parents(conn, set(spans) - set(parents))
+            parents.update((r, p) for r, p in stored.items() if p is not None)
         for run_id, (name, attributes) in spans.items():
-            parent = stored.get(run_id)
+            parent = parents.get(run_id)
             context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
             self._tracer.start_span(
                 name, context=context, attributes={**_ids(run_id), **attributes}

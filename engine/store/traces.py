@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, case, select, update
 
 from sasflow.store.schema import runs
 
@@ -19,21 +19,16 @@ def trace_parents(conn: Connection, run_ids: Collection[int]) -> dict[int, str |
     return {row.id: row.trace_parent for row in rows}
 
 
-_set_if_none = (
-    update(runs)
-    .where(runs.c.id == bindparam("b_id"), runs.c.trace_parent.is_(None))
-    .values(trace_parent=bindparam("b_trace_parent"))
-)
-
-
-def set_trace_parents(conn: Connection, new: Mapping[int, str]) -> dict[int, str]:
-    """Store a traceparent for each run of `new` that has none yet (one batched statement);
-    returns the one each run keeps (served by the runs primary key)."""
+def set_missing_trace_parents(conn: Connection, new: Mapping[int, str]) -> set[int]:
+    """Store `new[run]` for each run that has no traceparent yet, in one statement; returns
+    the runs that took theirs (served by the runs primary key)."""
     if not new:
-        return {}
-    conn.execute(
-        _set_if_none,
-        [{"b_id": run_id, "b_trace_parent": parent} for run_id, parent in sorted(new.items())],
-    )
-    kept = trace_parents(conn, new.keys())
-    return {run_id: kept.get(run_id) or parent for run_id, parent in new.items()}
+        return set()
+    ids = sorted(new)
+    rows = conn.execute(
+        update(runs)
+        .where(runs.c.id.in_(ids), runs.c.trace_parent.is_(None))
+        .values(trace_parent=case(new, value=runs.c.id))
+        .returning(runs.c.id)
+    ).all()
+    return {row.id for row in rows}
