@@ -154,8 +154,6 @@ def test_one_run_is_one_trace_across_processes_with_metrics_and_json_logs(
     agent_queue, replies = names.agent("observed"), names.replies
     expected = {
         f"process {names.submit}",
-        "claim first",
-        "claim second",
         f"publish {agent_queue}",
         f"process {agent_queue}",
         f"publish {replies}",
@@ -164,6 +162,13 @@ def test_one_run_is_one_trace_across_processes_with_metrics_and_json_logs(
         "run completed",
     }
     assert expected <= {s["name"] for s in spans}
+    dispatches = [s for s in spans if s["name"] == f"publish {agent_queue}"]
+    assert sorted(s["attributes"]["sasflow.step"] for s in dispatches) == [
+        "first",
+        "second",
+        "second",
+    ]
+    assert all([e["name"] for e in s["events"]] == ["claimed"] for s in dispatches)
     handler = next(
         s
         for s in spans
