@@ -198,6 +198,12 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
     return predicate()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -287,10 +293,12 @@ def drain(
     label: str,
     sizes: Sizes,
     memory: dict[str, list[float]] | None,
+    cpu: list[float] | None = None,
 ) -> float:
     """Start 2 agents and 2 schedulers (CLI processes), let them settle, submit `count` runs
     in one transaction and time the drain from that commit to the last run's completion
-    (both on the database clock); returns runs completed/s."""
+    (both on the database clock); returns runs completed/s. `cpu` receives the CPU
+    milliseconds the four processes spent per run during the drain."""
     prefix = f"{label}-{time.time_ns()}-"
     with processes(url, names, "bench.apps") as procs:
         agents = [procs.start(f"agent-{i}", "agent", "noop") for i in (1, 2)]
@@ -298,6 +306,8 @@ def drain(
         schedulers = [procs.start(f"scheduler-{i}", "scheduler") for i in (1, 2)]
         time.sleep(2.5)
         procs.assert_alive()
+        roles = [*agents, *schedulers]
+        cpu_before = sum(cpu_seconds(p.pid) for p in roles)
         took, committed = submit_up_front(engine, workflow, count, prefix, names.namespace)
         say(f"    submitted {count:,} {workflow} runs in one transaction in {took:.1f}s")
         waited = time.monotonic()
@@ -305,6 +315,8 @@ def drain(
             lambda: completed(engine, prefix)[0] >= count, sizes.drain_timeout, interval=0.1
         )
         procs.assert_alive()
+        if cpu is not None:
+            cpu.append((sum(cpu_seconds(p.pid) for p in roles) - cpu_before) * 1000 / count)
         if memory is not None:
             memory.setdefault("scheduler", []).append(max(peak_rss_mb(p.pid) for p in schedulers))
             memory.setdefault("agent", []).append(max(peak_rss_mb(p.pid) for p in agents))
