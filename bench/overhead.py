@@ -7,8 +7,8 @@ W3 (one run at a time, submit commit -> run.completed, roles as threads) once pe
 repeat, the settings interleaved so that a change in the machine's load spreads over all of
 them. Prints each figure and its ratio to `off` measured in the same run (targets: metrics
 cost <= 3 % of W1 throughput, tracing <= 10 %), and the CPU time the four role processes spent
-per run during the W1 drain, which a loaded shared machine disturbs far less than throughput. Spans go to a scratch file, metrics to a
-free port; nothing scrapes them (a scrape every 15 s costs the process nothing measurable).
+per run during the W1 drain, which a loaded shared machine disturbs far less than throughput.
+Spans go to a scratch file; metrics are served on a free port and not scraped.
 """
 
 from __future__ import annotations
