@@ -114,6 +114,17 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _unsampled(traceparent: str | None) -> bool:
+    """True for a W3C traceparent whose sampled flag is off: its hops make no span at all and
+    only pass the context on (the sampler decided at the run's root)."""
+    if not traceparent or len(traceparent) < 55:
+        return False
+    try:
+        return not int(traceparent[-2:], 16) & 1
+    except ValueError:
+        return False
+
+
 def _inject(span: Span) -> dict[str, str]:
     carrier: dict[str, str] = {}
     PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
@@ -139,7 +150,7 @@ class Tracing(Hooks):
         self._tracer = provider.get_tracer("sasflow")
         self._names = names
         self._owns_provider = owns_provider
-        self._claims: dict[int, tuple[Context | None, int, int]] = {}
+        self._claims: dict[int, tuple[str | None, int, int]] = {}
         """Step id -> (its run's trace, claim start, claim commit), for the dispatch span."""
         # run id -> traceparent of the runs seen lately (loop thread only): a run's later
         # claims and its completion usually happen in the process that claimed it before.
@@ -165,7 +176,7 @@ class Tracing(Hooks):
 
     # -- scheduler --------------------------------------------------------------------------
 
-    def _run_contexts(self, conn: Connection, workflows: Mapping[int, str]) -> dict[int, Context]:
+    def _run_parents(self, conn: Connection, workflows: Mapping[int, str]) -> dict[int, str]:
         """The trace of each run: remembered, else stored, else a new root span stored now.
 
         Root spans are made for every run not remembered and ended (exported) only for the runs
@@ -188,7 +199,7 @@ class Tracing(Hooks):
             )
         for run_id, parent in found.items():
             self._remember(run_id, parent)
-        return {r: PROPAGATOR.extract({"traceparent": p}) for r, p in found.items()}
+        return found
 
     def _remember(self, run_id: int, parent: str) -> None:
         self._remembered[run_id] = parent
@@ -200,21 +211,23 @@ class Tracing(Hooks):
         self._claims.clear()
         if not steps:
             return
-        contexts = self._run_contexts(conn, {s.run_id: s.workflow for s in steps})
+        parents = self._run_parents(conn, {s.run_id: s.workflow for s in steps})
         claimed = time.time_ns()
         started = claimed - int(seconds * 1e9)
         for step in steps:
-            self._claims[step.id] = (contexts.get(step.run_id), started, claimed)
+            self._claims[step.id] = (parents.get(step.run_id), started, claimed)
 
     def request_headers(self, step: ClaimedStep) -> Headers | None:
         """The dispatch span: from the claim statement's start to the publish, with a
         `claimed` event (one span per step rather than two: the claim is one statement for a
         whole batch, and every span costs the scheduler's loop)."""
-        context, started, claimed = self._claims.pop(step.id, (None, None, None))
+        parent, started, claimed = self._claims.pop(step.id, (None, None, None))
+        if parent is not None and _unsampled(parent):
+            return {"traceparent": parent}
         queue = self._names.agent(step.agent)
         span = self._tracer.start_span(
             f"publish {queue}",
-            context=context,
+            context=PROPAGATOR.extract({"traceparent": parent}) if parent else None,
             kind=SpanKind.PRODUCER,
             start_time=started,
             attributes={
@@ -237,6 +250,8 @@ class Tracing(Hooks):
         dropped = {(o.step_id, o.attempt) for o in report.dropped}
         started = time.time_ns() - int(seconds * 1e9)
         for delivery, reply in replies:
+            if _unsampled(_text(delivery.headers.get("traceparent", ""))):
+                continue
             span = self._tracer.start_span(
                 f"process {delivery.queue}",
                 context=_extract(delivery.headers),
@@ -287,6 +302,8 @@ class Tracing(Hooks):
             parents.update((r, p) for r, p in stored.items() if p is not None)
         for run_id, (name, attributes) in spans.items():
             parent = parents.get(run_id)
+            if _unsampled(parent):
+                continue
             context = PROPAGATOR.extract({"traceparent": parent}) if parent else None
             self._tracer.start_span(
                 name, context=context, attributes={**_ids(run_id), **attributes}
@@ -295,6 +312,12 @@ class Tracing(Hooks):
     # -- agent (worker threads) -------------------------------------------------------------
 
     def handler_started(self, request: Request, headers: Headers) -> None:
+        incoming = _text(headers.get("traceparent", ""))
+        if _unsampled(incoming):
+            self._handling.current = None
+            self._handling.passing = incoming
+            return
+        self._handling.passing = None
         queue = self._names.agent(request.agent)
         span = self._tracer.start_span(
             f"process {queue}",
@@ -335,7 +358,8 @@ class Tracing(Hooks):
     ) -> Headers | None:
         current = getattr(self._handling, "current", None)
         if current is None:
-            return None
+            passing = getattr(self._handling, "passing", None)
+            return {"traceparent": passing} if passing and reply is not None else None
         span, token = current
         self._handling.current = None
         if breaker is not None:
