@@ -3,10 +3,11 @@
 The W3C trace context travels in AMQP headers (`traceparent`, `tracestate`) and is stored with
 the run (`runs.trace_parent`), so every span of a run joins one trace whichever process makes
 it: the submitter's `process <ns>.submit` span (or, for a run submitted straight into the
-database, a `run <workflow>` span made at its first claim) is the root; each claim, request
-publish, agent handler, reply publish, reply apply, supervisor expiry and the run's completion
-hang below it. Span names and attributes follow the OpenTelemetry messaging semantic
-conventions. This module is imported only when tracing is on.
+database, a `run <workflow>` span made at its first claim) is the root; each dispatch (claim
+and request publish), agent handler, reply publish, reply apply, supervisor expiry and the
+run's completion hang below it. Span names and attributes follow the OpenTelemetry messaging
+semantic conventions. The sampler decides once, at the root; an unsampled run's hops only pass
+its context on. This module is imported only when tracing is on.
 """
 
 from __future__ import annotations
