@@ -80,11 +80,20 @@ class SharedBreaker:
     """A thread-safe circuit breaker around one remote dependency."""
 
     def __init__(
-        self, dependency: str, policy: BreakerPolicy, *, on_change: BreakerChange | None = None
+        self,
+        dependency: str,
+        policy: BreakerPolicy,
+        *,
+        on_change: BreakerChange | None = None,
+        observe: Callable[[str, str], None] | None = None,
     ) -> None:
+        """`on_change` hears the changes to announce to the fleet (its own opens and trial
+        closes); `observe(dependency, state)` hears every state change, a peer's included (for
+        metrics). Both are called under the breaker's lock: they must be quick."""
         self.dependency = dependency
         self.policy = policy
         self._announce = on_change
+        self._observe = observe
         self._remote = False  # applying a peer's announcement: do not announce it back
         self._opened = _OpenedAt(self._changed)
         self._cb = pybreaker.CircuitBreaker(
@@ -103,6 +112,8 @@ class SharedBreaker:
         return str(self._cb.current_state)
 
     def _changed(self, old: str, new: str) -> None:
+        if self._observe is not None:
+            self._observe(self.dependency, new)
         if self._announce is None or self._remote:
             return
         if new == pybreaker.STATE_OPEN:
@@ -192,6 +203,7 @@ def retrying(
     budget: float,
     is_transient: Callable[[BaseException], bool],
     interrupted: threading.Event,
+    on_retry: Callable[[BaseException, int], None] | None = None,
 ) -> Retrying:
     """Exponential backoff with full jitter on transient errors, never sleeping past `budget`
     seconds from now; a set `interrupted` event (shutdown, deadline) cuts the sleep short."""
@@ -205,6 +217,11 @@ def retrying(
         if error is not None:
             last_failure[:] = [error]
 
+    def before_sleep(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if on_retry is not None and error is not None:
+            on_retry(error, state.attempt_number)
+
     def not_after_interruption(state: RetryCallState) -> None:
         # tenacity checks `stop` before sleeping only; an interrupted sleep must not be
         # followed by one more call: re-raise the last attempt's error instead.
@@ -214,6 +231,7 @@ def retrying(
     return Retrying(
         before=not_after_interruption,
         after=remember,
+        before_sleep=before_sleep,
         stop=stop,
         wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
         retry=retry_if_exception(is_transient),

@@ -22,6 +22,7 @@ from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientErr
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError
+from sasflow.hooks import Headers, Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
     ErrorInfo,
@@ -54,6 +55,7 @@ class Job:
     call: Call
     done: bool = False
     abandoned: bool = False
+    reply_headers: Headers | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ class AgentWorker:
         stop: threading.Event | None = None,
         options: AgentOptions | None = None,
         pool: str | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         """`limits` bound the requests accepted (beyond them: dead-lettered) and the replies
         sent (beyond them: an `error` reply saying so); keep them within the scheduler's.
@@ -159,6 +162,7 @@ class AgentWorker:
         self._limits = limits
         self._stop = stop or threading.Event()
         self._options = options or AgentOptions()
+        self._hooks = guarded(hooks)
         self.fleet = FleetLink(
             self.id,
             agent.name,
@@ -168,9 +172,13 @@ class AgentWorker:
             interval=self._options.heartbeat_interval,
         )
         self._breakers = {
-            dep: SharedBreaker(dep, policy, on_change=self.fleet.breaker_changed)
+            dep: SharedBreaker(
+                dep, policy, on_change=self.fleet.breaker_changed, observe=self._breaker_changed
+            )
             for dep, policy in agent.breakers.items()
         }
+        for dependency in self._breakers:  # observers learn every breaker, closed at start
+            self._breaker_changed(dependency, "closed")
         self._threads: set[threading.Thread] = set()
         self._busy: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
@@ -189,6 +197,9 @@ class AgentWorker:
 
     def breaker(self, dependency: str) -> SharedBreaker:
         return self._breakers[dependency]
+
+    def _breaker_changed(self, dependency: str, state: str) -> None:
+        self._hooks.breaker_changed(self.agent.name, dependency, state)
 
     def run(self) -> None:
         self._options.children.reap_orphans()
@@ -325,6 +336,7 @@ class AgentWorker:
             delivery, reason, dead_letter_exchange=self._names.dead_letter_exchange
         )
         self.stats.dead_lettered += 1
+        self._hooks.dead_lettered(delivery.queue, reason)
 
     def _settle(self) -> None:
         """Reply for finished jobs and abandon those whose deadline passed (owner thread)."""
@@ -405,6 +417,7 @@ class AgentWorker:
                     routing_key=job.delivery.reply_to or self._names.replies,
                     body=body,
                     correlation_id=job.delivery.correlation_id,
+                    headers=job.reply_headers,
                 )
                 for job, _, body in sending
             ]
@@ -485,6 +498,8 @@ class AgentWorker:
         with self._threads_lock:
             self._busy.add(threading.current_thread())
         outcome = Outcome(job, None)
+        started = time.monotonic()
+        self._hooks.handler_started(job.request, job.delivery.headers)
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0:
                 return  # waited in the pool past its deadline: never call the remote late
@@ -496,6 +511,13 @@ class AgentWorker:
                 job.request.attempt,
             )
         finally:
+            breaker = self._breakers.get(spec.dependency) if spec.dependency else None
+            job.reply_headers = self._hooks.handler_finished(
+                job.request,
+                outcome.reply,
+                time.monotonic() - started,
+                breaker.state if breaker is not None else None,
+            )
             # Idle before the owner can see the outcome, so it never waits on this thread.
             with self._threads_lock:
                 self._busy.discard(threading.current_thread())
@@ -519,6 +541,7 @@ class AgentWorker:
                 budget=retry_budget(call.remaining()),
                 is_transient=self._is_transient,
                 interrupted=call.cancelled,
+                on_retry=lambda exc, n: self._hooks.handler_retrying(request, exc, n),
             )(attempt)
         except BreakerOpenError as exc:
             return self._reply(

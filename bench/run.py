@@ -40,6 +40,7 @@ from bench import apps, limits
 from bench.sweep import measure as measure_sweep
 from sasflow import Registry, Step, Workflow, submit_run
 from sasflow.agents import Agent, Call
+from sasflow.hooks import Hooks
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
@@ -197,6 +198,12 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
     return predicate()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -286,10 +293,12 @@ def drain(
     label: str,
     sizes: Sizes,
     memory: dict[str, list[float]] | None,
+    cpu: list[float] | None = None,
 ) -> float:
     """Start 2 agents and 2 schedulers (CLI processes), let them settle, submit `count` runs
     in one transaction and time the drain from that commit to the last run's completion
-    (both on the database clock); returns runs completed/s."""
+    (both on the database clock); returns runs completed/s. `cpu` receives the CPU
+    milliseconds the four processes spent per run during the drain."""
     prefix = f"{label}-{time.time_ns()}-"
     with processes(url, names, "bench.apps") as procs:
         agents = [procs.start(f"agent-{i}", "agent", "noop") for i in (1, 2)]
@@ -297,6 +306,8 @@ def drain(
         schedulers = [procs.start(f"scheduler-{i}", "scheduler") for i in (1, 2)]
         time.sleep(2.5)
         procs.assert_alive()
+        roles = [*agents, *schedulers]
+        cpu_before = sum(cpu_seconds(p.pid) for p in roles)
         took, committed = submit_up_front(engine, workflow, count, prefix, names.namespace)
         say(f"    submitted {count:,} {workflow} runs in one transaction in {took:.1f}s")
         waited = time.monotonic()
@@ -304,6 +315,8 @@ def drain(
             lambda: completed(engine, prefix)[0] >= count, sizes.drain_timeout, interval=0.1
         )
         procs.assert_alive()
+        if cpu is not None:
+            cpu.append((sum(cpu_seconds(p.pid) for p in roles) - cpu_before) * 1000 / count)
         if memory is not None:
             memory.setdefault("scheduler", []).append(max(peak_rss_mb(p.pid) for p in schedulers))
             memory.setdefault("agent", []).append(max(peak_rss_mb(p.pid) for p in agents))
@@ -395,8 +408,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def latency_once(sizes: Sizes) -> list[float]:
-    """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms."""
+def latency_once(
+    sizes: Sizes, hooks: Callable[[str], Hooks | None] = lambda _role: None
+) -> list[float]:
+    """bench/latency.py's measurement: submit-commit to `run.completed` notification, ms;
+    `hooks(role)` gives the scheduler's and the agent's hooks (bench/overhead.py)."""
     registry, agent = build_registry()
     runs = int(sizes.w3_seconds * sizes.w3_rate)
     with scratch("w3", ["noop"]) as (url, engine, names):
@@ -421,7 +437,8 @@ def latency_once(sizes: Sizes) -> list[float]:
         listener.start()
         try:
             with harness.running(
-                harness.scheduler(engine, url, registry, names), harness.agent(agent, names)
+                harness.scheduler(engine, url, registry, names, hooks("scheduler")),
+                harness.agent(agent, names, hooks=hooks("agent")),
             ):
                 time.sleep(1.0)
                 for i in range(runs):

@@ -104,9 +104,10 @@ class Submission(_Message):
             raise ValueError("reply_to must be at most 255 bytes in UTF-8")
         return value
 
-    def new_run(self) -> NewRun:
-        """The run this submission asks the store for."""
+    def new_run(self, trace_parent: str | None = None) -> NewRun:
+        """The run this submission asks the store for (joining the trace `trace_parent`)."""
         return NewRun(
+            trace_parent=trace_parent,
             workflow=self.workflow,
             input=self.input,
             key=self.key,

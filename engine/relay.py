@@ -10,9 +10,11 @@ The same transaction queues each event for the subscription stream's matching su
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from sasflow.errors import BrokerUnavailableError
+from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
 from sasflow.store import events, stream
 from sasflow.store.db import Engine, transaction
@@ -27,11 +29,14 @@ def routing_key(workflow: str, entity: str, state: str) -> str:
     return f"{workflow}.{entity}.{state}"
 
 
-def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: int = 500) -> int:
+def relay_events(
+    engine: Engine, transport: Transport, names: Names, *, limit: int = 500, hooks: Hooks = NO_HOOKS
+) -> int:
     """Publish up to `limit` unpublished events as one batch; returns how many were relayed.
 
     The rows stay locked until the batch is confirmed and they are marked, in one transaction.
     """
+    started = time.monotonic()
     with transaction(engine) as conn:
         rows = events.take_unpublished(conn, limit=limit)
         if not rows:
@@ -74,6 +79,7 @@ def relay_events(engine: Engine, transport: Transport, names: Names, *, limit: i
                 log.error("status event %s not published: %s", event_id, result)
         events.mark_published(conn, [r.id for r in rows])
         stream.fan_out(conn, feed, namespace=names.namespace)
+    hooks.events_relayed(len(rows), time.monotonic() - started)
     return len(rows)
 
 

@@ -23,6 +23,7 @@ from sasflow.errors import (
     StoreUnavailableError,
 )
 from sasflow.fleet_recorder import FleetRecorder
+from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.pools import PoolGate
 from sasflow.registry import Registry
@@ -86,8 +87,10 @@ class Scheduler:
         database_url: str,
         options: SchedulerOptions | None = None,
         stop: threading.Event | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.id = process_id("scheduler")
+        self._hooks = guarded(hooks)
         self._engine = engine
         self._transport = transport
         self._registry = registry
@@ -194,7 +197,8 @@ class Scheduler:
                         busy = True
                 if self._events_dirty or t >= next_relay:
                     self._events_dirty = (
-                        relay_events(self._engine, self._transport, self._names) >= 500
+                        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+                        >= 500
                     )
                     next_relay = t + self._options.relay_interval
                 if t >= next_fleet:
@@ -219,7 +223,7 @@ class Scheduler:
         self._transport.process(0)
         if self._replies:
             self._apply_buffered()
-        relay_events(self._engine, self._transport, self._names)
+        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
 
     # -- replies --------------------------------------------------------------------------
 
@@ -231,6 +235,7 @@ class Scheduler:
                 delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange
             )
             self.stats.dead_lettered += 1
+            self._hooks.dead_lettered(delivery.queue, str(exc))
             return
         self._replies.append((delivery, reply))
 
@@ -258,6 +263,7 @@ class Scheduler:
         self._transport.ack(last, multiple=True)
 
     def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
+        started = time.monotonic()
         with transaction(self._engine) as conn:
             report = apply_outcomes(
                 conn,
@@ -266,6 +272,8 @@ class Scheduler:
                 namespace=self._names.namespace,
                 actor=self.id,
             )
+            self._hooks.runs_finished(conn, report.finished)
+        self._hooks.replies_applied(held, report, time.monotonic() - started)
         self._count(report)
 
     def _count(self, report: ApplyReport) -> None:
@@ -291,6 +299,7 @@ class Scheduler:
                     dead_letter_exchange=self._names.dead_letter_exchange,
                 )
                 self.stats.dead_lettered += 1
+                self._hooks.dead_lettered(delivery.queue, "reply could not be applied")
                 return
         self._transport.ack(delivery)
 
@@ -320,8 +329,10 @@ class Scheduler:
         one wait for the broker's confirms.
         """
         batch = self._options.claim_batch
+        started = time.monotonic()
         with transaction(self._engine) as conn:
             claimed = claim_steps(conn, locked_by=self.id, batch=batch)
+            self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
             due = seconds_until_due(conn) if len(claimed) < batch else None
         if not claimed:
             return False, due
@@ -353,6 +364,7 @@ class Scheduler:
                 self.stats.dispatched += 1
             else:
                 unsent.append(step)
+        self._hooks.steps_dispatched(len(claimed) - len(unsent), time.monotonic() - claimed_at)
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
@@ -405,6 +417,7 @@ class Scheduler:
             correlation_id=f"{step.id}:{step.attempt}",
             reply_to=self._names.replies,
             mandatory=True,
+            headers=self._hooks.request_headers(step),
         )
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
@@ -427,6 +440,7 @@ class Scheduler:
                 actor=self.id,
                 agent=agent,
             )
+            self._hooks.runs_finished(conn, report.finished)
         self._count(report)
 
     def _declare_agent(self, agent: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -262,6 +262,29 @@ class Settings(BaseSettings):
         if value is not None and len(value.get_secret_value()) < MIN_CALLBACK_KEY:
             raise ValueError(f"the callback key needs at least {MIN_CALLBACK_KEY} characters")
         return value
+
+    # -- observability (docs/observability.md) -----------------------------------------------
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines as text, or as one JSON object per line (timestamp, level, role, "
+        "run/step/attempt ids when known, trace id).",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port on which a role serves Prometheus /metrics [default: off]; 0 picks a "
+        "free port (logged). Needs the sasflow[metrics] extra.",
+    )
+    metrics_address: str = Field(
+        default="127.0.0.1",
+        description="Address the /metrics server listens on (0.0.0.0: every interface).",
+    )
+    trace_file: str | None = Field(
+        default=None,
+        description="Turn OpenTelemetry tracing on and append this process's spans to this "
+        "file as JSON lines [default: tracing off]. Needs the sasflow[otel] extra.",
+    )
 
     @field_validator("alert_email_to", mode="before")
     @classmethod

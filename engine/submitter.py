@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
+from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
@@ -46,8 +47,10 @@ class Submitter:
         prefetch: int = DEFAULT_PREFETCH,
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.id = process_id("submitter")
+        self._hooks = guarded(hooks)
         self._engine = engine
         self._transport = transport
         self._registry = registry
@@ -89,6 +92,7 @@ class Submitter:
 
     def _insert_held(self) -> None:
         held, self._held = self._held, []
+        created, duplicates = self.stats.created, self.stats.duplicates
         rejected: list[tuple[Delivery, str]] = []
         try:
             with transaction(self._engine) as conn:
@@ -104,7 +108,7 @@ class Submitter:
                             result = submit(
                                 conn,
                                 self._registry,
-                                submission.new_run(),
+                                submission.new_run(self._hooks.submission_received(delivery)),
                                 namespace=self._names.namespace,
                                 actor=self.id,
                             )
@@ -129,8 +133,10 @@ class Submitter:
                 delivery, reason, dead_letter_exchange=self._names.dead_letter_exchange
             )
             self.stats.dead_lettered += 1
+            self._hooks.dead_lettered(delivery.queue, reason)
+        self._hooks.runs_submitted(self.stats.created - created, self.stats.duplicates - duplicates)
         rejected_tags = {d.tag for d, _ in rejected}
         for delivery in held:
             if delivery.tag not in rejected_tags:
                 self._transport.ack(delivery)
-        relay_events(self._engine, self._transport, self._names)
+        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)

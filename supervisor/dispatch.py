@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, wait
 
 from sasflow.errors import StoreUnavailableError
+from sasflow.hooks import Hooks, guarded
 from sasflow.store.alerts import set_notified, take_unnotified
 from sasflow.store.db import Engine, transaction
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
@@ -123,7 +124,9 @@ class AlertDispatcher:
         namespace: str,
         interval: float = 2.0,
         budget: float = 10.0,
+        hooks: Hooks | None = None,
     ) -> None:
+        self._hooks = guarded(hooks)
         self._engine = engine
         self._sinks = list(sinks)
         self._namespace = namespace
@@ -168,6 +171,8 @@ class AlertDispatcher:
             done = [alert_id for alert_id, fs in attempts.items() if all(f.done() for f in fs)]
             if done:
                 set_notified(conn, done)
+                for kind in (r.kind for r in records if r.id in set(done)):
+                    self._hooks.alert_raised(kind)
         for alert_id in done:
             for index in range(len(self._workers)):
                 self._attempts.pop((alert_id, index), None)

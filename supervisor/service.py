@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavailableError
+from sasflow.hooks import Hooks, guarded
 from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
 from sasflow.runtime import process_id
 from sasflow.store.db import Engine
@@ -82,8 +83,10 @@ class Supervisor:
         dispatcher: Dispatcher | None = None,
         options: SupervisorOptions | None = None,
         stop: threading.Event | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.id = process_id("supervisor")
+        self._hooks = guarded(hooks)
         self._engine = engine
         self._names = names
         self._transport = transport
@@ -103,6 +106,7 @@ class Supervisor:
 
         Raises StoreUnavailableError when the database cannot be reached."""
         if not self.lease.acquire(self._engine):
+            self._hooks.sweep_finished(None)
             return None
         started = time.monotonic()
         report = SweepReport()
@@ -116,6 +120,7 @@ class Supervisor:
                 actor=self.id,
                 report=report,
                 namespace=self._names.namespace,
+                hooks=self._hooks,
             )
             self._count_dead_requests(report)
             flag_stalled(
@@ -139,6 +144,7 @@ class Supervisor:
         report.seconds = time.monotonic() - started
         if report.alerts and self._dispatcher is not None:
             self._dispatcher.wake()
+        self._hooks.sweep_finished(report)
         return report
 
     def _enforce_retention(self, report: SweepReport) -> None:
@@ -186,6 +192,7 @@ class Supervisor:
                     actor=self.id,
                     report=report,
                     namespace=self._names.namespace,
+                    hooks=self._hooks,
                 )
             except BaseException:
                 # Closing the channel hands the unacked messages back to the queue.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.errors import InvalidMessageError
+from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import Fence, parse
 from sasflow.states import StepState
 from sasflow.store import events, sweeps
@@ -71,6 +72,7 @@ def sweep_expired(
     actor: str,
     report: SweepReport,
     namespace: str,
+    hooks: Hooks = NO_HOOKS,
 ) -> None:
     """Count a failure for every expired step, `batch` at a time, within `budget` seconds.
 
@@ -86,7 +88,7 @@ def sweep_expired(
         runs_of_expired = sorted(set(expired))  # several expired steps may share a run
         locked = sweeps.lock_runs(conn, runs_of_expired, skip_locked=True)
         rows = sweeps.count_expired(conn, locked, error=TIMEOUT_ERROR) if locked else []
-        _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace)
+        _record(conn, rows, "expired", actor=actor, report=report, namespace=namespace, hooks=hooks)
         return len(expired)  # a full batch of expired steps: there may be more
 
     while run_transaction(engine, one_batch) >= batch:
@@ -103,6 +105,7 @@ def count_dead_requests(
     actor: str,
     report: SweepReport,
     namespace: str,
+    hooks: Hooks = NO_HOOKS,
 ) -> None:
     """Requests that were dead-lettered (rejected by an agent, or expired unconsumed) provably
     did not produce a reply for their attempt: count the failure now, fenced by the attempt."""
@@ -126,7 +129,13 @@ def count_dead_requests(
                 rows.append(row)
         report.dead_requests += len(rows)
         _record(
-            conn, rows, "request dead-lettered", actor=actor, report=report, namespace=namespace
+            conn,
+            rows,
+            "request dead-lettered",
+            actor=actor,
+            report=report,
+            namespace=namespace,
+            hooks=hooks,
         )
 
     run_transaction(engine, count)
@@ -155,7 +164,9 @@ def _record(
     actor: str,
     report: SweepReport,
     namespace: str,
+    hooks: Hooks,
 ) -> None:
+    hooks.steps_expired(conn, rows, reason)
     batch = [
         events.step_event(
             r,
@@ -175,6 +186,7 @@ def _record(
     failed_runs = {r.run_id for r in rows if r.state == StepState.ERROR}
     if failed_runs:
         advanced = advance_runs(conn, None, failed_runs, actor=actor)
+        hooks.runs_finished(conn, events.finished_runs(advanced.events))
         batch.extend(advanced.events)
         report.alerts.extend(advanced.alerts)
         report.compensations += advanced.compensations

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import AgentWorker
+from sasflow.hooks import Hooks
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store.schema import runs, steps
@@ -66,7 +67,12 @@ def transport(role: str) -> RabbitMQTransport:
 
 
 def scheduler(
-    engine: Engine, database_url: str, registry: Registry, names: Names, **options: Any
+    engine: Engine,
+    database_url: str,
+    registry: Registry,
+    names: Names,
+    hooks: Hooks | None = None,
+    **options: Any,
 ) -> Scheduler:
     return Scheduler(
         engine,
@@ -75,11 +81,16 @@ def scheduler(
         names,
         database_url=database_url,
         options=SchedulerOptions(**options),
+        hooks=hooks,
     )
 
 
-def agent(agent: Agent, names: Names, concurrency: int = 4) -> AgentWorker:
-    return AgentWorker(agent, transport(f"agent-{agent.name}"), names, concurrency=concurrency)
+def agent(
+    agent: Agent, names: Names, concurrency: int = 4, hooks: Hooks | None = None
+) -> AgentWorker:
+    return AgentWorker(
+        agent, transport(f"agent-{agent.name}"), names, concurrency=concurrency, hooks=hooks
+    )
 
 
 def submitter(engine: Engine, registry: Registry, names: Names) -> Submitter:

@@ -21,6 +21,8 @@ from sasflow.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
+from sasflow.hooks import Hooks
+from sasflow.observability.build import role_hooks
 from sasflow.redact import redact_url
 from sasflow.registry import Registry
 from sasflow.runtime import stop_on_signals
@@ -91,6 +93,16 @@ class CliContext:
             raise fail(exc) from exc
         finally:
             engine.dispose()
+
+    def hooks(self, role: str, *, engine: Engine | None = None) -> Hooks:
+        """The observability hooks of `role` from the settings (metrics, tracing, JSON log
+        context), closed when the command ends."""
+        try:
+            chain = role_hooks(self.settings, role, engine=engine)
+        except ConfigurationError as exc:
+            raise fail(exc) from exc
+        click.get_current_context().call_on_close(chain.close)
+        return chain
 
     def transport(self, role: str) -> Transport:
         """A new transport for `role`; every in-process one shares this context's broker."""
@@ -193,11 +205,18 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def setup_logging(level: str) -> None:
-    """The root logger at `level`; alembic from WARNING up. pika logs an ERROR with a traceback
-    for every failed (re)connection that sasflow handles and reports itself in one line, so it
-    is heard only at DEBUG."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+def setup_logging(level: str, log_format: str = "text", role: str = "cli") -> None:
+    """The root logger at `level`, as text or JSON lines naming `role`; alembic from WARNING
+    up. pika logs an ERROR with a traceback for every failed (re)connection that sasflow handles
+    and reports itself in one line, so it is heard only at DEBUG."""
+    if log_format == "json":
+        from sasflow.observability.jsonlog import JsonFormatter  # noqa: PLC0415
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter(role))
+        logging.basicConfig(level=level.upper(), handlers=[handler])
+    else:
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     root = logging.getLogger().level
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root))
     logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL)

@@ -69,6 +69,28 @@ COMMANDS = {
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    envvar="SASFLOW_LOG_FORMAT",
+    show_envvar=True,
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one JSON object per line (docs/observability.md).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="SASFLOW_METRICS_PORT",
+    show_envvar=True,
+    help="Serve Prometheus /metrics on this port (long-running roles) [default: off].",
+)
+@click.option(
+    "--trace-file",
+    envvar="SASFLOW_TRACE_FILE",
+    show_envvar=True,
+    help="Trace with OpenTelemetry, appending spans to this JSON-lines file [default: off].",
+)
 @click.version_option(package_name="sasflow")
 @click.pass_context
 def cli(
@@ -78,12 +100,21 @@ def cli(
     namespace: str | None,
     app: str | None,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    trace_file: str | None,
 ) -> None:
     """sasflow: workflows on the Scheduler-Agent-Supervisor pattern."""
-    setup_logging(log_level)
+    setup_logging(log_level, log_format, ctx.invoked_subcommand or "cli")
     ctx.obj = CliContext(
         build_settings(
-            database_url=database_url, broker_url=broker_url, namespace=namespace, app=app
+            database_url=database_url,
+            broker_url=broker_url,
+            namespace=namespace,
+            app=app,
+            log_format=log_format,
+            metrics_port=metrics_port,
+            trace_file=trace_file,
         )
     )
 

@@ -49,6 +49,7 @@ def submitter(obj: CliContext, prefetch: int) -> None:
             prefetch=prefetch,
             limits=obj.settings.limits(),
             stop=stop_event(),
+            hooks=obj.hooks("submitter"),
         )
         role.run()
     except SasflowError as exc:
@@ -180,6 +181,7 @@ def scheduler(
             database_url=obj.settings.database_url,
             options=options,
             stop=stop_event(),
+            hooks=obj.hooks("scheduler"),
         )
         role.run()
     except SasflowError as exc:
@@ -281,6 +283,7 @@ def agent(
         if not isinstance(target, Agent):
             raise click.UsageError(f"{spec} is not a sasflow.agents.Agent with handlers")
         children = ChildProcesses(state_dir or default_state_dir(obj.names.namespace, target.name))
+        hooks = obj.hooks("agent")
         role = AgentWorker(
             target,
             obj.transport(f"agent-{target.name}"),
@@ -294,8 +297,10 @@ def agent(
                 children=children,
             ),
             pool=pool,
+            hooks=hooks,
         )
         role.run()
     except SasflowError as exc:
         raise role_failed(exc) from exc
+    hooks.close()  # before a possible os._exit: flush the spans
     exit_despite_hung_handlers()

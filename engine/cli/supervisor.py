@@ -134,10 +134,12 @@ def supervisor(
     try:
         # Its loop retries whatever the database says: a refusal at start must end it here.
         check_not_refused(engine, probe)
+        hooks = obj.hooks("supervisor", engine=engine)
         dispatcher = AlertDispatcher(
             engine,
             build_sinks(obj.settings, lambda: obj.transport("alerts")),
             namespace=obj.settings.namespace,
+            hooks=hooks,
         )
         role = Supervisor(
             engine,
@@ -146,6 +148,7 @@ def supervisor(
             dispatcher=dispatcher,
             options=options,
             stop=None if once else stop_event(),
+            hooks=hooks,
         )
         if not once:
             role.run()

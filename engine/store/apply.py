@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection
 
 from sasflow.registry import Registry
-from sasflow.states import StepState
+from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
 from sasflow.store.commands import OutcomeKind, StepOutcome, StoredError
@@ -29,6 +29,8 @@ class ApplyReport:
     ready: int = 0
     backing_off: int = 0
     """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
+    finished: dict[int, RunState] = field(default_factory=dict)
+    """Runs that reached a terminal state: run id -> state."""
 
 
 def apply_outcomes(
@@ -104,6 +106,7 @@ def apply_outcomes(
     batch.extend(advanced.events)
     events.record(conn, batch)
     report.ready = advanced.ready
+    report.finished = events.finished_runs(advanced.events)
     if advanced.ready:
         notify_ready(conn, namespace)
     return report

@@ -70,6 +70,8 @@ class NewRun:
     """POSTed the run's summary when it ends (HTTP submissions)."""
     pool: str | None = None
     """The agent pool of its steps, unless a step's definition names its own."""
+    trace_parent: str | None = None
+    """W3C traceparent of the trace the run joins (tracing on), else None."""
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,15 @@ def step_event(
     )
 
 
+def finished_runs(batch: Sequence[Event]) -> dict[int, RunState]:
+    """The runs that `batch` takes to a terminal state: run id -> state."""
+    return {
+        e.run_id: RunState(e.to_state)
+        for e in batch
+        if e.entity == "run" and e.run_id is not None and e.to_state in TERMINAL_RUN_STATES
+    }
+
+
 def record(conn: Connection, batch: Sequence[Event]) -> None:
     """Append `batch` in the caller's transaction: one COPY on PostgreSQL for a large batch,
     else one executemany.
@@ -126,11 +135,7 @@ def record(conn: Connection, batch: Sequence[Event]) -> None:
         _copy(conn, batch)
     else:
         conn.execute(insert(events), [e.row() for e in batch])
-    ended = {
-        e.run_id
-        for e in batch
-        if e.entity == "run" and e.run_id is not None and e.to_state in TERMINAL_RUN_STATES
-    }
+    ended = finished_runs(batch)
     if ended:
         callbacks.enqueue(conn, sorted(ended))
 

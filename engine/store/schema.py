@@ -65,6 +65,8 @@ runs = Table(
     Column("callback_url", String(2000), nullable=True),
     # The agent pool its steps go to unless a step names its own, or NULL (the shared queue).
     Column("pool", String(100), nullable=True),
+    # W3C traceparent of the run's trace (tracing on): every span of the run joins it.
+    Column("trace_parent", String(100), nullable=True),
     Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),

@@ -89,6 +89,7 @@ def _insert(
             submitted_by=submission.submitted_by,
             callback_url=submission.callback_url,
             pool=submission.pool,
+            trace_parent=submission.trace_parent,
             on_failure=workflow.on_failure,
         )
         .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])

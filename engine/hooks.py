@@ -1,0 +1,220 @@
+"""The one seam through which metrics, traces and structured logs attach to the role loops.
+
+A role (scheduler, submitter, agent, supervisor) takes a `Hooks` object and calls it at fixed
+points of its loop; every method of the base class does nothing, so a role without hooks pays
+one method call per event. An extension subclasses `Hooks`, overrides the events it cares
+about, and `HookChain` fans each event out to several of them. docs/observability.md lists the
+events, which thread calls each, and what the built-in hooks do with them.
+
+Rules for implementers:
+- A hook never raises into the role: `HookChain` logs a hook's exception and carries on (roles
+  wrap what they are given with `guarded`).
+- A hook must be quick and must not block: it runs on the role's loop thread (or, for the
+  `handler_*` events, on the agent's worker thread that runs the handler).
+- The events that take a `conn` are called inside the role's transaction: a hook may read with
+  it (the store's functions) but must not commit, roll back or write business state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: agents import this module and must not load the store
+    from sasflow.messages import Reply, Request
+    from sasflow.states import RunState
+    from sasflow.store.apply import ApplyReport
+    from sasflow.store.claim import ClaimedStep
+    from sasflow.store.db import Connection
+    from sasflow.supervisor.sweep import SweepReport
+    from sasflow.transport.base import Delivery
+
+log = logging.getLogger(__name__)
+
+Headers = Mapping[str, Any]
+"""AMQP message headers a hook adds to an outgoing message (e.g. W3C `traceparent`)."""
+
+
+class Hooks:
+    """Events of the role loops; every method is a no-op here."""
+
+    # -- submitter ------------------------------------------------------------------------
+
+    def submission_received(self, delivery: Delivery) -> str | None:
+        """A submission is about to be recorded as a run; a W3C `traceparent` to store with
+        the run (the trace every later span of the run joins), or None."""
+        return None
+
+    def runs_submitted(self, created: int, duplicates: int) -> None:
+        """A batch of submissions committed."""
+
+    # -- scheduler ------------------------------------------------------------------------
+
+    def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
+        """A claim statement took `steps` (possibly none) in `seconds`, in its transaction."""
+
+    def request_headers(self, step: ClaimedStep) -> Headers | None:
+        """Headers for the request that dispatches `step`."""
+        return None
+
+    def steps_dispatched(self, count: int, seconds: float) -> None:
+        """`count` requests of one claim batch were confirmed by the broker in `seconds`."""
+
+    def replies_applied(
+        self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
+    ) -> None:
+        """A batch of replies was applied (committed) in `seconds`."""
+
+    def events_relayed(self, count: int, seconds: float) -> None:
+        """`count` status events (the outbox) were published and marked in `seconds`
+        (scheduler, submitter)."""
+
+    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
+        """Runs reached a terminal state (run id -> state), inside the transaction that did it
+        (scheduler: applying replies; supervisor: escalating an expired step)."""
+
+    # -- agent (worker threads, except where said) -----------------------------------------
+
+    def handler_started(self, request: Request, headers: Headers) -> None:
+        """The worker thread is about to run the handler for `request` (its delivery's
+        `headers`)."""
+
+    def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
+        """The handler raised a transient `error` on `attempt` and will be retried."""
+
+    def handler_finished(
+        self, request: Request, reply: Reply | None, seconds: float, breaker: str | None
+    ) -> Headers | None:
+        """The handler (with its retries) ended in `reply` (None: stay silent) after
+        `seconds`; `breaker` is its dependency's breaker state. Headers for the reply."""
+        return None
+
+    def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
+        """A dependency's breaker changed state (`closed`, `open`, `half-open`); any thread."""
+
+    # -- every role that consumes ---------------------------------------------------------
+
+    def dead_lettered(self, queue: str, reason: str) -> None:
+        """A message taken from `queue` was dead-lettered with `reason`."""
+
+    # -- supervisor -----------------------------------------------------------------------
+
+    def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
+        """The supervisor counted a failure for steps (rows with `id`, `run_id`, `attempt`,
+        `state`) whose deadline passed (`reason` "expired") or whose request was
+        dead-lettered, in its transaction."""
+
+    def sweep_finished(self, report: SweepReport | None) -> None:
+        """One sweep ended (None: another supervisor holds the lease)."""
+
+    def alert_raised(self, kind: str) -> None:
+        """The supervisor's dispatcher took a newly raised alert of `kind` to deliver."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The process is stopping: flush and release what the hooks hold."""
+
+
+def _merge(results: Sequence[Headers | None]) -> Headers | None:
+    merged: dict[str, Any] = {}
+    for result in results:
+        if result:
+            merged.update(result)
+    return merged or None
+
+
+class HookChain(Hooks):
+    """Fans every event out to `hooks`, in order; a hook that raises is logged and skipped."""
+
+    def __init__(self, hooks: Sequence[Hooks]) -> None:
+        self.hooks = tuple(hooks)
+        self._closed = False
+
+    def _each(self, event: str, call: Callable[[Hooks], Any]) -> list[Any]:
+        results = []
+        for hook in self.hooks:
+            try:
+                results.append(call(hook))
+            except Exception:  # an observer must never take the role down
+                log.exception("hook %s failed on %s", type(hook).__name__, event)
+        return results
+
+    def submission_received(self, delivery: Delivery) -> str | None:
+        found = self._each("submission_received", lambda h: h.submission_received(delivery))
+        return next((r for r in found if r), None)
+
+    def runs_submitted(self, created: int, duplicates: int) -> None:
+        self._each("runs_submitted", lambda h: h.runs_submitted(created, duplicates))
+
+    def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
+        self._each("steps_claimed", lambda h: h.steps_claimed(conn, steps, seconds))
+
+    def request_headers(self, step: ClaimedStep) -> Headers | None:
+        return _merge(self._each("request_headers", lambda h: h.request_headers(step)))
+
+    def steps_dispatched(self, count: int, seconds: float) -> None:
+        self._each("steps_dispatched", lambda h: h.steps_dispatched(count, seconds))
+
+    def replies_applied(
+        self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
+    ) -> None:
+        self._each("replies_applied", lambda h: h.replies_applied(replies, report, seconds))
+
+    def events_relayed(self, count: int, seconds: float) -> None:
+        self._each("events_relayed", lambda h: h.events_relayed(count, seconds))
+
+    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
+        self._each("runs_finished", lambda h: h.runs_finished(conn, finished))
+
+    def handler_started(self, request: Request, headers: Headers) -> None:
+        self._each("handler_started", lambda h: h.handler_started(request, headers))
+
+    def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
+        self._each("handler_retrying", lambda h: h.handler_retrying(request, error, attempt))
+
+    def handler_finished(
+        self, request: Request, reply: Reply | None, seconds: float, breaker: str | None
+    ) -> Headers | None:
+        # Last started, first finished: context a hook attached in handler_started is
+        # detached in the reverse order.
+        results = []
+        for hook in reversed(self.hooks):
+            try:
+                results.append(hook.handler_finished(request, reply, seconds, breaker))
+            except Exception:
+                log.exception("hook %s failed on handler_finished", type(hook).__name__)
+        return _merge(results)
+
+    def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
+        self._each("breaker_changed", lambda h: h.breaker_changed(agent, dependency, state))
+
+    def dead_lettered(self, queue: str, reason: str) -> None:
+        self._each("dead_lettered", lambda h: h.dead_lettered(queue, reason))
+
+    def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
+        self._each("steps_expired", lambda h: h.steps_expired(conn, rows, reason))
+
+    def sweep_finished(self, report: SweepReport | None) -> None:
+        self._each("sweep_finished", lambda h: h.sweep_finished(report))
+
+    def alert_raised(self, kind: str) -> None:
+        self._each("alert_raised", lambda h: h.alert_raised(kind))
+
+    def close(self) -> None:
+        """Close every hook once (later calls do nothing)."""
+        if not self._closed:
+            self._closed = True
+            self._each("close", lambda h: h.close())
+
+
+NO_HOOKS = Hooks()
+"""The hooks of a role given none (stateless, so one instance serves every role)."""
+
+
+def guarded(hooks: Hooks | None) -> Hooks:
+    """What a role keeps: no hooks, or `hooks` behind a HookChain so that none can raise."""
+    if hooks is None:
+        return NO_HOOKS
+    return hooks if isinstance(hooks, HookChain) else HookChain([hooks])

@@ -1,0 +1,87 @@
+"""Build a role's hooks from the settings: metrics, tracing and log context, as configured."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sasflow.errors import ConfigurationError
+from sasflow.hooks import HookChain, Hooks
+from sasflow.settings import Settings
+from sasflow.transport.topology import Names
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sasflow.store.db import Engine
+    from sasflow.store.gauges import StateCounts
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_ALIVE_WITHIN = 30.0
+"""Seconds since a scheduler's last heartbeat (every 5 s) within which it counts as alive."""
+
+
+def role_hooks(settings: Settings, role: str, *, engine: Engine | None = None) -> HookChain:
+    """The hooks of `role` (scheduler, submitter, agent, supervisor). The supervisor's
+    `engine` feeds its gauges of work by state. Close the chain when the role stops."""
+    hooks: list[Hooks] = []
+    try:
+        if settings.metrics_port is not None:
+            hooks.extend(_metrics(settings, role, engine))
+        if settings.trace_file:
+            hooks.append(_tracing(settings, role, settings.trace_file))
+    except BaseException:
+        HookChain(hooks).close()
+        raise
+    if settings.log_format == "json":
+        from sasflow.observability.jsonlog import LogContext  # noqa: PLC0415
+
+        hooks.append(LogContext())
+    return HookChain(hooks)
+
+
+def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks]:
+    try:
+        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
+        ) from exc
+    collectors = []
+    if role == "supervisor" and engine is not None:
+        collectors.append(metrics.StateGauges(_state_reader(engine)))
+    port = settings.metrics_port or 0
+    try:
+        made = metrics.role_metrics(role, port, settings.metrics_address, collectors)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
+        ) from exc
+    server = made[-1]
+    if isinstance(server, metrics.MetricsServer):
+        log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
+    return made
+
+
+def _state_reader(engine: Engine) -> Callable[[], StateCounts]:
+    from sasflow.store import gauges  # noqa: PLC0415
+    from sasflow.store.db import transaction  # noqa: PLC0415
+    from sasflow.supervisor.service import LEASE_NAME  # noqa: PLC0415
+
+    def read() -> StateCounts:
+        with transaction(engine) as conn:
+            return gauges.state_counts(conn, lease=LEASE_NAME, alive_within=SCHEDULER_ALIVE_WITHIN)
+
+    return read
+
+
+def _tracing(settings: Settings, role: str, trace_file: str) -> Hooks:
+    try:
+        from sasflow.observability import tracing  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"tracing needs OpenTelemetry: pip install 'sasflow[otel]' ({exc})"
+        ) from exc
+    provider = tracing.file_provider(f"sasflow-{role}", trace_file)
+    return tracing.Tracing(provider, Names(settings.namespace))

@@ -1,0 +1,422 @@
+"""Prometheus metrics of each role, as hooks, in a registry of the role's own.
+
+Names and units follow the Prometheus conventions (`_total` counters, `_seconds`, base units);
+labels are bounded by the definitions (workflow, step, agent, dependency, status, state, queue,
+alert kind), never a run id or a business key. docs/observability.md lists every metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from sasflow.errors import StoreUnavailableError
+from sasflow.hooks import Headers, Hooks
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from prometheus_client.metrics_core import Metric
+
+    from sasflow.messages import Reply, Request
+    from sasflow.states import RunState
+    from sasflow.store.apply import ApplyReport
+    from sasflow.store.claim import ClaimedStep
+    from sasflow.store.db import Connection
+    from sasflow.store.gauges import StateCounts
+    from sasflow.supervisor.sweep import SweepReport
+    from sasflow.transport.base import Delivery
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+"""Claim and apply batch sizes (items)."""
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Database and broker round trips (seconds)."""
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+"""Handler durations (seconds): remote calls of milliseconds up to an hour."""
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry for one process: sasflow's metrics plus the standard `process_*` ones."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return registry
+
+
+class _DeadLetters(Hooks):
+    """What every role that consumes counts."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.dead_letters = Counter(
+            "sasflow_dead_letters",
+            "Messages dead-lettered by this process, by the queue they were taken from.",
+            ["queue"],
+            registry=registry,
+        )
+
+    def dead_lettered(self, queue: str, reason: str) -> None:
+        self.dead_letters.labels(queue).inc()
+
+
+class _Relay(_DeadLetters):
+    """What the roles that consume and relay the outbox (scheduler, submitter) count."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.relayed = Counter(
+            "sasflow_events_relayed",
+            "Status events published from the outbox (the events table).",
+            registry=registry,
+        )
+        self.relay_seconds = Histogram(
+            "sasflow_relay_duration_seconds",
+            "Time of one relay batch that published events.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def events_relayed(self, count: int, seconds: float) -> None:
+        self.relayed.inc(count)
+        if count:
+            self.relay_seconds.observe(seconds)
+
+
+class SubmitterMetrics(_Relay):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.submitted = Counter(
+            "sasflow_runs_submitted",
+            "Submissions recorded: result=created (a new run) or duplicate (same key).",
+            ["result"],
+            registry=registry,
+        )
+
+    def runs_submitted(self, created: int, duplicates: int) -> None:
+        self.submitted.labels("created").inc(created)
+        self.submitted.labels("duplicate").inc(duplicates)
+
+
+class _RunsFinished(Hooks):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.finished = Counter(
+            "sasflow_runs_finished",
+            "Runs that reached a terminal state, by that state.",
+            ["state"],
+            registry=registry,
+        )
+
+    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
+        for state in finished.values():
+            self.finished.labels(str(state)).inc()
+
+
+class SchedulerMetrics(_Relay, _RunsFinished):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        _Relay.__init__(self, registry)
+        _RunsFinished.__init__(self, registry)
+        self.claimed = Counter(
+            "sasflow_steps_claimed", "Steps claimed for dispatch.", registry=registry
+        )
+        self.claim_batch = Histogram(
+            "sasflow_claim_batch_size",
+            "Steps taken by one claim statement that found work.",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.claim_seconds = Histogram(
+            "sasflow_claim_duration_seconds",
+            "Time of one claim statement.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.dispatched = Counter(
+            "sasflow_steps_dispatched",
+            "Requests confirmed by the broker.",
+            registry=registry,
+        )
+        self.dispatch_seconds = Histogram(
+            "sasflow_dispatch_duration_seconds",
+            "Time from a claim's commit until the broker confirmed its requests.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.applied = Counter(
+            "sasflow_replies_applied",
+            "Replies applied, by status (ok, error, failed, deferred).",
+            ["status"],
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "sasflow_replies_dropped",
+            "Replies dropped as stale or duplicate (their attempt was fenced).",
+            registry=registry,
+        )
+        self.apply_batch = Histogram(
+            "sasflow_apply_batch_size",
+            "Replies applied in one transaction.",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.apply_seconds = Histogram(
+            "sasflow_apply_duration_seconds",
+            "Time of one apply transaction.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+    def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
+        self.claim_seconds.observe(seconds)
+        if steps:
+            self.claimed.inc(len(steps))
+            self.claim_batch.observe(len(steps))
+
+    def steps_dispatched(self, count: int, seconds: float) -> None:
+        self.dispatched.inc(count)
+        self.dispatch_seconds.observe(seconds)
+
+    def replies_applied(
+        self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
+    ) -> None:
+        dropped = {(o.step_id, o.attempt) for o in report.dropped}
+        for _, reply in replies:
+            if (reply.step_id, reply.attempt) not in dropped:
+                self.applied.labels(reply.status).inc()
+        self.dropped.inc(len(report.dropped))
+        self.apply_batch.observe(len(replies))
+        self.apply_seconds.observe(seconds)
+
+
+class AgentMetrics(_DeadLetters):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.duration = Histogram(
+            "sasflow_step_duration_seconds",
+            "Time an agent spent on one attempt of a step (the handler with its retries).",
+            ["workflow", "step", "agent"],
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        )
+        self.outcomes = Counter(
+            "sasflow_handler_outcomes",
+            "Attempts an agent finished, by the reply's status (silent: no reply, the "
+            "deadline passed).",
+            ["agent", "status"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "sasflow_handler_retries",
+            "Transient handler errors retried inside an attempt.",
+            ["agent", "action"],
+            registry=registry,
+        )
+        self.breaker_open = Gauge(
+            "sasflow_breaker_open",
+            "1 while the breaker of an agent's dependency is open (or half-open), else 0.",
+            ["agent", "dependency"],
+            registry=registry,
+        )
+
+    def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
+        self.retries.labels(request.agent, request.action).inc()
+
+    def handler_finished(
+        self,
+        request: Request,
+        reply: Reply | None,
+        seconds: float,
+        breaker: str | None,
+    ) -> Headers | None:
+        self.duration.labels(request.workflow, request.step, request.agent).observe(seconds)
+        self.outcomes.labels(request.agent, reply.status if reply else "silent").inc()
+        return None
+
+    def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
+        self.breaker_open.labels(agent, dependency).set(0 if state == "closed" else 1)
+
+
+class SupervisorMetrics(_RunsFinished):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.expired = Counter(
+            "sasflow_sweep_expired",
+            "Steps whose deadline passed with no reply: a failure counted by the supervisor.",
+            registry=registry,
+        )
+        self.dead_requests = Counter(
+            "sasflow_sweep_dead_requests",
+            "Dead-lettered requests counted as a failure of their attempt by the supervisor.",
+            registry=registry,
+        )
+        self.alerts = Counter(
+            "sasflow_alerts_raised",
+            "Alerts raised in the cluster, by kind (counted when the supervisor delivers them).",
+            ["kind"],
+            registry=registry,
+        )
+        self.sweep_seconds = Histogram(
+            "sasflow_sweep_duration_seconds",
+            "Time of one sweep by the leading supervisor.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "sasflow_supervisor_leader",
+            "1 while this supervisor holds the lease and sweeps, 0 on standby.",
+            registry=registry,
+        )
+        self.last_sweep = Gauge(
+            "sasflow_supervisor_last_sweep_timestamp_seconds",
+            "Unix time at which this supervisor last finished a sweep as the leader.",
+            registry=registry,
+        )
+
+    def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
+        (self.expired if reason == "expired" else self.dead_requests).inc(len(rows))
+
+    def sweep_finished(self, report: SweepReport | None) -> None:
+        self.leader.set(0 if report is None else 1)
+        if report is not None:
+            self.sweep_seconds.observe(report.seconds)
+            self.last_sweep.set(time.time())
+
+    def alert_raised(self, kind: str) -> None:
+        self.alerts.labels(kind).inc()
+
+
+ROLE_METRICS: Mapping[str, Callable[[CollectorRegistry], Hooks]] = {
+    "scheduler": SchedulerMetrics,
+    "submitter": SubmitterMetrics,
+    "agent": AgentMetrics,
+    "supervisor": SupervisorMetrics,
+}
+
+
+class MetricsServer(Hooks):
+    """Serves a registry on `/metrics` (any path answers) until `close()`."""
+
+    def __init__(self, registry: CollectorRegistry, port: int, address: str) -> None:
+        self._server, self._thread = start_http_server(port, address, registry=registry)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def role_metrics(
+    role: str, port: int, address: str, collectors: Sequence[Collector] = ()
+) -> list[Hooks]:
+    """The metrics hooks of `role` and the server that exposes them (close it at exit)."""
+    registry = new_registry()
+    hooks = [ROLE_METRICS[role](registry)]
+    for collector in collectors:
+        registry.register(collector)
+    return [*hooks, MetricsServer(registry, port, address)]
+
+
+class ApiMetrics:
+    """Metrics of the HTTP API server, rendered by its own `/metrics` route.
+
+    Wiring (any framework): build one `ApiMetrics()` at start-up; call
+    `observe(method, route, status, seconds)` after each request, with the route's template
+    (`/runs/{run_id}`, never the concrete path: a label per run would be unbounded); answer
+    `GET /metrics` with `body, content_type = metrics.render()`.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or new_registry()
+        self.requests = Counter(
+            "sasflow_http_requests",
+            "HTTP requests answered by the API, by method, route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "sasflow_http_request_duration_seconds",
+            "Time to answer one HTTP request, by route template.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method.upper(), route, str(status)).inc()
+        self.duration.labels(route).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition body and its Content-Type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class StateGauges(Collector):
+    """The supervisor's gauges of work by state, read from the database on a scrape (at most
+    every `min_interval` seconds; cheap counts served by indexes, see store.gauges). A scrape
+    while the database is away answers without them and logs why."""
+
+    def __init__(self, read: Callable[[], StateCounts], min_interval: float = 5.0) -> None:
+        self._read = read
+        self._min_interval = min_interval
+        self._cached: StateCounts | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def _counts(self) -> StateCounts | None:
+        with self._lock:  # concurrent scrapes share one read
+            now = time.monotonic()
+            if self._cached is None or now - self._at >= self._min_interval:
+                try:
+                    self._cached, self._at = self._read(), now
+                except StoreUnavailableError as exc:
+                    log.warning("state gauges not read: %s", exc)
+                    self._cached = None
+            return self._cached
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counts()
+        if counts is None:
+            return
+        runs = GaugeMetricFamily(
+            "sasflow_runs", "Runs not yet finished, by state.", labels=["state"]
+        )
+        for state, value in counts.runs.items():
+            runs.add_metric([state], value)
+        yield runs
+        steps = GaugeMetricFamily(
+            "sasflow_steps",
+            "Steps waiting for a claim (pending) or for a reply (processing).",
+            labels=["state"],
+        )
+        for state, value in counts.steps.items():
+            steps.add_metric([state], value)
+        yield steps
+        yield GaugeMetricFamily(
+            "sasflow_schedulers_alive",
+            "Schedulers whose heartbeat is recent.",
+            value=counts.schedulers_alive,
+        )
+        yield GaugeMetricFamily(
+            "sasflow_supervisor_lease_remaining_seconds",
+            "Seconds until the supervisor lease expires unless renewed (negative: expired).",
+            value=counts.lease_remaining,
+        )
