@@ -40,15 +40,15 @@ def upgrade() -> None:
     )
     op.create_table('shard_ranges',
     sa.Column('epoch', sa.BigInteger(), nullable=False),
+    sa.Column('name', sa.String(length=100), nullable=False),
     sa.Column('scheduler_id', sa.String(length=100), nullable=False),
     sa.Column('position', sa.Integer(), nullable=False),
-    sa.Column('name', sa.String(length=100), nullable=False),
     sa.Column('address', sa.String(length=255), nullable=False),
     sa.Column('first', sa.Integer(), nullable=False),
     sa.Column('last', sa.Integer(), nullable=False),
     sa.Column('lo_id', _ID, nullable=True),
     sa.Column('hi_id', _ID, nullable=True),
-    sa.PrimaryKeyConstraint('epoch', 'scheduler_id', name=op.f('pk_shard_ranges'))
+    sa.PrimaryKeyConstraint('epoch', 'name', name=op.f('pk_shard_ranges'))
     )
 
 

@@ -9,10 +9,10 @@
   or resumed) it publishes a new epoch with no plan (one transaction: nobody fires from its
   commit on), then writes the epoch's ranges, hands each range's schedules to its scheduler
   and marks the plan ready (a second transaction). Both check the leader's lease token.
-- **Firing**: a scheduler fires only the schedules it holds within its range of the epoch it
-  saw, and only while that epoch is the current, ready one: checked first in each firing
-  transaction, which locks the plan row FOR SHARE (store/shard.fence), so a scheduler paused
-  through a reshard finds its epoch stale and fires nothing.
+- **Firing**: a scheduler fires only the schedules it holds within its range (by its name) of
+  the epoch it saw, and only while that epoch is the current, ready one: checked first in each
+  firing transaction, which locks the plan row FOR SHARE (store/shard.fence), so a scheduler
+  paused through a reshard finds its epoch stale and fires nothing.
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ class ScopeStrategy:
         limit = 0
         if state is not None and state["ready"]:
             self.epoch = int(state["epoch"])
-            self.bounds = shard.fence(conn, self.epoch, me.id)
-            mine = shard.range_of(conn, self.epoch, me.id)
+            self.bounds = shard.fence(conn, self.epoch, me.name)
+            mine = shard.range_of(conn, self.epoch, me.name)
             limit = 0 if mine is None else max(0, mine["last"] - mine["first"] + 1)
             if self.bounds is not None and accepting:
                 shard.hand_over(conn, me.id, self.bounds)
@@ -155,11 +155,14 @@ class ScopeStrategy:
     def fence(self, conn: Connection, me: Registration) -> Bounds | None:
         if self.epoch is None or self.bounds is None:
             return None
-        bounds = shard.fence(conn, self.epoch, me.id)
+        bounds = shard.fence(conn, self.epoch, me.name)
         if bounds is None:  # a reshard began: follow the new plan at the next scan
             self.epoch, self.bounds = None, None
         return bounds
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return (row["scheduler_id"], row["first"], row["last"], row["lo_id"], row["hi_id"])
+    """What makes two plans the same: names, not registrations (a scheduler that registers
+    again under its name, after a lapsed lease, keeps its range and takes its schedules back
+    itself, without a reshard)."""
+    return (row["name"], row["address"], row["first"], row["last"], row["lo_id"], row["hi_id"])

@@ -77,11 +77,11 @@ def cluster_view(conn: Connection) -> list[dict[str, Any]]:
     active = schedules.count_active(conn)
     live = store.count_live(conn)
     plan = plan_view(conn)
-    ranges = {r["registration"]: r for r in plan["ranges"]}
+    ranges = {r["name"]: r for r in plan["ranges"]}
     view: list[dict[str, Any]] = []
     for row in store.cluster(conn):
         scope = row["assignment"] == "scope"
-        planned = ranges.get(row["id"])
+        planned = ranges.get(row["name"]) if row["live"] else None
         if not row["live"]:
             state = SchedulerState.DEAD
         elif row["offline"]:

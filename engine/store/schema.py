@@ -288,13 +288,14 @@ shard_plan = Table(
 shard_ranges = Table(
     "shard_ranges",
     metadata,
-    # One row per scheduler in a plan epoch: its positions first..last among the active
+    # One row per scheduler (by name: a scheduler registering again keeps its range) in a
+    # plan epoch: its registration when planned, its positions first..last among the active
     # schedules ordered by id (empty when last < first), and the schedule ids it covers,
     # lo_id..hi_id (NULL: unbounded), contiguous over the epoch's rows.
     Column("epoch", BigInteger, primary_key=True),
-    Column("scheduler_id", String(100), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("scheduler_id", String(100), nullable=False),
     Column("position", Integer, nullable=False),
-    Column("name", String(100), nullable=False),
     Column("address", String(255), nullable=False),
     Column("first", Integer, nullable=False),
     Column("last", Integer, nullable=False),

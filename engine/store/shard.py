@@ -42,21 +42,19 @@ def plan_ranges(conn: Connection, epoch: int) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
-def range_of(conn: Connection, epoch: int, reg_id: str) -> dict[str, Any] | None:
-    """Registration `reg_id`'s range in plan `epoch` (pk_shard_ranges)."""
+def range_of(conn: Connection, epoch: int, name: str) -> dict[str, Any] | None:
+    """Scheduler `name`'s range in plan `epoch` (pk_shard_ranges)."""
     row = conn.execute(
-        select(shard_ranges).where(
-            shard_ranges.c.epoch == epoch, shard_ranges.c.scheduler_id == reg_id
-        )
+        select(shard_ranges).where(shard_ranges.c.epoch == epoch, shard_ranges.c.name == name)
     ).first()
     return None if row is None else dict(row._mapping)
 
 
-def fence(conn: Connection, epoch: int, reg_id: str) -> Bounds | None:
-    """The first statement of a firing transaction: the ids `reg_id` may fire, provided plan
-    `epoch` is the current one and ready, else None. The plan row is locked FOR SHARE until
-    commit, so a reshard (which updates it) waits for the firings in progress, and none
-    starts on the old plan after it (primary keys)."""
+def fence(conn: Connection, epoch: int, name: str) -> Bounds | None:
+    """The first statement of a firing transaction: the ids scheduler `name` may fire,
+    provided plan `epoch` is the current one and ready, else None. The plan row is locked FOR
+    SHARE until commit, so a reshard (which updates it) waits for the firings in progress, and
+    none starts on the old plan after it (primary keys)."""
     row = conn.execute(
         select(shard_ranges.c.lo_id, shard_ranges.c.hi_id)
         .select_from(
@@ -64,7 +62,7 @@ def fence(conn: Connection, epoch: int, reg_id: str) -> Bounds | None:
                 shard_ranges,
                 and_(
                     shard_ranges.c.epoch == shard_plan.c.epoch,
-                    shard_ranges.c.scheduler_id == reg_id,
+                    shard_ranges.c.name == name,
                 ),
             )
         )
