@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, func, text, update
 
 from sasflow.cli.main import cli
 from sasflow.cluster.member import ClusterMember, ClusterOptions
@@ -23,6 +23,7 @@ from sasflow.ops import schedulers as scheduler_ops
 from sasflow.registry import Registry
 from sasflow.schedules.firing import fire_due
 from sasflow.store.db import transaction
+from sasflow.store.schema import schedulers
 from tests import harness
 from tests.apps import basic
 from tests.integration.test_schedule_cluster import NS, TTL, add, owners, step_until
@@ -252,3 +253,28 @@ def test_a_scheduler_of_another_strategy_is_refused(
     )
     assert result.exit_code == 78, result.output
     assert "the whole cluster uses one strategy" in result.output
+
+
+def test_a_scheduler_registering_again_keeps_its_range_without_a_reshard(
+    engine: Engine, registry: Registry, members: list[ClusterMember]
+) -> None:
+    """Ranges are planned by name: a scheduler whose lease lapsed (a stall) and that registers
+    again under its name takes its range's schedules back itself; the epoch stays."""
+    add(engine, registry, 4)
+    a = join(members, engine, registry, "a", **scope())
+    b = join(members, engine, registry, "b", **scope())
+    step_until(lambda: plan_is(engine, ["a", "b"], 4), a, b, what="plan a, b")
+    step_until(lambda: holders(engine, members) == {"a": [1, 2], "b": [3, 4]}, a, b)
+    epoch, old = plan(engine)["epoch"], b.registration
+    # B's lease lapses (a stall) and B is back before the leader's next scan.
+    assert old is not None
+    time.sleep(TTL / 3)  # its renewal is due
+    with transaction(engine) as conn:
+        conn.execute(
+            update(schedulers).where(schedulers.c.id == old.id).values(lease_expires_at=func.now())
+        )
+    b.step()  # its renewal fails: it registers again, under a new registration id
+    assert b.registration is not None
+    assert b.registration.id != old.id
+    step_until(lambda: holders(engine, members) == {"a": [1, 2], "b": [3, 4]}, b, a)
+    assert plan(engine)["epoch"] == epoch
