@@ -12,8 +12,8 @@ second, workflow bench.apps `tick`) and prints:
 - X per scheduler as acquired, then (acquire) after a drain/undrain rebalance (each scheduler
   above K/S is drained and undrained as soon as it holds K/S or fewer), and max/min (target
   <= 1.5); with `scope` the plan is balanced by construction: X as planned, no rebalance;
-- the time from `kill -9` of the most loaded scheduler to every schedule it held firing
-  elsewhere (target <= lease TTL + 1 s).
+- the time from `kill -9` of the most loaded scheduler to every schedule it held being
+  acquired elsewhere, and to each having fired elsewhere (target <= lease TTL + 1 s).
 
 `--assignment both` runs the whole bench once per strategy (each in its own scratch database)
 and then prints the figures side by side. Everything is dropped at the end. See
@@ -35,7 +35,15 @@ from sqlalchemy import Engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import apps
-from bench.run import load_line, machine_line, processes, say, scratch, verdict, wait_until
+from bench.run import (
+    load_line,
+    machine_line,
+    processes,
+    say,
+    scratch,
+    verdict,
+    wait_until,
+)
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.schedules.definition import Schedule
@@ -50,6 +58,11 @@ WHERE s.lease_expires_at > now() GROUP BY s.name ORDER BY s.name
 WINDOW = """
 SELECT count(*), count(*) FILTER (WHERE fired_at - tick_at > interval '1 second')
 FROM schedule_ticks WHERE tick_at >= :start AND tick_at < :end
+"""
+NOT_TAKEN = """
+SELECT count(*) FROM schedules c WHERE c.id = ANY(:ids) AND NOT EXISTS
+(SELECT 1 FROM schedulers s WHERE s.id = c.owner AND s.lease_expires_at > now()
+ AND s.name <> :victim)
 """
 FIRED_ELSEWHERE = """
 SELECT count(DISTINCT schedule_id) FROM schedule_ticks
@@ -194,23 +207,20 @@ def measure(args: argparse.Namespace, assignment: str) -> dict[str, str]:
             f"{counts}; "
             f"max/min {ratio:.2f} (target <= 1.5: {verdict(ratio <= 1.5)})"
         )
-        took, ok, count = failover(engine, procs, max(counts, key=lambda n: counts[n]), args)
-        figures["failover"] = f"{took:.2f}s ({count} schedules)"
-        say(
-            f"  kill -9 -> all its {count} schedules firing elsewhere in {took:.2f}s "
-            f"(target <= lease TTL + 1 s = {args.lease_ttl + 1:g}s: "
-            f"{verdict(ok and took <= args.lease_ttl + 1)})"
-        )
+        acquired, took, ok, count = kill_most_loaded(engine, procs, counts, args.lease_ttl)
+        figures["failover: acquired elsewhere"] = f"{acquired:.2f}s ({count} schedules)"
+        figures["failover: fired elsewhere"] = f"{took:.2f}s" + ("" if ok else " (timed out)")
         say(f"  held after the failover: {held(engine)}")
         say(load_line())
     return figures
 
 
-def failover(
-    engine: Engine, procs: Processes, victim: str, args: argparse.Namespace
-) -> tuple[float, bool, int]:
-    """kill -9 `victim`; seconds until every schedule it held fired elsewhere, whether that
-    happened before the timeout, and how many it held."""
+def kill_most_loaded(
+    engine: Engine, procs: Processes, counts: dict[str, int], lease_ttl: float
+) -> tuple[float, float, bool, int]:
+    """kill -9 the scheduler holding the most; seconds until its schedules are acquired, and
+    until each has fired elsewhere, whether that happened before the timeout, how many."""
+    victim = max(counts, key=lambda n: counts[n])
     with engine.connect() as conn:
         ids = [
             r[0]
@@ -226,6 +236,11 @@ def failover(
     procs.signal(victim, signal.SIGKILL)
     killed = time.monotonic()
 
+    def taken() -> bool:
+        with engine.connect() as conn:
+            left = conn.execute(text(NOT_TAKEN), {"ids": ids, "victim": victim}).scalar_one()
+        return int(left) == 0
+
     def moved() -> bool:
         with engine.connect() as conn:
             done = conn.execute(
@@ -233,8 +248,16 @@ def failover(
             ).scalar_one()
         return int(done) == len(ids)
 
-    ok = wait_until(moved, timeout=args.lease_ttl * 5 + 10, interval=0.02)
-    return time.monotonic() - killed, ok, len(ids)
+    wait_until(taken, timeout=lease_ttl * 5 + 10, interval=0.02)
+    acquired = time.monotonic() - killed
+    ok = wait_until(moved, timeout=lease_ttl * 5 + 60, interval=0.02)
+    took = time.monotonic() - killed
+    say(
+        f"  kill -9 {victim} ({len(ids)} schedules): all acquired elsewhere in {acquired:.2f}s, "
+        f"all fired elsewhere in {took:.2f}s (target <= lease TTL + 1 s = {lease_ttl + 1:g}s: "
+        f"{verdict(ok and took <= lease_ttl + 1)})"
+    )
+    return acquired, took, ok, len(ids)
 
 
 def main() -> None:

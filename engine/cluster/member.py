@@ -132,7 +132,7 @@ class ClusterMember:
         """Do what is due (see the module docstring); seconds until the next step is due.
         Raises StoreUnavailableError when the database cannot be reached (the role retries)."""
         t = time.monotonic()
-        if self._reg is None or t >= self._next_renew:
+        if t >= self._next_renew:  # registers first when not registered
             self._renew()
         if not self.may_act:
             return max(0.05, self._next_renew - time.monotonic())
@@ -164,7 +164,8 @@ class ClusterMember:
 
     def _renew(self) -> None:
         started = time.monotonic()
-        self._next_renew = started + self._options.lease_ttl / 3
+        # Until this attempt succeeds, try again soon (the database may be back any moment).
+        self._next_renew = started + min(self._options.lease_ttl / 10, 1.0)
         if self._reg is None:
             self._register(started)
             return
@@ -185,6 +186,7 @@ class ClusterMember:
             self._register(started)
             return
         self._renewed_at = started
+        self._next_renew = started + self._options.lease_ttl / 3
         if renewal.offline != self._offline:
             self._woken.set()  # the scan logs it and acts on it
 
@@ -215,12 +217,15 @@ class ClusterMember:
                 if options.name is None:  # a default name: another scheduler of this process
                     self.name = f"{reg.name}:{reg.id[:4]}"
                     self._next_renew = started  # register under the new name at once
+                else:  # wait for the other registration's lease to expire
+                    self._next_renew = started + self._options.lease_ttl / 3
                 return
             synced = sync_app_schedules(conn, self._registry)
             self._offline = schedulers.offline(conn, self.name)
             schedules.notify_changed(conn, self._namespace)
         self._reg = reg
         self._renewed_at = started
+        self._next_renew = started + self._options.lease_ttl / 3
         self._woken.set()
         log.info(
             "scheduler %s registered (%s, n=%d, M=%s, lease %.1fs%s; %d app schedule(s) synced)",

@@ -11,7 +11,7 @@ from typing import Any
 from sasflow.errors import InvalidActionError, ScheduleNotFoundError
 from sasflow.registry import Registry
 from sasflow.schedules.definition import Schedule
-from sasflow.schedules.firing import Target, submit_tick, timing_of
+from sasflow.schedules.firing import Target, submit_tick, tick_row, timing_of
 from sasflow.schedules.sync import new_row
 from sasflow.store import schedules as store
 from sasflow.store.audit import AuditRecord, database_now, record
@@ -124,9 +124,10 @@ def trigger(
     move its next tick); the tick with its run id, or its error."""
     schedule = find(conn, ref, lock=True)
     now = database_now(conn)
-    run_id = submit_tick(
+    run_id, error = submit_tick(
         conn, registry, Target.of(schedule), now, fired_by=actor, namespace=namespace
     )
+    store.record_ticks(conn, [tick_row(schedule["id"], now, run_id, actor, error)])
     if run_id is not None:
         notify_ready(conn, namespace)
     _audit(conn, "trigger", schedule, actor, reason)

@@ -76,6 +76,8 @@ def fire_due(
     the others stay held until their tick.
     """
     report = FireReport()
+    moves: list[store.Ticked] = []
+    fired: list[dict[str, Any]] = []
     draining = drain_horizon is not None
     rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit, bounds=bounds)
     report.more = len(rows) == limit
@@ -108,7 +110,7 @@ def fire_due(
             ticks = ticks[:budget]
             budget -= len(ticks)
             for tick in ticks:
-                submit_tick(
+                run_id, error = submit_tick(
                     conn,
                     registry,
                     Target.of(row._mapping),
@@ -117,18 +119,17 @@ def fire_due(
                     namespace=namespace,
                     isolate=isolate,
                 )
+                fired.append(tick_row(row.id, tick, run_id, fired_by, error))
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(ticks[-1] if behind else db_now)
             release = release and not behind
         report.fired += len(ticks)
         report.released += int(release)
-        store.set_ticked(
-            conn,
-            row.id,
-            next_tick_at=next_tick_at,
-            last_tick_at=ticks[-1] if ticks else None,
-            release=release,
+        moves.append(
+            store.Ticked(row.id, next_tick_at, ticks[-1] if ticks else None, release=release)
         )
+    store.record_ticks(conn, fired)
+    store.set_ticked(conn, moves)
     if report.fired:
         notify_ready(conn, namespace)
     return report
@@ -158,24 +159,23 @@ def submit_tick(
     fired_by: str,
     namespace: str,
     isolate: bool = True,
-) -> int | None:
-    """Submit the run of one tick and record the tick; its run id, or None when the run could
-    not be made (unknown workflow, bad input: recorded with the tick's error, never retried).
+) -> tuple[int | None, str | None]:
+    """Submit the run of one tick: its run id, or None and why when the run cannot be made
+    (unknown workflow, bad input: the caller records the tick with the error, never retried).
 
     Without `isolate` there is no savepoint: a bad tick raises and the caller's transaction
     must be rolled back (fire_due's fast path, retried with `isolate` when that happens).
     """
-    run_id: int | None = None
-    error: str | None = None
     new_run = NewRun(
         workflow=schedule.workflow, input=schedule.input, key=tick_key(schedule.id, tick)
     )
+    error: str | None = None
     try:
         with conn.begin_nested() if isolate else contextlib.nullcontext():
             # fire_due's caller wakes the schedulers once per batch (notify=False).
-            run_id = submit(
+            result = submit(
                 conn, registry, new_run, namespace=namespace, actor=fired_by, notify=False
-            ).run_id
+            )
     except (UnknownWorkflowError, InvalidInputError) as exc:
         if not isolate:
             raise
@@ -184,5 +184,18 @@ def submit_tick(
         log.error(
             "schedule %s (%s): tick %s not submitted: %s", schedule.id, schedule.name, tick, error
         )
-    store.record_tick(conn, schedule.id, tick, run_id=run_id, fired_by=fired_by, error=error)
-    return run_id
+        return None, error
+    return result.run_id, None
+
+
+def tick_row(
+    schedule_id: int, tick: dt.datetime, run_id: int | None, fired_by: str, error: str | None
+) -> dict[str, Any]:
+    """A `schedule_ticks` row (store.record_ticks)."""
+    return {
+        "schedule_id": schedule_id,
+        "tick_at": tick,
+        "run_id": run_id,
+        "fired_by": fired_by,
+        "error": error,
+    }

@@ -4,10 +4,22 @@ the ticks fired (docs/schedules.md, docs/cluster.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, select, update
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Row,
+    bindparam,
+    case,
+    delete,
+    func,
+    null,
+    select,
+    update,
+)
 
 from sasflow.store.dialect import has_notifications, upsert_insert
 from sasflow.store.schedulers import owner_is_live, registration_is_live
@@ -173,48 +185,60 @@ def next_due(conn: Connection, reg_id: str) -> float | None:
     return max(0.0, float((earliest - db_now).total_seconds()))
 
 
-def set_ticked(
-    conn: Connection,
-    schedule_id: int,
-    *,
-    next_tick_at: datetime,
-    last_tick_at: datetime | None,
-    release: bool,
-) -> None:
-    """Move a schedule to its next tick after firing (and release it when draining) (primary
-    key)."""
-    values: dict[str, Any] = {"next_tick_at": next_tick_at}
-    if last_tick_at is not None:
-        values["last_tick_at"] = last_tick_at
-    if release:
-        values["owner"] = None
-    conn.execute(update(schedules).where(schedules.c.id == schedule_id).values(**values))
+@dataclass(frozen=True)
+class Ticked:
+    """Where a fired (or released) schedule goes next."""
+
+    schedule_id: int
+    next_tick_at: datetime
+    last_tick_at: datetime | None
+    release: bool
+
+
+def set_ticked(conn: Connection, moves: Sequence[Ticked]) -> None:
+    """Move schedules to their next tick after firing, releasing those marked (primary key;
+    one executemany)."""
+    if not moves:
+        return
+    statement = (
+        update(schedules)
+        .where(schedules.c.id == bindparam("b_id"))
+        .values(
+            next_tick_at=bindparam("b_next", type_=schedules.c.next_tick_at.type),
+            last_tick_at=func.coalesce(
+                bindparam("b_last", type_=schedules.c.last_tick_at.type), schedules.c.last_tick_at
+            ),
+            owner=case((bindparam("b_release", type_=Boolean()), null()), else_=schedules.c.owner),
+        )
+    )
+    conn.execute(
+        statement,
+        [
+            {
+                "b_id": m.schedule_id,
+                "b_next": m.next_tick_at,
+                "b_last": m.last_tick_at,
+                "b_release": m.release,
+            }
+            for m in moves
+        ],
+    )
 
 
 # -- ticks ------------------------------------------------------------------------------------
 
 
-def record_tick(
-    conn: Connection,
-    schedule_id: int,
-    tick_at: datetime,
-    *,
-    run_id: int | None,
-    fired_by: str,
-    error: str | None = None,
-) -> bool:
-    """Record a fired tick; False when it was recorded already (uq_schedule_ticks_...)."""
-    added = conn.execute(
-        upsert_insert(conn, schedule_ticks)
-        .values(
-            schedule_id=schedule_id, tick_at=tick_at, run_id=run_id, fired_by=fired_by, error=error
+def record_ticks(conn: Connection, ticks: Sequence[dict[str, Any]]) -> None:
+    """Record fired ticks (schedule_id, tick_at, run_id, fired_by, error), skipping those
+    recorded already, in one statement (uq_schedule_ticks_schedule_id_tick_at)."""
+    if ticks:
+        conn.execute(
+            upsert_insert(conn, schedule_ticks)
+            .values(list(ticks))
+            .on_conflict_do_nothing(
+                index_elements=[schedule_ticks.c.schedule_id, schedule_ticks.c.tick_at]
+            )
         )
-        .on_conflict_do_nothing(
-            index_elements=[schedule_ticks.c.schedule_id, schedule_ticks.c.tick_at]
-        )
-        .returning(schedule_ticks.c.id)
-    ).scalar_one_or_none()
-    return added is not None
 
 
 def recent_ticks(conn: Connection, schedule_id: int, *, limit: int) -> list[dict[str, Any]]:

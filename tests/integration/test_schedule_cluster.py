@@ -412,3 +412,16 @@ def test_a_tick_that_cannot_be_submitted_is_recorded_with_its_error_and_others_f
         if r.schedule_id == gone
     )
     assert all(r.run_id is not None and r.error is None for r in rows if r.schedule_id == fine)
+
+
+def test_a_second_scheduler_with_a_live_name_waits_unregistered_until_the_name_is_free(
+    engine: Engine, registry: Registry, members: list[ClusterMember]
+) -> None:
+    a = join(members, engine, registry, "a")
+    twin = join(members, engine, registry, "a")
+    assert twin.registration is None
+    assert not twin.may_act  # no tick fired, no step claimed
+    a.leave()
+    members.remove(a)
+    step_until(lambda: twin.registration is not None, twin, timeout=TTL + 2)
+    assert twin.may_act
