@@ -14,6 +14,10 @@ class ConfigurationError(SasflowError):
     """The configuration is invalid."""
 
 
+class AssignmentConflictError(ConfigurationError):
+    """A scheduler was started with another assignment strategy than the live ones run."""
+
+
 class DefinitionError(SasflowError):
     """A workflow or agent definition is invalid."""
 

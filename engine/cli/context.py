@@ -14,6 +14,7 @@ import click
 
 from sasflow.appload import load_registry
 from sasflow.errors import (
+    AssignmentConflictError,
     BrokerRefusedError,
     BrokerUnavailableError,
     ConfigurationError,
@@ -242,9 +243,12 @@ def fail(exc: SasflowError) -> click.ClickException:
 
 def role_failed(exc: SasflowError) -> click.ClickException:
     """How a long-running role ends on a sasflow error: exit status 78 (EX_CONFIG) when the
-    database or broker refused this process before it ever connected (a service manager
-    should not restart it), else 1 as `fail`. Operator commands keep 1 for every failure."""
+    database or broker refused this process before it ever connected, or it was started with
+    another assignment strategy than the live schedulers (a service manager should not
+    restart it), else 1 as `fail`. Operator commands keep 1 for every failure."""
     if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
+        return ConfigurationExit(str(exc))
+    if isinstance(exc, AssignmentConflictError):
         return ConfigurationExit(str(exc))
     return fail(exc)
 

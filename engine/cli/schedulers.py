@@ -19,14 +19,17 @@ def schedulers() -> None:
 @OUTPUT_OPTION
 @click.pass_obj
 def list_command(obj: CliContext, output: str) -> None:
-    """Per scheduler: name, address, state, K, S, N, X, M and lease age."""
+    """Per scheduler: name, address, state, K, S, N, X, M and lease age; with the scope
+    strategy also the leader (*), the plan epoch and each scheduler's range."""
     found = obj.in_transaction(ops.cluster_view)
     if output == "json":
         click.echo(to_json(found))
         return
+    scope = any(s["assignment"] == "scope" for s in found)
     print_table(
         f"{len(found)} scheduler(s)",
-        ["name", "address", "state", "K", "S", "N", "X", "M", "lease age"],
+        ["name", "address", "state", "K", "S", "N", "X", "M", "lease age"]
+        + (["leader", "epoch", "range"] if scope else []),
         [
             [
                 s["name"],
@@ -39,7 +42,39 @@ def list_command(obj: CliContext, output: str) -> None:
                 "unlimited" if s["M"] is None and s["n"] is not None else s["M"],
                 None if s["lease_age_s"] is None else f"{s['lease_age_s']:.1f}s",
             ]
+            + (["*" if s["leader"] else "", s["epoch"], s["range"]] if scope else [])
             for s in found
+        ],
+    )
+
+
+@schedulers.command("plan")
+@OUTPUT_OPTION
+@click.pass_obj
+def plan_command(obj: CliContext, output: str) -> None:
+    """The scope strategy's current plan: epoch, leader, and each scheduler's range of the
+    schedules ordered by id (positions and ids)."""
+    plan = obj.in_transaction(ops.plan_view)
+    if output == "json":
+        click.echo(to_json(plan))
+        return
+    if plan["state"] == "none":
+        click.echo("no plan: no scheduler runs with --assignment scope")
+        return
+    print_table(
+        f"plan epoch {plan['epoch']} ({plan['state']}), leader {plan['leader'] or 'none'}, "
+        f"K={plan['K']} S={plan['S']}",
+        ["#", "name", "address", "range", "size", "ids"],
+        [
+            [
+                r["position"],
+                r["name"],
+                r["address"],
+                ops.range_text(r["first"], r["last"]),
+                r["size"],
+                f"{r['lo_id'] or '..'}-{r['hi_id'] or '..'}",
+            ]
+            for r in plan["ranges"]
         ],
     )
 

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sasflow.cluster.limits import Load
-from sasflow.cluster.strategy import make_strategy
-from sasflow.errors import InvalidInputError, UnknownWorkflowError
+from sasflow.cluster.strategy import AssignmentStrategy, make_strategy
+from sasflow.errors import AssignmentConflictError, InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
 from sasflow.schedules.firing import FireReport, fire_due
 from sasflow.schedules.sync import sync_app_schedules
-from sasflow.store import alerts, schedulers, schedules
+from sasflow.store import alerts, schedulers, schedules, shard
 from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.schedulers import Registration
 
@@ -91,7 +91,7 @@ class ClusterMember:
         self._namespace = namespace
         self._actor = actor
         self._figures = figures
-        self._strategy = make_strategy(options.assignment)
+        self._strategy = make_strategy(options.assignment, namespace=namespace)
         self._rescan = (
             options.rescan_interval
             if options.rescan_interval is not None
@@ -112,6 +112,10 @@ class ClusterMember:
     @property
     def registration(self) -> Registration | None:
         return self._reg
+
+    @property
+    def strategy(self) -> AssignmentStrategy:
+        return self._strategy
 
     @property
     def may_act(self) -> bool:
@@ -139,7 +143,7 @@ class ClusterMember:
             self._woken.clear()
             self._scan(reg)
             self._next_scan = t + self._rescan
-        if self._offline or t >= self._next_fire:
+        if (self._offline and self._strategy.releases_on_drain) or t >= self._next_fire:
             self._fire(reg)
         return max(0.0, min(self._next_renew, self._next_scan, self._next_fire) - time.monotonic())
 
@@ -147,6 +151,7 @@ class ClusterMember:
         """Release every schedule held and remove the registration (on shutdown)."""
         if self._reg is None:
             return
+        self._strategy.leave(self._engine)
         with transaction(self._engine) as conn:
             schedulers.deregister(conn, self._reg.id)
             if self._overloaded:
@@ -196,8 +201,17 @@ class ClusterMember:
             fault_tolerance=options.fault_tolerance,
             alarm_threshold=options.alarm_threshold,
             lease_ttl=options.lease_ttl,
+            assignment=options.assignment,
         )
         with transaction(self._engine) as conn:
+            others = shard.assignments_live(conn) - {options.assignment}
+            if others:
+                raise AssignmentConflictError(
+                    f"scheduler {self.name} was started with --assignment {options.assignment}"
+                    f" but the live schedulers use --assignment {', '.join(sorted(others))}:"
+                    " the whole cluster uses one strategy (start it with theirs, or stop them"
+                    " all to change it)"
+                )
             if not schedulers.register(conn, reg):
                 log.warning("scheduler name %r is held by a live registration", reg.name)
                 if options.name is None:  # a default name: another scheduler of this process
@@ -227,6 +241,7 @@ class ClusterMember:
     # -- schedules ----------------------------------------------------------------------------
 
     def _scan(self, reg: Registration) -> None:
+        self._strategy.coordinate(self._engine, reg)
         with transaction(self._engine) as conn:
             offline = schedulers.offline(conn, reg.name)
             if offline != self._offline:
@@ -261,7 +276,9 @@ class ClusterMember:
         self._overloaded = over
 
     def _fire(self, reg: Registration) -> None:
-        if self._offline:  # a few at a time: the operator may stop the drain half-way
+        if (
+            self._offline and self._strategy.releases_on_drain
+        ):  # a few at a time: the operator may stop the drain half-way
             self._fire_batch(reg, self._options.drain_batch, drain_horizon=self._options.lease_ttl)
             self._next_fire = time.monotonic() + DRAIN_PAUSE
             return
@@ -294,6 +311,10 @@ class ClusterMember:
         self, reg: Registration, limit: int, *, drain_horizon: float | None, isolate: bool
     ) -> FireReport:
         with transaction(self._engine) as conn:
+            bounds = self._strategy.fence(conn, reg)
+            if bounds is None:  # no plan to follow (resharding): learn the new one first
+                self._woken.set()
+                return FireReport()
             report = fire_due(
                 conn,
                 self._registry,
@@ -303,6 +324,7 @@ class ClusterMember:
                 drain_horizon=drain_horizon,
                 limit=limit,
                 isolate=isolate,
+                bounds=bounds,
             )
             if report.released:
                 schedules.notify_changed(conn, self._namespace)

@@ -1,5 +1,6 @@
 """Operator view and control of the scheduler cluster: list (with K, S, N, X, M and each
-scheduler's state), drain and undrain (the offline list, keyed by scheduler name)."""
+scheduler's state; with the scope strategy, the leader, plan epoch and ranges), the scope
+plan, drain and undrain (the offline list, keyed by scheduler name)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 from sasflow.cluster.limits import hold_limit
 from sasflow.errors import InvalidActionError, SchedulerNotFoundError
 from sasflow.store import schedulers as store
-from sasflow.store import schedules
+from sasflow.store import schedules, shard
 from sasflow.store.audit import AuditRecord, record
 from sasflow.store.db import Connection
+from sasflow.store.lease import live_holder
 
 
 class SchedulerState(StrEnum):
@@ -26,13 +28,60 @@ class SchedulerState(StrEnum):
     """Its lease expired: what it held is acquirable by the others."""
 
 
+LEADER_LEASE = "shard-leader"
+"""The scope strategy's leader lease (cluster/scope.py)."""
+
+
+def plan_view(conn: Connection) -> dict[str, Any]:
+    """The scope strategy's plan: epoch, state (`ready`, `resharding`, or `none` before the
+    first plan), the live leader's name (None: nobody leads now), K and S it was computed
+    for, and per scheduler its positions first..last, size and the ids it covers."""
+    state = shard.plan_state(conn)
+    holder = live_holder(conn, LEADER_LEASE)
+    names = {row["id"]: row["name"] for row in store.cluster(conn)}
+    if state is None:
+        return {"epoch": None, "state": "none", "leader": names.get(holder or ""), "ranges": []}
+    ranges = shard.plan_ranges(conn, state["epoch"]) if state["ready"] else []
+    return {
+        "epoch": state["epoch"],
+        "state": "ready" if state["ready"] else "resharding",
+        "leader": names.get(holder or ""),
+        "K": state["active"],
+        "S": state["live"],
+        "ranges": [
+            {
+                "position": r["position"],
+                "name": r["name"],
+                "address": r["address"],
+                "first": r["first"],
+                "last": r["last"],
+                "size": max(0, r["last"] - r["first"] + 1),
+                "lo_id": r["lo_id"],
+                "hi_id": r["hi_id"],
+                "registration": r["scheduler_id"],
+            }
+            for r in ranges
+        ],
+    }
+
+
+def range_text(first: int, last: int) -> str:
+    """Positions first..last as `sasflow schedulers list|plan` show them (`-` when empty)."""
+    return f"{first}-{last}" if last >= first else "-"
+
+
 def cluster_view(conn: Connection) -> list[dict[str, Any]]:
-    """Per scheduler: name, address, state, K, S, N, X, M and lease age in seconds. Names on
-    the offline list with no registration are shown drained (not running)."""
+    """Per scheduler: name, address, state, K, S, N, X, M and lease age in seconds; with the
+    scope strategy also whether it leads, the plan epoch and its range (N is then the size of
+    its range). Names on the offline list with no registration are shown drained."""
     active = schedules.count_active(conn)
     live = store.count_live(conn)
+    plan = plan_view(conn)
+    ranges = {r["name"]: r for r in plan["ranges"]}
     view: list[dict[str, Any]] = []
     for row in store.cluster(conn):
+        scope = row["assignment"] == "scope"
+        planned = ranges.get(row["name"]) if row["live"] else None
         if not row["live"]:
             state = SchedulerState.DEAD
         elif row["offline"]:
@@ -46,13 +95,19 @@ def cluster_view(conn: Connection) -> list[dict[str, Any]]:
                 "state": str(state),
                 "K": active,
                 "S": live,
-                "N": hold_limit(active, live, row["fault_tolerance"]),
+                "N": (planned["size"] if planned else 0)
+                if scope
+                else hold_limit(active, live, row["fault_tolerance"]),
                 "X": row["held"],
                 "M": row["alarm_threshold"],
                 "n": row["fault_tolerance"],
                 "lease_age_s": round((row["now"] - row["heartbeat_at"]).total_seconds(), 1),
                 "lease_ttl_s": row["lease_ttl_s"],
                 "registration": row["id"],
+                "assignment": row["assignment"],
+                "leader": scope and row["live"] and row["name"] == plan["leader"],
+                "epoch": plan["epoch"] if scope else None,
+                "range": _range_of(plan, planned) if scope and row["live"] else None,
             }
         )
     registered = {v["name"] for v in view}
@@ -70,11 +125,21 @@ def cluster_view(conn: Connection) -> list[dict[str, Any]]:
             "lease_age_s": None,
             "lease_ttl_s": None,
             "registration": None,
+            "assignment": None,
+            "leader": False,
+            "epoch": None,
+            "range": None,
         }
         for entry in store.offline_list(conn)
         if entry["name"] not in registered
     )
     return view
+
+
+def _range_of(plan: dict[str, Any], planned: dict[str, Any] | None) -> str:
+    if plan["state"] != "ready":
+        return str(plan["state"])
+    return "-" if planned is None else range_text(planned["first"], planned["last"])
 
 
 def drain(conn: Connection, name: str, *, actor: str, reason: str | None, namespace: str) -> None:

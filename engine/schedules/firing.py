@@ -23,6 +23,7 @@ from sasflow.store import schedules as store
 from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
+from sasflow.store.shard import Bounds
 from sasflow.store.submit import submit
 
 log = logging.getLogger(__name__)
@@ -62,11 +63,13 @@ def fire_due(
     limit: int = 100,
     tick_budget: int = 200,
     isolate: bool = True,
+    bounds: Bounds | None = None,
 ) -> FireReport:
     """Inside the caller's transaction: fire what is due of up to `limit` schedules `holder`
     holds, at most `tick_budget` ticks (a schedule far behind fires its oldest ticks first and
     the rest in the next transactions: a transaction stays short, whatever the backlog).
-    `isolate`: each tick in a savepoint (see submit_tick).
+    `isolate`: each tick in a savepoint (see submit_tick). `bounds`: only the schedules whose
+    id is within them (the scope strategy's range, checked by the caller's fence).
 
     Draining (`drain_horizon` given): release each schedule right after its due tick was
     submitted, and at once those whose next tick is more than `drain_horizon` seconds away;
@@ -76,7 +79,7 @@ def fire_due(
     moves: list[store.Ticked] = []
     fired: list[dict[str, Any]] = []
     draining = drain_horizon is not None
-    rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit)
+    rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit, bounds=bounds)
     report.more = len(rows) == limit
     budget = tick_budget
     for row in rows:

@@ -20,7 +20,7 @@ Every time comparison uses the database clock, so the holders' clocks need not a
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from sasflow.errors import LeaseLostError
 from sasflow.store.db import Connection, Engine, transaction
@@ -102,3 +102,10 @@ class Lease:
                 .values(expires_at=now())
             )
         self.token = None
+
+
+def live_holder(conn: Connection, name: str) -> str | None:
+    """Who holds the unexpired lease `name`, or None (primary key)."""
+    return conn.execute(
+        select(leases.c.holder).where(leases.c.name == name, leases.c.expires_at > now())
+    ).scalar_one_or_none()

@@ -26,6 +26,7 @@ class Registration:
     fault_tolerance: int
     alarm_threshold: int | None
     lease_ttl: float
+    assignment: str = "acquire"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def register(conn: Connection, reg: Registration) -> bool:
             fault_tolerance=reg.fault_tolerance,
             alarm_threshold=reg.alarm_threshold,
             lease_ttl_s=reg.lease_ttl,
+            assignment=reg.assignment,
             lease_expires_at=plus_seconds(now(), reg.lease_ttl),
         )
     )
@@ -138,6 +140,7 @@ def cluster(conn: Connection) -> list[dict[str, Any]]:
             schedulers.c.fault_tolerance,
             schedulers.c.alarm_threshold,
             schedulers.c.lease_ttl_s,
+            schedulers.c.assignment,
             schedulers.c.heartbeat_at,
             schedulers.c.lease_expires_at,
             live().label("live"),

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from sasflow.store.dialect import has_notifications, upsert_insert
 from sasflow.store.schedulers import owner_is_live, registration_is_live
 from sasflow.store.schema import schedule_ticks, schedulers, schedules
+from sasflow.store.shard import Bounds
 from sasflow.store.sqltime import now
 
 
@@ -150,11 +151,11 @@ def acquire(conn: Connection, reg_id: str, *, limit: int) -> list[int]:
 
 
 def lock_owned(
-    conn: Connection, reg_id: str, *, due_only: bool, limit: int
+    conn: Connection, reg_id: str, *, due_only: bool, limit: int, bounds: Bounds | None = None
 ) -> tuple[Sequence[Row[Any]], datetime | None]:
-    """The schedules `reg_id` holds (those due, when `due_only`), locked until commit, provided
-    its lease is still live (the fence of every tick), and the database time
-    (ix_schedules_owner_next_tick_at)."""
+    """The schedules `reg_id` holds (those due, when `due_only`; those within `bounds`, when
+    given), locked until commit, provided its lease is still live (the fence of every tick),
+    and the database time (ix_schedules_owner_next_tick_at)."""
     query = (
         select(schedules, now().label("db_now"))
         .where(schedules.c.owner == reg_id, registration_is_live(reg_id))
@@ -164,6 +165,10 @@ def lock_owned(
     )
     if due_only:
         query = query.where(schedules.c.next_tick_at <= now())
+    if bounds is not None and bounds.lo is not None:
+        query = query.where(schedules.c.id >= bounds.lo)
+    if bounds is not None and bounds.hi is not None:
+        query = query.where(schedules.c.id <= bounds.hi)
     rows = conn.execute(query).all()
     return rows, (rows[0].db_now if rows else None)
 

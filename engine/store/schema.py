@@ -238,6 +238,8 @@ schedulers = Table(
     Column("held", Integer, nullable=False, server_default=text("0")),
     Column("lease_ttl_s", Float, nullable=False, server_default=text("10")),
     _ts("lease_expires_at", nullable=False, default_now=True),
+    # The assignment strategy it runs (`--assignment`): the whole cluster runs one.
+    Column("assignment", String(20), nullable=False, server_default=text("'acquire'")),
     # Serves S (live schedulers) and the "is the owner alive" test of the acquisition.
     Index("ix_schedulers_lease_expires_at", "lease_expires_at"),
     Index("ix_schedulers_name", "name"),
@@ -278,6 +280,41 @@ schedules = Table(
     _ts("updated_at", nullable=False, default_now=True),
     # Serves each scheduler's "my due schedules" scan and its X count.
     Index("ix_schedules_owner_next_tick_at", "owner", "next_tick_at"),
+)
+
+shard_plan = Table(
+    "shard_plan",
+    metadata,
+    # The scope strategy's plan (docs/cluster.md): one row per plan kind ("scope"). `epoch`
+    # grows at every reshard; `ready` is false while the leader writes the epoch's ranges (no
+    # scheduler fires then). Written by the holder of the shard-leader lease only.
+    Column("name", String(20), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("ready", Boolean, nullable=False, server_default=false()),
+    Column("leader", String(100), nullable=False),
+    Column("leader_name", String(100), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("active", Integer, nullable=False, server_default=text("0")),
+    Column("live", Integer, nullable=False, server_default=text("0")),
+    _ts("changed_at", nullable=False, default_now=True),
+)
+
+shard_ranges = Table(
+    "shard_ranges",
+    metadata,
+    # One row per scheduler (by name: a scheduler registering again keeps its range) in a
+    # plan epoch: its registration when planned, its positions first..last among the active
+    # schedules ordered by id (empty when last < first), and the schedule ids it covers,
+    # lo_id..hi_id (NULL: unbounded), contiguous over the epoch's rows.
+    Column("epoch", BigInteger, primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("scheduler_id", String(100), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("address", String(255), nullable=False),
+    Column("first", Integer, nullable=False),
+    Column("last", Integer, nullable=False),
+    Column("lo_id", Id, nullable=True),
+    Column("hi_id", Id, nullable=True),
 )
 
 schedule_ticks = Table(
