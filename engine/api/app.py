@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from sasflow.api import errors
+from sasflow.api.console import actions, pages, views
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, runs
 
@@ -15,6 +16,8 @@ def routers() -> list[APIRouter]:
         health.router,
         runs.router,
         alerts.router,
+        pages.router,
+        actions.router,
     ]
 
 
@@ -31,6 +34,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         max_body_bytes=ctx.settings.api_max_body_bytes,
         max_json_depth=ctx.settings.api_max_json_depth,
     )
+    views.install(app, ctx)
     for router in routers():
         app.include_router(router)
     return app
