@@ -81,6 +81,9 @@ def test_sign_in_every_page_and_sign_out(
     expect(page.get_by_role("alert")).to_have_text("unknown or revoked token")
     _sign_in(page, console, token)
     expect(page.get_by_text(f"{name} (operate, read)")).to_be_visible()
+    for asset in ("console.css", "htmx.min.js"):  # served locally, no CDN
+        assert page.request.get(f"{console.base_url}/ui/static/{asset}").status == 200
+    assert page.evaluate("typeof htmx.version") == "string"
     _shoot(page, shots, "overview")
     for path, heading, shot in (
         ("/ui/runs", "Runs", "runs"),

@@ -61,7 +61,8 @@ def install(app: FastAPI, ctx: ApiContext) -> Console:
     app.state.console = console
     app.mount(
         f"{PREFIX}/static",
-        StaticFiles(packages=[("sasflow.api.console", "static")]),
+        # An editable install links the files (strict mode): follow the links.
+        StaticFiles(packages=[("sasflow.api.console", "static")], follow_symlink=True),
         name="console-static",
     )
     app.add_exception_handler(ConsoleError, _error_page)
