@@ -24,7 +24,6 @@ from sasflow.transport.topology import Names
 from tests import harness, services
 from tests.api.server import ApiServer, api_server
 from tests.apps import ops
-from tests.conftest import DatabaseRoles
 
 WIDE = ViewportSize(width=1280, height=900)
 PHONE = ViewportSize(width=390, height=844)
@@ -61,14 +60,6 @@ def module_names() -> Iterator[Names]:
         yield names
     finally:
         services.delete_namespace(names.namespace, [])
-
-
-@pytest.fixture(scope="module")
-def module_database(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
-    name = services.unique("sasflow_test")
-    services.create_database(name, template=template_database, owner=database_roles.owner)
-    yield services.with_user(services.database_url(name), database_roles.runtime)
-    services.drop_database(name)
 
 
 @pytest.fixture(scope="module")

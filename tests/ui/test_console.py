@@ -39,6 +39,24 @@ def _wait_state(store: Engine, run_id: int, state: str) -> None:
     )
 
 
+def _running(store: Engine, names: Names, tag: str) -> int:
+    """A run whose first step is busy for a few seconds."""
+    run_id = _submit(store, names, services.unique(tag), value=1, delay=4)
+    _wait_state(store, run_id, RunState.RUNNING)
+    return run_id
+
+
+def _alert(store: Engine, message: str) -> int:
+    found = run_transaction(
+        store,
+        lambda conn: raise_alert(
+            conn, Alert(kind=AlertKind.STALLED, subject=services.unique("a"), message=message)
+        ),
+    )
+    assert found is not None
+    return found
+
+
 def _sign_in(page: Page, console: ApiServer, token: str) -> None:
     page.goto(f"{console.base_url}/ui/login")
     page.get_by_label("API token").fill(token)
@@ -67,12 +85,7 @@ def test_sign_in_every_page_and_sign_out(
     name, token = _operator(store)
     run_id = _submit(store, module_names, services.unique("shot"), value=3, fail=True)
     _wait_state(store, run_id, RunState.ERROR)
-    alert = run_transaction(
-        store,
-        lambda conn: raise_alert(
-            conn, Alert(kind=AlertKind.STALLED, subject=services.unique("a"), message="shown")
-        ),
-    )
+    alert = _alert(store, "shown")
     page.goto(f"{console.base_url}/ui/runs")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=%2Fui%2Fruns$"))
     _shoot(page, shots, "login")
@@ -195,8 +208,7 @@ def test_bulk_dry_run_lists_exactly_what_the_real_bulk_resubmission_does(
 def test_cancel_needs_a_reason_and_stops_the_run(
     page: Page, console: ApiServer, store: Engine, module_names: Names
 ) -> None:
-    run_id = _submit(store, module_names, services.unique("cx"), value=1, delay=4)
-    _wait_state(store, run_id, RunState.RUNNING)
+    run_id = _running(store, module_names, "cx")
     _sign_in(page, console, _operator(store)[1])
     page.goto(f"{console.base_url}/ui/runs/{run_id}")
     page.get_by_label("Reason", exact=True).nth(1).fill("not needed any more")
@@ -207,12 +219,7 @@ def test_cancel_needs_a_reason_and_stops_the_run(
 
 def test_acknowledge_an_alert_with_a_note(page: Page, console: ApiServer, store: Engine) -> None:
     name, token = _operator(store)
-    alert = run_transaction(
-        store,
-        lambda conn: raise_alert(
-            conn, Alert(kind=AlertKind.STALLED, subject=services.unique("ack"), message="look")
-        ),
-    )
+    alert = _alert(store, "look")
     _sign_in(page, console, token)
     page.goto(f"{console.base_url}/ui/alerts")
     page.get_by_role("link", name=f"#{alert}").click()
@@ -225,8 +232,7 @@ def test_acknowledge_an_alert_with_a_note(page: Page, console: ApiServer, store:
 def test_a_post_without_the_right_csrf_token_is_refused(
     page: Page, console: ApiServer, store: Engine, module_names: Names
 ) -> None:
-    run_id = _submit(store, module_names, services.unique("csrf"), value=1, delay=4)
-    _wait_state(store, run_id, RunState.RUNNING)
+    run_id = _running(store, module_names, "csrf")
     _sign_in(page, console, _operator(store)[1])
     url = f"{console.base_url}/ui/runs/{run_id}/cancel"
     forged: list[dict[str, str | float | bool]] = [
@@ -247,8 +253,7 @@ def test_a_post_without_the_right_csrf_token_is_refused(
 def test_a_read_token_sees_no_action_and_cannot_post_one(
     page: Page, console: ApiServer, store: Engine, module_names: Names
 ) -> None:
-    run_id = _submit(store, module_names, services.unique("ro"), value=1, delay=4)
-    _wait_state(store, run_id, RunState.RUNNING)
+    run_id = _running(store, module_names, "ro")
     _sign_in(page, console, make_token(store, services.unique("viewer"), "read"))
     page.goto(f"{console.base_url}/ui/runs/{run_id}")
     expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {run_id} running")

@@ -5,8 +5,7 @@ need the `operate` scope and call the same service functions as the CLI and the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -18,6 +17,7 @@ from sasflow.api.console.views import (
     ConsoleError,
     RunQuery,
     Visitor,
+    act,
     checked,
     local,
     operator,
@@ -25,33 +25,20 @@ from sasflow.api.console.views import (
     render,
 )
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.errors import to_response
-from sasflow.errors import SasflowError
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import tokens
 from sasflow.ops.resubmit import Resubmitted
-from sasflow.store.db import Connection
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
 BULK_LIMIT = 500
 """Runs one bulk resubmission may touch."""
 
-T = TypeVar("T")
 Context = Annotated[ApiContext, Depends(get_context)]
 Checked = Annotated[Visitor, Depends(checked)]
 Operator = Annotated[tuple[Visitor, Principal], Depends(operator)]
-
-
-def _act(ctx: ApiContext, work: Callable[[Connection], T]) -> T:
-    """Run a service function; its refusal (409, 400, 404) becomes the error page."""
-    try:
-        return ctx.transaction(work)
-    except SasflowError as exc:
-        answer = to_response(exc)
-        raise ConsoleError(answer.status_code, json.loads(bytes(answer.body))["message"]) from exc
 
 
 def _reason(text: str) -> str:
@@ -97,7 +84,7 @@ def cancel(
 ) -> RedirectResponse:
     who, principal = acting
     why = _reason(reason)
-    _act(
+    act(
         ctx,
         lambda conn: cancel_ops.cancel(
             conn,
@@ -128,7 +115,7 @@ def resubmit(
     who, principal = acting
     why = _reason(reason)
     new_input = _edited_input(edited, original_input)
-    _act(
+    act(
         ctx,
         lambda conn: resubmit_ops.resubmit(
             conn,
@@ -168,7 +155,7 @@ def _bulk(
     ctx: ApiContext, query: RunQuery, *, actor: str, reason: str, dry_run: bool
 ) -> list[Resubmitted]:
     where = query.to_filter(BULK_LIMIT)
-    return _act(
+    return act(
         ctx,
         lambda conn: resubmit_ops.resubmit_many(
             conn,
@@ -236,5 +223,5 @@ def acknowledge(
 ) -> RedirectResponse:
     who, principal = acting
     why = _reason(note)
-    _act(ctx, lambda conn: alert_ops.acknowledge(conn, alert_id, actor=principal.name, reason=why))
+    act(ctx, lambda conn: alert_ops.acknowledge(conn, alert_id, actor=principal.name, reason=why))
     return redirect(request, who, f"{PREFIX}/alerts/{alert_id}")

@@ -13,6 +13,7 @@ from sasflow.api.console.views import (
     PREFIX,
     RunQuery,
     Visitor,
+    act,
     local,
     reader,
     render,
@@ -91,7 +92,7 @@ def runs_page(
 @router.get("/runs/{run_id}")
 def run_page(request: Request, who: Reader, ctx: Context, run_id: int) -> HTMLResponse:
     """The run: its steps as a table and a picture, its timeline, input, output, error."""
-    detail = ctx.transaction(lambda conn: run_ops.show_run(conn, run_id))
+    detail = act(ctx, lambda conn: run_ops.show_run(conn, run_id))
     run = detail["run"]
     forward = [s for s in detail["steps"] if s["kind"] == StepKind.FORWARD]
     try:
@@ -132,7 +133,7 @@ def alerts_page(
 
 @router.get("/alerts/{alert_id}")
 def alert_page(request: Request, who: Reader, ctx: Context, alert_id: int) -> HTMLResponse:
-    found = ctx.transaction(lambda conn: alert_ops.show_alert(conn, alert_id))
+    found = act(ctx, lambda conn: alert_ops.show_alert(conn, alert_id))
     return render(request, who, "alert.html", {"alert": found})
 
 

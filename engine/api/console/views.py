@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Form, Request
@@ -21,11 +21,15 @@ from starlette.exceptions import HTTPException
 from sasflow.api.auth import Principal
 from sasflow.api.console.session import Session, SessionCodec, anonymous
 from sasflow.api.context import ApiContext, get_context
+from sasflow.api.errors import to_response
+from sasflow.errors import SasflowError
 from sasflow.ops import tokens
 from sasflow.ops.runs import RunFilter
 from sasflow.states import RunState
+from sasflow.store.db import Connection
 
 PREFIX = "/ui"
+T = TypeVar("T")
 PAGE = 50
 """Runs on one page of the runs list."""
 
@@ -155,6 +159,16 @@ def render(
     )
     console_of(request).codec.write(request, response, who.session)
     return response
+
+
+def act(ctx: ApiContext, work: Callable[[Connection], T]) -> T:
+    """Run a service function in a transaction; its refusal (409, 400, 404...) becomes the
+    error page, with the status and message the REST API would answer."""
+    try:
+        return ctx.transaction(work)
+    except SasflowError as exc:
+        answer = to_response(exc)
+        raise ConsoleError(answer.status_code, json.loads(bytes(answer.body))["message"]) from exc
 
 
 def local(target: str) -> str:
