@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import Engine, select
 
 from sasflow import submit_run
@@ -97,6 +97,12 @@ def test_sign_in_every_page_and_sign_out(
     for asset in ("console.css", "htmx.min.js"):  # served locally, no CDN
         assert page.request.get(f"{console.base_url}/ui/static/{asset}").status == 200
     assert page.evaluate("typeof htmx.version") == "string"
+    page.keyboard.press("Tab")  # the first stop of the keyboard
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    with page.expect_response(
+        lambda answer: answer.url.endswith("/ui/overview/panel") and answer.ok, timeout=10_000
+    ):
+        pass  # the overview refreshes itself (htmx polls every 5 s)
     _shoot(page, shots, "overview")
     for path, heading, shot in (
         ("/ui/runs", "Runs", "runs"),
@@ -115,9 +121,10 @@ def test_sign_in_every_page_and_sign_out(
 
 
 def test_runs_filter_by_state_and_key_text(
-    page: Page, console: ApiServer, store: Engine, module_names: Names
+    page: Page, browser: Browser, console: ApiServer, store: Engine, module_names: Names
 ) -> None:
-    """Free text on the key and a state narrow the list to the matching runs."""
+    """Free text on the key and a state narrow the list to the matching runs; the filtered
+    list shows the same without JavaScript."""
     tag = services.unique("flt")
     good = _submit(store, module_names, f"{tag}-good", value=1)
     bad = _submit(store, module_names, f"{tag}-bad", value=2, fail=True)
@@ -135,6 +142,13 @@ def test_runs_filter_by_state_and_key_text(
     expect(rows.first).to_contain_text(f"{tag}-bad")
     assert f"text={tag}" in page.url
     assert "state=error" in page.url
+    filtered = page.url
+    plain = browser.new_context(java_script_enabled=False).new_page()
+    _sign_in(plain, console, _operator(store)[1])
+    plain.goto(filtered)
+    expect(plain.locator("tbody tr")).to_have_count(1)
+    expect(plain.locator("tbody tr").first).to_contain_text(f"{tag}-bad")
+    plain.context.close()
 
 
 def test_resubmit_with_an_edited_input_reruns_the_failed_step(
@@ -149,13 +163,13 @@ def test_resubmit_with_an_edited_input_reruns_the_failed_step(
     _sign_in(page, console, token)
     page.goto(f"{console.base_url}/ui/runs/{run_id}")
     page.get_by_label("Input (JSON object; edit to correct it)").fill("{not json")
-    page.get_by_label("Reason", exact=True).first.fill("typo")
+    page.get_by_label("Reason for resubmitting").fill("typo")
     page.get_by_role("button", name=f"Resubmit run {run_id}").click()
     expect(page.get_by_role("alert")).to_contain_text("not valid JSON")
     assert harness.run_states(store)[run_id] == RunState.ERROR
     page.goto(f"{console.base_url}/ui/runs/{run_id}")
     page.get_by_label("Input (JSON object; edit to correct it)").fill('{"value": 5}')
-    page.get_by_label("Reason", exact=True).first.fill("input corrected")
+    page.get_by_label("Reason for resubmitting").fill("input corrected")
     page.get_by_role("button", name=f"Resubmit run {run_id}").click()
     _wait_state(store, run_id, RunState.COMPLETED)
     b = next(s for s in harness.step_rows(store, run_id) if s.name == "b")
@@ -187,6 +201,11 @@ def test_bulk_dry_run_lists_exactly_what_the_real_bulk_resubmission_does(
     _wait_state(store, done, RunState.COMPLETED)
     _sign_in(page, console, _operator(store)[1])
     page.goto(f"{console.base_url}/ui/runs?text={tag}")
+    page.get_by_label(f"Select run {failed[1]}").check()
+    page.get_by_role("button", name="Preview resubmitting the selected runs").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Preview: resubmit 1 run(s)")
+    assert page.locator("tbody tr").all_inner_texts() == [f"{failed[1]}\tb\tb"]
+    page.go_back()
     page.get_by_role("button", name="Preview resubmitting every run the filter matches").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Preview: resubmit 2 run(s)")
     preview = page.locator("tbody tr").all_inner_texts()
@@ -211,7 +230,7 @@ def test_cancel_needs_a_reason_and_stops_the_run(
     run_id = _running(store, module_names, "cx")
     _sign_in(page, console, _operator(store)[1])
     page.goto(f"{console.base_url}/ui/runs/{run_id}")
-    page.get_by_label("Reason", exact=True).nth(1).fill("not needed any more")
+    page.get_by_label("Reason for cancelling").fill("not needed any more")
     page.get_by_role("button", name=f"Cancel run {run_id}").click()
     expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {run_id} cancelled")
     expect(page.get_by_role("cell", name="cancelled: not needed any more").first).to_be_visible()

@@ -24,7 +24,12 @@ from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import runs as run_ops
-from sasflow.states import StepKind
+from sasflow.states import (
+    CANCELLABLE_RUN_STATES,
+    RESUBMITTABLE_RUN_STATES,
+    RunState,
+    StepKind,
+)
 from sasflow.store.db import Connection
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -113,6 +118,10 @@ def run_page(request: Request, who: Reader, ctx: Context, run_id: int) -> HTMLRe
             "events": detail["events"],
             "picture": picture,
             "box": dag,
+            # The forms shown; the service functions still decide (a 409 page otherwise).
+            "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
+            "can_resubmit": run["state"] in RESUBMITTABLE_RUN_STATES
+            or run["state"] == RunState.COMPLETED,
         },
     )
 
