@@ -1,8 +1,9 @@
 """Console sessions: a signed cookie holding the token's hash and the session's CSRF token.
 
-The cookie is signed (itsdangerous) and expires after SESSION_MAX_AGE_S; it is HttpOnly,
-SameSite=Strict, and Secure when the request came over TLS. It holds the token's hash, never
-its secret, and the token is looked up again on every request: revoking it ends the session.
+The cookie is signed (itsdangerous) and expires SESSION_MAX_AGE_S after the last page that
+signed it anew (an idle timeout); it is HttpOnly, SameSite=Strict, and Secure when the request
+came over TLS. It holds the token's hash, never its secret, and the token is looked up again
+on every request: revoking it ends the session.
 Before login the cookie holds a CSRF token only, so the login form is protected too.
 """
 
