@@ -226,6 +226,12 @@ class Settings(BaseSettings):
         description="Run the callback delivery loop in this API server (several servers "
         "share the work safely).",
     )
+    api_session_secret: SecretStr | None = Field(
+        default=None,
+        description="Key that signs the console's session cookies (at least 16 characters; "
+        "give every API server of a cluster the same one). Unset: a random key per server "
+        "process, so sessions end when it restarts.",
+    )
 
     # -- agent pools (the scheduler) ------------------------------------------------------------
     pool_give_up_s: float = Field(
@@ -256,11 +262,11 @@ class Settings(BaseSettings):
         "the same stream (a reconnection re-sends every unacknowledged one at once).",
     )
 
-    @field_validator("api_callback_secret")
+    @field_validator("api_callback_secret", "api_session_secret")
     @classmethod
     def _long_enough_key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_CALLBACK_KEY:
-            raise ValueError(f"the callback key needs at least {MIN_CALLBACK_KEY} characters")
+            raise ValueError(f"the key needs at least {MIN_CALLBACK_KEY} characters")
         return value
 
     # -- observability (docs/observability.md) -----------------------------------------------
@@ -322,6 +328,7 @@ class Settings(BaseSettings):
             **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
             **{name: getattr(self, name) for name in API_SETTINGS},
             "api_callback_secret": "***" if self.api_callback_secret is not None else None,
+            "api_session_secret": "***" if self.api_session_secret is not None else None,
         }
 
 

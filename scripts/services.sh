@@ -4,7 +4,8 @@
 # It keeps SASFLOW_DATABASE_URL / SASFLOW_BROKER_URL when they are set and reachable;
 # otherwise it finds the local services, starts them when installed but stopped, and installs
 # them (Debian packages postgresql, rabbitmq-server; needs root) when missing. It exports the
-# URLs it settled on. The database URL names a server where the tests may create databases.
+# URLs it settled on, and SASFLOW_CHROMIUM: the browser of tests/ui (Debian's chromium,
+# installed when missing). The database URL names a server where the tests may create databases.
 
 _sasflow_log() { printf 'services: %s\n' "$*" >&2; }
 
@@ -87,9 +88,24 @@ _sasflow_rabbitmq() {
   return 1
 }
 
+_sasflow_chromium() {
+  # The browser of tests/ui (Playwright cannot download its own here): Debian's chromium.
+  if [ -n "${SASFLOW_CHROMIUM:-}" ] && [ -x "$SASFLOW_CHROMIUM" ]; then return 0; fi
+  if ! command -v chromium >/dev/null 2>&1 && [ -z "${SASFLOW_SKIP_INSTALL:-}" ]; then
+    _sasflow_apt_install chromium
+  fi
+  if command -v chromium >/dev/null 2>&1; then
+    SASFLOW_CHROMIUM=$(command -v chromium)
+    export SASFLOW_CHROMIUM
+    return 0
+  fi
+  _sasflow_log "chromium is not installed: the browser tests (tests/ui) will fail"
+}
+
 if ! command -v psql >/dev/null 2>&1 && [ -z "${SASFLOW_SKIP_INSTALL:-}" ]; then
   _sasflow_apt_install postgresql-client
 fi
 _sasflow_postgres
 _sasflow_rabbitmq
+_sasflow_chromium
 _sasflow_log "database $(python3 -c 'import sys, re; print(re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", sys.argv[1]))' "$SASFLOW_DATABASE_URL"), broker $(python3 -c 'import sys, re; print(re.sub(r"://([^:@/]*):[^@/]*@", r"://\1:***@", sys.argv[1]))' "$SASFLOW_BROKER_URL")"

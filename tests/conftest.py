@@ -61,6 +61,16 @@ def template_database(database_roles: DatabaseRoles) -> Iterator[str]:
         services.drop_database(name)
 
 
+@pytest.fixture(scope="module")
+def module_database(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
+    """A database for a whole module (cloned from the template), as the runtime role: for
+    modules that share one slow-to-start server."""
+    name = services.unique("sasflow_test")
+    services.create_database(name, template=template_database, owner=database_roles.owner)
+    yield services.with_user(services.database_url(name), database_roles.runtime)
+    services.drop_database(name)
+
+
 @pytest.fixture
 def admin_database_url(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
     """This test's own database, as the superuser: for what no sasflow role may do."""

@@ -9,6 +9,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from sasflow.api import errors, stream
+from sasflow.api.console import actions, pages, views
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, runs
 from sasflow.api.streaming import StreamHub, StreamOptions
@@ -26,6 +27,8 @@ def routers() -> list[APIRouter]:
         runs.router,
         alerts.router,
         stream.router,
+        pages.router,
+        actions.router,
     ]
 
 
@@ -63,6 +66,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         max_body_bytes=ctx.settings.api_max_body_bytes,
         max_json_depth=ctx.settings.api_max_json_depth,
     )
+    views.install(app, ctx)
     for router in routers():
         app.include_router(router)
     return app

@@ -259,7 +259,7 @@ def resubmit_command(
         if not dry_run and not yes:
             raise click.UsageError("bulk resubmission needs --dry-run or --yes")
         where = _run_filter(states, workflow, key, since, until, limit)
-        ids = obj.in_transaction(
+        done_many = obj.in_transaction(
             lambda conn: resubmit_ops.resubmit_many(
                 conn,
                 registry,
@@ -270,6 +270,7 @@ def resubmit_command(
                 namespace=obj.settings.namespace,
             )
         )
+        ids = [done.run_id for done in done_many]
         result = {"dry_run": dry_run, "count": len(ids), "run_ids": ids}
     if output == "json":
         click.echo(to_json(result))

@@ -33,7 +33,7 @@ from sasflow.states import (
     StepState,
 )
 from sasflow.store import events, inspect, operator
-from sasflow.store.db import Connection
+from sasflow.store.db import Connection, rehearse
 from sasflow.store.inspect import RunFilter
 from sasflow.store.notify import notify_ready
 from sasflow.store.operator import StepReset
@@ -241,13 +241,17 @@ def resubmit_many(
     reason: str,
     dry_run: bool,
     namespace: str,
-) -> list[int]:
-    """Resubmit every run `where` selects (default: from their failed steps); with `dry_run`
-    only say which."""
+) -> list[Resubmitted]:
+    """Resubmit every run `where` selects (default: those in error, from their failed steps),
+    oldest first; with `dry_run` the same resubmissions are made and rolled back, so the
+    preview names exactly the runs and steps the real action redoes."""
     if not where.states:
         where = dataclasses.replace(where, states=(RunState.ERROR,))
-    ids = select_runs(conn, where)
-    if not dry_run:
-        for run_id in ids:
+
+    def work(conn: Connection) -> list[Resubmitted]:
+        return [
             resubmit(conn, registry, run_id, actor=actor, reason=reason, namespace=namespace)
-    return ids
+            for run_id in select_runs(conn, where)
+        ]
+
+    return rehearse(conn, work) if dry_run else work(conn)

@@ -9,7 +9,7 @@ from sasflow.store import inspect
 from sasflow.store.db import Connection
 from sasflow.store.inspect import RunFilter
 
-__all__ = ["RunFilter", "get_run", "list_runs", "runs_page", "show_run"]
+__all__ = ["RunFilter", "get_run", "list_runs", "overview", "runs_page", "show_run"]
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
@@ -41,3 +41,17 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     return detail
+
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+
+def overview(conn: Connection) -> dict[str, Any]:
+    """Runs by state created over the last hour and day, and runs finished in each window."""
+    return {
+        "hour": inspect.recent_runs_by_state(conn, seconds=HOUR_S),
+        "day": inspect.recent_runs_by_state(conn, seconds=DAY_S),
+        "finished_hour": inspect.finished_since(conn, seconds=HOUR_S),
+        "finished_day": inspect.finished_since(conn, seconds=DAY_S),
+    }

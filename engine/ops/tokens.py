@@ -98,3 +98,8 @@ def authenticate(conn: Connection, secret: str) -> dict[str, Any] | None:
     if not secret.startswith(PREFIX):
         return None
     return tokens.token_by_hash(conn, hash_token(secret))
+
+
+def authenticate_hash(conn: Connection, token_hash: str) -> dict[str, Any] | None:
+    """The live token with this hash (what a console session keeps), or None."""
+    return tokens.token_by_hash(conn, token_hash)

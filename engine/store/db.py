@@ -288,6 +288,16 @@ def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def rehearse(conn: Connection, work: Callable[[Connection], T]) -> T:
+    """`work`'s answer with everything it wrote undone (a savepoint rolled back): a dry run
+    of the very code the real action runs."""
+    savepoint = conn.begin_nested()
+    try:
+        return work(conn)
+    finally:
+        savepoint.rollback()
+
+
 @contextlib.contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """One transaction; commits on success, rolls back on error, driver errors translated."""

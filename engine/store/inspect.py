@@ -25,6 +25,10 @@ class RunFilter:
     since: datetime | float | None = None
     until: datetime | float | None = None
     limit: int = 100
+    key_contains: str | None = None
+    """Free text the business key contains (case-insensitive)."""
+    ids: tuple[int, ...] = ()
+    """Only these runs (an operator's selection)."""
 
 
 def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
@@ -39,6 +43,10 @@ def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
         found.append(runs.c.created_at >= _moment(where.since))
     if where.until is not None:
         found.append(runs.c.created_at < _moment(where.until))
+    if where.key_contains:
+        found.append(runs.c.business_key.icontains(where.key_contains, autoescape=True))
+    if where.ids:
+        found.append(runs.c.id.in_(where.ids))
     return found
 
 
@@ -156,6 +164,29 @@ def run_detail(conn: Connection, run_id: int) -> dict[str, Any] | None:
         "steps": [dict(r._mapping) for r in step_rows],
         "events": [dict(r._mapping) for r in timeline],
     }
+
+
+def recent_runs_by_state(conn: Connection, *, seconds: float) -> dict[str, int]:
+    """How many runs created in the last `seconds` (database clock) are in each state (no
+    index leads with created_at: a scan of runs, which the console's overview pays on each
+    refresh)."""
+    rows = conn.execute(
+        select(runs.c.state, func.count())
+        .where(runs.c.created_at >= plus_seconds(now(), -seconds))
+        .group_by(runs.c.state)
+    )
+    return {str(state): int(count) for state, count in rows}
+
+
+def finished_since(conn: Connection, *, seconds: float) -> int:
+    """How many runs finished in the last `seconds` (database clock): throughput (no index
+    serves finished_at: a scan of runs)."""
+    query = (
+        select(func.count())
+        .select_from(runs)
+        .where(runs.c.finished_at >= plus_seconds(now(), -seconds))
+    )
+    return int(conn.execute(query).scalar_one())
 
 
 # -- the runs of one business-key prefix (the demo's) --------------------------------------

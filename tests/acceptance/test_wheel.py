@@ -157,6 +157,10 @@ def test_wheel_ships_the_migrations_and_upgrades_a_database(
     assert shipped == in_checkout
     assert (site / "sasflow" / "migrations" / "env.py").is_file()
     assert not (site / "alembic" / "env.py").exists(), "the wheel must not shadow alembic"
+    console = REPO / "engine" / "api" / "console"
+    for folder in ("templates", "static"):  # the console's package data
+        shipped = sorted(p.name for p in (site / "sasflow" / "api" / "console" / folder).iterdir())
+        assert shipped == sorted(p.name for p in (console / folder).iterdir())
     _assert_works(venv, empty_database_url, cwd=tmp_path)
 
 

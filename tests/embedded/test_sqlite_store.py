@@ -560,3 +560,38 @@ def test_the_relay_reads_unpublished_events_through_their_partial_index(
     with sqlite_engine.connect() as conn:
         plan = [row[-1] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", args)]
     assert "SCAN events USING INDEX ix_events_unpublished" in plan
+
+
+def test_bulk_dry_run_rolls_back_on_sqlite_and_names_what_the_real_run_does(
+    sqlite_engine: Engine,
+) -> None:
+    """The dry run of a bulk resubmission (a savepoint rolled back) leaves the runs as they
+    were and lists the same runs and steps the real one then resubmits; the filter's free
+    text on the key works on SQLite too."""
+    from sasflow.ops import cancel, resubmit  # noqa: PLC0415 - the ops under test
+    from sasflow.ops.runs import RunFilter  # noqa: PLC0415
+
+    ids = _submit_many(sqlite_engine, 3, prefix="bulk-Key-")
+    with transaction(sqlite_engine) as conn:
+        for run_id in ids[:2]:
+            cancel.cancel(conn, run_id, actor="t", reason="r", namespace="t")
+    where = RunFilter(states=("cancelled",), key_contains="KEY-")
+
+    def bulk(dry_run: bool) -> list[resubmit.Resubmitted]:
+        return run_transaction(
+            sqlite_engine,
+            lambda conn: resubmit.resubmit_many(
+                conn, basic.registry, where, actor="t", reason="r", dry_run=dry_run, namespace="t"
+            ),
+        )
+
+    preview = bulk(dry_run=True)
+    assert [(p.run_id, p.reset_steps) for p in preview] == [(i, ("a", "b")) for i in ids[:2]]
+    with sqlite_engine.connect() as conn:
+        found = conn.execute(select(runs.c.id, runs.c.state).where(runs.c.id.in_(ids)))
+        states = {row.id: row.state for row in found}
+    assert states == {ids[0]: "cancelled", ids[1]: "cancelled", ids[2]: "pending"}
+    assert bulk(dry_run=False) == preview
+    with sqlite_engine.connect() as conn:
+        after = set(conn.execute(select(runs.c.state).where(runs.c.id.in_(ids[:2]))).scalars())
+    assert after == {"running"}

@@ -18,18 +18,8 @@ from sasflow.store.schema import events, runs
 from sasflow.transport.topology import Names
 from tests import services
 from tests.api.server import ApiServer, api_server, make_token
-from tests.conftest import DatabaseRoles
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def module_database(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
-    """This module's own database (cloned from the template), as the runtime role."""
-    name = services.unique("sasflow_test")
-    services.create_database(name, template=template_database, owner=database_roles.owner)
-    yield services.with_user(services.database_url(name), database_roles.runtime)
-    services.drop_database(name)
 
 
 @pytest.fixture(scope="module")

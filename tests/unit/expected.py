@@ -65,5 +65,6 @@ API_DEFAULTS: dict[str, Any] = {
     "pool_give_up_s": 86400,
     "pool_max_looks": 1024,
     "api_callback_secret": None,
+    "api_session_secret": None,
 }
 """The HTTP API and pool settings as `Settings.redacted()` shows them when none is configured."""

@@ -1,0 +1,153 @@
+"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse
+
+from sasflow.api.console import dag
+from sasflow.api.console.views import (
+    PAGE,
+    PREFIX,
+    RunQuery,
+    Visitor,
+    act,
+    local,
+    reader,
+    render,
+    visitor,
+)
+from sasflow.api.context import ApiContext, get_context
+from sasflow.errors import SasflowError
+from sasflow.ops import agents as agent_ops
+from sasflow.ops import alerts as alert_ops
+from sasflow.ops import runs as run_ops
+from sasflow.states import (
+    CANCELLABLE_RUN_STATES,
+    RESUBMITTABLE_RUN_STATES,
+    RunState,
+    StepKind,
+)
+from sasflow.store.db import Connection
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+Context = Annotated[ApiContext, Depends(get_context)]
+Reader = Annotated[Visitor, Depends(reader)]
+
+
+@router.get("/login")
+def login_page(
+    request: Request,
+    who: Annotated[Visitor, Depends(visitor)],
+    target: Annotated[str, Query(alias="next")] = PREFIX,
+) -> HTMLResponse:
+    return render(request, who, "login.html", {"next": local(target)})
+
+
+def _overview(conn: Connection) -> dict[str, Any]:
+    return {
+        "counts": run_ops.overview(conn),
+        "alerts": alert_ops.list_alerts(conn, limit=10),
+        "agents": agent_ops.list_agents(conn),
+    }
+
+
+@router.get("")
+@router.get("/")
+def overview(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """Runs by state over the last hour and day, throughput, open alerts, the fleet."""
+    return render(request, who, "overview.html", ctx.transaction(_overview))
+
+
+@router.get("/overview/panel")
+def overview_panel(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """The overview's body alone: what htmx polls to refresh the page."""
+    return render(request, who, "overview_panel.html", ctx.transaction(_overview))
+
+
+@router.get("/runs")
+def runs_page(
+    *,
+    request: Request,
+    who: Reader,
+    ctx: Context,
+    state: Annotated[list[str] | None, Query()] = None,
+    workflow: str = "",
+    key: str = "",
+    text: str = "",
+    since: str = "",
+    until: str = "",
+    cursor: Annotated[int | None, Query(ge=1)] = None,
+) -> HTMLResponse:
+    """Runs, newest first, filtered; a page at a time (the next page's link holds a cursor)."""
+    query = RunQuery(tuple(state or ()), workflow, key, text, since, until)
+    where = query.to_filter(PAGE)
+    page, next_cursor = ctx.transaction(lambda conn: run_ops.runs_page(conn, where, cursor=cursor))
+    return render(
+        request,
+        who,
+        "runs.html",
+        {"runs": page, "next_cursor": next_cursor, "query": query, "cursor": cursor},
+    )
+
+
+@router.get("/runs/{run_id}")
+def run_page(request: Request, who: Reader, ctx: Context, run_id: int) -> HTMLResponse:
+    """The run: its steps as a table and a picture, its timeline, input, output, error."""
+    detail = act(ctx, lambda conn: run_ops.show_run(conn, run_id))
+    run = detail["run"]
+    forward = [s for s in detail["steps"] if s["kind"] == StepKind.FORWARD]
+    try:
+        workflow = ctx.registry.workflow(run["workflow"], run["version"])
+    except SasflowError:
+        picture = None  # this server's app does not know the workflow: the table still shows
+    else:
+        states = {s["name"]: str(s["state"]) for s in forward}
+        picture = dag.layout(workflow.order, workflow.dependencies, states)
+    return render(
+        request,
+        who,
+        "run.html",
+        {
+            "run": run,
+            "steps": detail["steps"],
+            "forward": forward,
+            "events": detail["events"],
+            "picture": picture,
+            "box": dag,
+            # The forms shown; the service functions still decide (a 409 page otherwise).
+            "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
+            "can_resubmit": run["state"] in RESUBMITTABLE_RUN_STATES
+            or run["state"] == RunState.COMPLETED,
+        },
+    )
+
+
+@router.get("/alerts")
+def alerts_page(
+    request: Request,
+    who: Reader,
+    ctx: Context,
+    everything: Annotated[bool, Query(alias="all")] = False,
+) -> HTMLResponse:
+    """Open alerts (all of them with ?all=true), newest first."""
+    found = ctx.transaction(
+        lambda conn: alert_ops.list_alerts(conn, include_acknowledged=everything, limit=200)
+    )
+    return render(request, who, "alerts.html", {"alerts": found, "all": everything})
+
+
+@router.get("/alerts/{alert_id}")
+def alert_page(request: Request, who: Reader, ctx: Context, alert_id: int) -> HTMLResponse:
+    found = act(ctx, lambda conn: alert_ops.show_alert(conn, alert_id))
+    return render(request, who, "alert.html", {"alert": found})
+
+
+@router.get("/agents")
+def agents_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """The fleet registry: every agent instance, its state, load and breakers."""
+    found = ctx.transaction(lambda conn: agent_ops.list_agents(conn, include_stopped=True))
+    return render(request, who, "agents.html", {"agents": found})
