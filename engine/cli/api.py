@@ -15,6 +15,7 @@ from sasflow.cli.context import (
     role_failed,
 )
 from sasflow.errors import SasflowError
+from sasflow.observability.build import api_metrics
 from sasflow.settings import Settings
 from sasflow.store.db import make_engine
 from sasflow.transport.factory import is_in_process, make_transport
@@ -83,13 +84,22 @@ def api_command(
         api_callbacks=callbacks,
     )
     engine = make_engine(settings.database_url, engine_options(settings, "api", POOL_SIZE))
+    metrics_server = None
     try:
         ctx = ApiContext(engine, obj.registry(), settings, broker_check(settings))
         check_not_refused(engine)
-        serve(create_app(ctx), ctx)
+        app = create_app(ctx)
+        if settings.metrics_port is not None:
+            from sasflow.api.metrics import RequestMetrics  # noqa: PLC0415 - the metrics extra
+
+            observed, metrics_server = api_metrics(settings)
+            app.add_middleware(RequestMetrics, metrics=observed)
+        serve(app, ctx)
     except SasflowError as exc:
         raise role_failed(exc) from exc
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         engine.dispose()
 
 

@@ -13,6 +13,7 @@ from sasflow.transport.topology import Names
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sasflow.observability.metrics import ApiMetrics, MetricsServer
     from sasflow.store.db import Engine
     from sasflow.store.gauges import StateCounts
 
@@ -62,6 +63,27 @@ def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks
     if isinstance(server, metrics.MetricsServer):
         log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
     return made
+
+
+def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
+    """The HTTP API's metrics and the server that exposes them on `settings.metrics_port`
+    (close it at exit)."""
+    try:
+        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
+        ) from exc
+    port = settings.metrics_port or 0
+    observed = metrics.ApiMetrics()
+    try:
+        server = metrics.MetricsServer(observed.registry, port, settings.metrics_address)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
+        ) from exc
+    log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
+    return observed, server
 
 
 def _state_reader(engine: Engine) -> Callable[[], StateCounts]:

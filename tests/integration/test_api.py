@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from sqlalchemy import Engine, select
 
@@ -17,7 +18,7 @@ from sasflow.store.db import make_engine, run_transaction
 from sasflow.store.schema import events, runs
 from sasflow.transport.topology import Names
 from tests import services
-from tests.api.server import ApiServer, api_server, make_token
+from tests.api.server import ApiServer, api_server, free_port, make_token
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,14 @@ def engine(module_database: str) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def api(
+    tmp_path_factory: pytest.TempPathFactory, module_database: str, metrics_port: int
+) -> Iterator[ApiServer]:
     names = Names(services.unique("sftest"))
     try:
         with api_server(
@@ -38,6 +46,7 @@ def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Itera
             database_url=module_database,
             broker_url=services.broker_url(),
             namespace=names.namespace,
+            env={"SASFLOW_METRICS_PORT": str(metrics_port)},
         ) as server:
             yield server
     finally:
@@ -246,3 +255,22 @@ def test_cancel_resubmit_and_alerts_are_audited_with_the_token(
         ("ops-team", "cancelled: customer left"),
         ("ops-team", "resubmitted: came back"),
     ]
+
+
+def test_metrics_count_requests_by_route_template_not_by_path(
+    api: ApiServer, engine: Engine, metrics_port: int
+) -> None:
+    """With --metrics-port the server counts each request by method, route template and
+    status on its own /metrics port; an unknown path is `unmatched`, not a label of its own."""
+    reader = make_token(engine, "metrics-reader", "read")
+    with api.client(reader) as http:
+        assert http.get("/v1/runs/999999999").status_code == 404
+        assert http.get("/no/such/path/4711").status_code == 404
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    assert (
+        'sasflow_http_requests_total{method="GET",route="/v1/runs/{run_id}",status="404"}' in text
+    )
+    assert 'sasflow_http_requests_total{method="GET",route="unmatched",status="404"}' in text
+    assert "4711" not in text
+    assert "999999999" not in text
+    assert 'sasflow_http_request_duration_seconds_count{route="/v1/runs/{run_id}"}' in text
