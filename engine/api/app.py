@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI
 from sasflow.api import errors, stream
 from sasflow.api.console import actions, pages, views
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import alerts, health, runs
+from sasflow.api.routes import alerts, health, runs, schedulers, schedules
 from sasflow.api.streaming import StreamHub, StreamOptions
 
 WORKER_THREADS = 1000
@@ -26,6 +26,8 @@ def routers() -> list[APIRouter]:
         health.router,
         runs.router,
         alerts.router,
+        schedules.router,
+        schedulers.router,
         stream.router,
         pages.router,
         actions.router,

@@ -64,6 +64,8 @@ _SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], int, str], ...] = (
     (errors.AlertNotFoundError, 404, "alert_not_found"),
     (errors.UnknownWorkflowError, 404, "unknown_workflow"),
     (errors.TokenNotFoundError, 404, "token_not_found"),
+    (errors.ScheduleNotFoundError, 404, "schedule_not_found"),
+    (errors.SchedulerNotFoundError, 404, "scheduler_not_found"),
     (errors.AlertAlreadyAcknowledgedError, 409, "already_acknowledged"),
     (errors.InvalidActionError, 409, "invalid_action"),
     (errors.InvalidInputError, 400, "invalid_input"),

@@ -52,3 +52,9 @@ class ResubmitRequest(_Body):
 
 class AcknowledgeRequest(_Body):
     reason: str = Field(min_length=1, max_length=2000)
+
+
+class OperatorActionRequest(_Body):
+    """An operator action on a schedule or a scheduler; the reason goes into the audit."""
+
+    reason: str | None = Field(default=None, min_length=1, max_length=2000)

@@ -1,0 +1,88 @@
+"""The scheduler cluster and the agent fleet: the cluster view, drain and undrain a scheduler
+(the same ops as `sasflow schedulers`), and the fleet view (`sasflow agents list`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends
+
+from sasflow.api.auth import Principal, require
+from sasflow.api.context import ApiContext, get_context
+from sasflow.api.models import OperatorActionRequest
+from sasflow.ops import agents as agent_ops
+from sasflow.ops import schedulers as scheduler_ops
+
+router = APIRouter(tags=["schedulers", "agents"])
+
+Context = Annotated[ApiContext, Depends(get_context)]
+Action = Annotated[OperatorActionRequest | None, Body()]
+
+
+@router.get("/v1/schedulers")
+def list_schedulers(
+    ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+) -> dict[str, Any]:
+    """Per scheduler: name, address, state, K, S, N, X, M and lease age; with the scope
+    strategy its leadership, epoch and range, and the plan."""
+    return ctx.transaction(
+        lambda conn: {
+            "schedulers": scheduler_ops.cluster_view(conn),
+            "plan": scheduler_ops.plan_view(conn),
+        }
+    )
+
+
+def _scheduler(ctx: ApiContext, name: str) -> dict[str, Any]:
+    """The scheduler `name` as the cluster view shows it after the action."""
+    view = ctx.transaction(scheduler_ops.cluster_view)
+    return next((s for s in view if s["name"] == name), {"name": name})
+
+
+@router.post("/v1/schedulers/{name}/drain")
+def drain_scheduler(
+    name: str,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """Put it on the offline list: it stops acquiring and releases what it holds; 404 for a
+    name never registered, 409 if it is on the list already."""
+    reason = body.reason if body else None
+    ctx.transaction(
+        lambda conn: scheduler_ops.drain(
+            conn, name, actor=who.name, reason=reason, namespace=ctx.namespace
+        )
+    )
+    return _scheduler(ctx, name)
+
+
+@router.post("/v1/schedulers/{name}/undrain")
+def undrain_scheduler(
+    name: str,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """Take it off the offline list: it may acquire again; 409 if it is not on the list."""
+    reason = body.reason if body else None
+    ctx.transaction(
+        lambda conn: scheduler_ops.undrain(
+            conn, name, actor=who.name, reason=reason, namespace=ctx.namespace
+        )
+    )
+    return _scheduler(ctx, name)
+
+
+@router.get("/v1/agents")
+def list_agents(
+    ctx: Context,
+    _: Annotated[Principal, Depends(require("read"))],
+    agent: str | None = None,
+    include_stopped: bool = False,
+) -> dict[str, Any]:
+    """The fleet: agent instances with state, load, last heartbeat and breaker states."""
+    found = ctx.transaction(
+        lambda conn: agent_ops.list_agents(conn, agent=agent, include_stopped=include_stopped)
+    )
+    return {"agents": found}

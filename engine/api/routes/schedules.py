@@ -1,0 +1,92 @@
+"""Schedules: list them, show one, pause, resume and trigger one (the same ops as
+`sasflow schedules`). A schedule is named by its id or its name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query
+
+from sasflow.api.auth import Principal, require
+from sasflow.api.context import ApiContext, get_context
+from sasflow.api.models import OperatorActionRequest
+from sasflow.ops import schedules as schedule_ops
+
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+
+Context = Annotated[ApiContext, Depends(get_context)]
+Action = Annotated[OperatorActionRequest | None, Body()]
+
+
+@router.get("")
+def list_schedules(
+    ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+) -> dict[str, Any]:
+    """Every schedule with its timing, owner (and whether it is live), next and last tick."""
+    return {"schedules": ctx.transaction(schedule_ops.list_schedules)}
+
+
+@router.get("/{ref}")
+def show_schedule(
+    ref: str,
+    ctx: Context,
+    _: Annotated[Principal, Depends(require("read"))],
+    ticks: Annotated[int, Query(ge=1, le=1000)] = schedule_ops.SHOWN_TICKS,
+) -> dict[str, Any]:
+    """The schedule (id or name): its definition, owner, last ticks with their runs (newest
+    first) and next tick."""
+    found: dict[str, Any] = ctx.transaction(lambda conn: schedule_ops.show(conn, ref, ticks=ticks))
+    return found
+
+
+def _set_paused(
+    ctx: ApiContext, ref: str, who: Principal, body: OperatorActionRequest | None, *, paused: bool
+) -> dict[str, Any]:
+    reason = body.reason if body else None
+    done: dict[str, Any] = ctx.transaction(
+        lambda conn: schedule_ops.set_paused(
+            conn, ref, paused=paused, actor=who.name, reason=reason, namespace=ctx.namespace
+        )
+    )
+    return done
+
+
+@router.post("/{ref}/pause")
+def pause_schedule(
+    ref: str,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """Pause: no tick fires and its scheduler lets it go; 409 if it is paused already."""
+    return _set_paused(ctx, ref, who, body, paused=True)
+
+
+@router.post("/{ref}/resume")
+def resume_schedule(
+    ref: str,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """Resume from its next tick (ticks missed while paused are not fired); 409 if it is not
+    paused."""
+    return _set_paused(ctx, ref, who, body, paused=False)
+
+
+@router.post("/{ref}/trigger")
+def trigger_schedule(
+    ref: str,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """Fire it now, once: the tick with its run id (or the error that kept it from running);
+    its next tick does not move."""
+    reason = body.reason if body else None
+    fired: dict[str, Any] = ctx.transaction(
+        lambda conn: schedule_ops.trigger(
+            conn, ref, ctx.registry, actor=who.name, reason=reason, namespace=ctx.namespace
+        )
+    )
+    return fired

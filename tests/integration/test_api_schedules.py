@@ -1,0 +1,176 @@
+"""Schedules, schedulers and agents over the HTTP API, served by a real `sasflow api` process
+on PostgreSQL and RabbitMQ: the same ops as the CLI, audited with the token's name, 404 for
+unknown ids and names, 409 where the ops refuse a state, 403 for a `read` token's action.
+
+Scheduler and agent registrations are written with the store functions the real processes
+use (a scheduler registers a lease row, an agent's heartbeat an instance row)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, select
+
+from sasflow.ops import schedules as schedule_ops
+from sasflow.schedules.definition import Schedule
+from sasflow.store import fleet
+from sasflow.store import schedulers as scheduler_store
+from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.schema import audit, runs
+from sasflow.transport.topology import Names
+from tests import services
+from tests.api.server import ApiServer, api_server, make_token
+from tests.apps import basic
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def engine(module_database: str) -> Iterator[Engine]:
+    engine = make_engine(module_database, application_name="sasflow-test")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
+    names = Names(services.unique("sftest"))
+    try:
+        with api_server(
+            tmp_path_factory.mktemp("api"),
+            database_url=module_database,
+            broker_url=services.broker_url(),
+            namespace=names.namespace,
+        ) as server:
+            yield server
+    finally:
+        services.delete_namespace(names.namespace, [])
+
+
+def _audited(engine: Engine, action: str) -> list[tuple[str, str | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(audit.c.actor, audit.c.reason).where(audit.c.action == action)
+        ).all()
+    return [(r.actor, r.reason) for r in rows]
+
+
+def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine) -> None:
+    added = run_transaction(
+        engine,
+        lambda conn: schedule_ops.add(
+            conn,
+            Schedule("hourly", "pipeline", every=3600, input={"text": "hi"}),
+            basic.registry,
+            actor="test",
+            reason=None,
+            namespace="unused",
+        ),
+    )
+    sid = added["id"]
+    reader = make_token(engine, "sched-reader", "read")
+    operator = make_token(engine, "sched-operator", "operate", "read")
+    with api.client(reader) as http:
+        listed = http.get("/v1/schedules").json()["schedules"]
+        assert [(s["id"], s["name"], s["paused"]) for s in listed] == [(sid, "hourly", False)]
+        by_name = http.get("/v1/schedules/hourly").json()
+        assert (by_name["id"], by_name["timing"], by_name["ticks"]) == (sid, "every 3600s", [])
+        assert by_name["next_tick_at"] == listed[0]["next_tick_at"]
+        missing = http.get("/v1/schedules/nope")
+        assert (missing.status_code, missing.json()["error"]) == (404, "schedule_not_found")
+        denied = http.post(f"/v1/schedules/{sid}/pause")
+        assert (denied.status_code, denied.json()["error"]) == (403, "forbidden")
+    with api.client(operator) as http:
+        paused = http.post(f"/v1/schedules/{sid}/pause", json={"reason": "maintenance"})
+        assert (paused.status_code, paused.json()["paused"]) == (200, True)
+        again = http.post(f"/v1/schedules/{sid}/pause")
+        assert (again.status_code, again.json()["error"]) == (409, "invalid_action")
+        assert "paused already" in again.json()["message"]
+        resumed = http.post("/v1/schedules/hourly/resume")
+        assert (resumed.status_code, resumed.json()["paused"]) == (200, False)
+        not_paused = http.post(f"/v1/schedules/{sid}/resume")
+        assert not_paused.status_code == 409
+        fired = http.post(f"/v1/schedules/{sid}/trigger", json={"reason": "now"}).json()
+        assert fired["run_id"] is not None
+        assert http.post("/v1/schedules/nope/trigger").status_code == 404
+        bad = http.post(f"/v1/schedules/{sid}/pause", json={"reason": ""})
+        assert (bad.status_code, bad.json()["error"]) == (422, "validation_error")
+        shown = http.get(f"/v1/schedules/{sid}").json()
+    assert [t["run_id"] for t in shown["ticks"]] == [fired["run_id"]]
+    assert shown["ticks"][0]["fired_by"] == "sched-operator"
+    with engine.connect() as conn:
+        run = conn.execute(select(runs.c.workflow).where(runs.c.id == fired["run_id"])).one()
+    assert run.workflow == "pipeline"
+    assert _audited(engine, "schedules.pause") == [("sched-operator", "maintenance")]
+    assert _audited(engine, "schedules.resume") == [("sched-operator", None)]
+    assert _audited(engine, "schedules.trigger") == [("sched-operator", "now")]
+
+
+def _register(engine: Engine, name: str) -> None:
+    reg = scheduler_store.Registration(
+        id=uuid.uuid4().hex,
+        name=name,
+        address="127.0.0.1:0",
+        hostname="localhost",
+        pid=1,
+        fault_tolerance=1,
+        alarm_threshold=5,
+        lease_ttl=300.0,
+    )
+    assert run_transaction(engine, lambda conn: scheduler_store.register(conn, reg))
+
+
+def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -> None:
+    _register(engine, "sched-a")
+    reader = make_token(engine, "cluster-reader", "read")
+    operator = make_token(engine, "cluster-operator", "operate", "read")
+    with api.client(reader) as http:
+        view = http.get("/v1/schedulers").json()
+        (mine,) = [s for s in view["schedulers"] if s["name"] == "sched-a"]
+        assert (mine["state"], mine["M"], mine["X"], mine["address"]) == (
+            "online",
+            5,
+            0,
+            "127.0.0.1:0",
+        )
+        assert {"K", "S", "N", "lease_age_s", "leader", "epoch", "range"} <= set(mine)
+        assert mine["S"] >= 1
+        assert view["plan"]["state"] == "none"
+        assert http.post("/v1/schedulers/sched-a/drain").status_code == 403
+    with api.client(operator) as http:
+        drained = http.post("/v1/schedulers/sched-a/drain", json={"reason": "upgrade"})
+        assert (drained.status_code, drained.json()["state"]) == (200, "drained")
+        again = http.post("/v1/schedulers/sched-a/drain")
+        assert (again.status_code, again.json()["error"]) == (409, "invalid_action")
+        unknown = http.post("/v1/schedulers/nobody/drain")
+        assert (unknown.status_code, unknown.json()["error"]) == (404, "scheduler_not_found")
+        undrained = http.post("/v1/schedulers/sched-a/undrain")
+        assert (undrained.status_code, undrained.json()["state"]) == (200, "online")
+        assert http.post("/v1/schedulers/sched-a/undrain").status_code == 409
+    assert _audited(engine, "schedulers.drain") == [("cluster-operator", "upgrade")]
+    assert _audited(engine, "schedulers.undrain") == [("cluster-operator", None)]
+
+
+def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None:
+    report = fleet.InstanceReport(
+        instance_id=uuid.uuid4().hex,
+        agent="api-agent",
+        hostname="localhost",
+        pid=2,
+        version="1",
+        concurrency=4,
+        in_flight=1,
+        breakers={"echo": "open"},
+        interval_s=60.0,
+    )
+    run_transaction(engine, lambda conn: fleet.record_heartbeats(conn, [report]))
+    with api.client(make_token(engine, "fleet-reader", "read")) as http:
+        found = http.get("/v1/agents", params={"agent": "api-agent"}).json()["agents"]
+        assert http.get("/v1/agents", params={"agent": "other"}).json() == {"agents": []}
+    assert [(a["agent"], a["state"], a["breakers"], a["in_flight"]) for a in found] == [
+        ("api-agent", "live", {"echo": "open"}, 1)
+    ]
+    with api.client() as http:
+        assert http.get("/v1/agents").status_code == 401
