@@ -9,7 +9,7 @@ from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
 from sasflow.api import errors, stream
-from sasflow.api.console import actions, pages, views
+from sasflow.api.console import actions, pages, schedule_actions, views
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, runs, schedulers, schedules
 from sasflow.api.streaming import StreamHub, StreamOptions
@@ -31,6 +31,7 @@ def routers() -> list[APIRouter]:
         stream.router,
         pages.router,
         actions.router,
+        schedule_actions.router,
     ]
 
 

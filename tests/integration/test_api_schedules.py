@@ -13,14 +13,13 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow.ops import schedules as schedule_ops
 from sasflow.schedules.definition import Schedule
 from sasflow.store import fleet
-from sasflow.store import schedulers as scheduler_store
 from sasflow.store.db import make_engine, run_transaction
 from sasflow.store.schema import audit, runs
 from sasflow.transport.topology import Names
 from tests import services
+from tests.api.cluster import add_schedule, register_scheduler
 from tests.api.server import ApiServer, api_server, make_token
 from tests.apps import basic
 
@@ -58,16 +57,8 @@ def _audited(engine: Engine, action: str) -> list[tuple[str, str | None]]:
 
 
 def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine) -> None:
-    added = run_transaction(
-        engine,
-        lambda conn: schedule_ops.add(
-            conn,
-            Schedule("hourly", "pipeline", every=3600, input={"text": "hi"}),
-            basic.registry,
-            actor="test",
-            reason=None,
-            namespace="unused",
-        ),
+    added = add_schedule(
+        engine, Schedule("hourly", "pipeline", every=3600, input={"text": "hi"}), basic.registry
     )
     sid = added["id"]
     reader = make_token(engine, "sched-reader", "read")
@@ -108,22 +99,8 @@ def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine
     assert _audited(engine, "schedules.trigger") == [("sched-operator", "now")]
 
 
-def _register(engine: Engine, name: str) -> None:
-    reg = scheduler_store.Registration(
-        id=uuid.uuid4().hex,
-        name=name,
-        address="127.0.0.1:0",
-        hostname="localhost",
-        pid=1,
-        fault_tolerance=1,
-        alarm_threshold=5,
-        lease_ttl=300.0,
-    )
-    assert run_transaction(engine, lambda conn: scheduler_store.register(conn, reg))
-
-
 def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -> None:
-    _register(engine, "sched-a")
+    register_scheduler(engine, "sched-a")
     reader = make_token(engine, "cluster-reader", "read")
     operator = make_token(engine, "cluster-operator", "operate", "read")
     with api.client(reader) as http:

@@ -1,6 +1,7 @@
 """The operator console driven in headless Chromium: sign in, filter, resubmit from the run
 page (the step really runs again), a bulk dry run that matches the real bulk action, cancel,
-acknowledge an alert, CSRF refusal, and a `read` token that cannot act."""
+acknowledge an alert, CSRF refusal, a `read` token that cannot act, and pause/resume/trigger
+a schedule and drain/undrain a scheduler."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import Engine, select
 
 from sasflow import submit_run
+from sasflow.schedules.definition import Schedule
 from sasflow.states import RunState
 from sasflow.store.alerts import Alert, AlertKind, raise_alert
 from sasflow.store.db import run_transaction
-from sasflow.store.schema import events
+from sasflow.store.schema import audit, events
 from sasflow.transport.topology import Names
 from tests import harness, services
+from tests.api.cluster import add_schedule, register_scheduler
 from tests.api.server import ApiServer, make_token
 from tests.apps import ops
 from tests.ui.conftest import PHONE, WIDE
@@ -86,6 +89,10 @@ def test_sign_in_every_page_and_sign_out(
     run_id = _submit(store, module_names, services.unique("shot"), value=3, fail=True)
     _wait_state(store, run_id, RunState.ERROR)
     alert = _alert(store, "shown")
+    schedule = add_schedule(
+        store, Schedule(services.unique("nightly"), "ops", cron="0 2 * * *"), ops.registry
+    )
+    register_scheduler(store, services.unique("shown"))
     page.goto(f"{console.base_url}/ui/runs")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=%2Fui%2Fruns$"))
     _shoot(page, shots, "login")
@@ -110,6 +117,9 @@ def test_sign_in_every_page_and_sign_out(
         ("/ui/alerts", "Alerts", "alerts"),
         (f"/ui/alerts/{alert}", f"Alert #{alert}: stalled", "alert"),
         ("/ui/agents", "Agents", "agents"),
+        ("/ui/schedules", "Schedules", "schedules"),
+        (f"/ui/schedules/{schedule['id']}", f"Schedule {schedule['name']}", "schedule"),
+        ("/ui/schedulers", "Schedulers", "schedulers"),
     ):
         page.goto(console.base_url + path)
         expect(page.get_by_role("heading", level=1)).to_have_text(heading)
@@ -286,3 +296,51 @@ def test_a_read_token_sees_no_action_and_cannot_post_one(
     assert answer.status == 403
     assert "lacks the &#39;operate&#39; scope" in answer.text()
     assert harness.run_states(store)[run_id] == RunState.RUNNING
+
+
+def test_pause_resume_trigger_a_schedule_and_drain_undrain_a_scheduler(
+    page: Page, console: ApiServer, store: Engine
+) -> None:
+    """The schedule's forms pause it, resume it and fire it (its tick links to the run); the
+    schedulers page drains and undrains a registered scheduler; each action is audited with
+    the signed-in token's name."""
+    name, token = _operator(store)
+    schedule = add_schedule(
+        store,
+        Schedule(services.unique("hourly"), "ops", every=3600, input={"value": 2}),
+        ops.registry,
+    )
+    scheduler = services.unique("sch")
+    register_scheduler(store, scheduler)
+    _sign_in(page, console, token)
+    page.get_by_role("navigation").get_by_role("link", name="Schedules").click()
+    page.get_by_role("link", name=schedule["name"]).click()
+    page.get_by_label("Reason for pausing (optional)").fill("maintenance")
+    page.get_by_role("button", name=f"Pause {schedule['name']}").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(
+        f"Schedule {schedule['name']} (paused)"
+    )
+    page.get_by_role("button", name=f"Resume {schedule['name']}").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Schedule {schedule['name']}")
+    page.get_by_role("button", name=f"Trigger {schedule['name']}").click()
+    page.get_by_role("link", name=re.compile(r"^run \d+$")).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(re.compile(r"^Run \d+ "))
+
+    page.get_by_role("navigation").get_by_role("link", name="Schedulers").click()
+    row = page.get_by_role("row").filter(has_text=scheduler)
+    expect(row.locator(".state")).to_have_text("online")
+    row.get_by_role("button", name=f"Drain {scheduler}").click()
+    expect(row.locator(".state")).to_have_text("drained")
+    row.get_by_role("button", name=f"Undrain {scheduler}").click()
+    expect(row.locator(".state")).to_have_text("online")
+    with store.connect() as conn:
+        done = conn.execute(
+            select(audit.c.action, audit.c.reason).where(audit.c.actor == name).order_by(audit.c.id)
+        ).all()
+    assert [tuple(r) for r in done] == [
+        ("schedules.pause", "maintenance"),
+        ("schedules.resume", None),
+        ("schedules.trigger", None),
+        ("schedulers.drain", None),
+        ("schedulers.undrain", None),
+    ]

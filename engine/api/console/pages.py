@@ -1,4 +1,5 @@
-"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents."""
+"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents, schedules, a
+schedule, schedulers."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import runs as run_ops
+from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import schedules as schedule_ops
 from sasflow.states import (
     CANCELLABLE_RUN_STATES,
     RESUBMITTABLE_RUN_STATES,
@@ -151,3 +154,31 @@ def agents_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
     """The fleet registry: every agent instance, its state, load and breakers."""
     found = ctx.transaction(lambda conn: agent_ops.list_agents(conn, include_stopped=True))
     return render(request, who, "agents.html", {"agents": found})
+
+
+@router.get("/schedules")
+def schedules_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """Every schedule: timing, owner, next and last tick; pause, resume, trigger."""
+    found = ctx.transaction(schedule_ops.list_schedules)
+    return render(request, who, "schedules.html", {"schedules": found})
+
+
+@router.get("/schedules/{ref}")
+def schedule_page(request: Request, who: Reader, ctx: Context, ref: str) -> HTMLResponse:
+    """One schedule (id or name): its definition, owner, last ticks with their runs, next
+    tick, and the actions."""
+    found = act(ctx, lambda conn: schedule_ops.show(conn, ref))
+    return render(request, who, "schedule.html", {"schedule": found})
+
+
+@router.get("/schedulers")
+def schedulers_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """The scheduler cluster: per scheduler its state, K/S/N/X/M and lease age (leader,
+    epoch and range under the scope strategy); drain and undrain."""
+    view, plan = ctx.transaction(
+        lambda conn: (scheduler_ops.cluster_view(conn), scheduler_ops.plan_view(conn))
+    )
+    scoped = any(s["assignment"] == "scope" for s in view)
+    return render(
+        request, who, "schedulers.html", {"schedulers": view, "plan": plan, "scoped": scoped}
+    )
