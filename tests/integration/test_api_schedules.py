@@ -86,6 +86,11 @@ def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine
         fired = http.post(f"/v1/schedules/{sid}/trigger", json={"reason": "now"}).json()
         assert fired["run_id"] is not None
         assert http.post("/v1/schedules/nope/trigger").status_code == 404
+        unknown_action = http.post(f"/v1/schedules/{sid}/explode")
+        assert (unknown_action.status_code, unknown_action.json()["fields"][0]["field"]) == (
+            422,
+            "path.action",
+        )
         bad = http.post(f"/v1/schedules/{sid}/pause", json={"reason": ""})
         assert (bad.status_code, bad.json()["error"]) == (422, "validation_error")
         shown = http.get(f"/v1/schedules/{sid}").json()

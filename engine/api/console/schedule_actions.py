@@ -4,7 +4,7 @@ API, the signed-in token's name as the actor. The reason is optional, as in the 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse
@@ -21,62 +21,6 @@ Context = Annotated[ApiContext, Depends(get_context)]
 Operator = Annotated[tuple[Visitor, Principal], Depends(operator)]
 Reason = Annotated[str, Form()]
 Back = Annotated[str, Form(alias="next")]
-
-
-def _back(target: str, default: str) -> str:
-    """Where the form came from (a console page only), else `default`."""
-    return local(target) if target else default
-
-
-def _set_paused(
-    request: Request,
-    acting: tuple[Visitor, Principal],
-    ctx: ApiContext,
-    ref: str,
-    *,
-    paused: bool,
-    reason: str,
-    back: str,
-) -> RedirectResponse:
-    who, principal = acting
-    act(
-        ctx,
-        lambda conn: schedule_ops.set_paused(
-            conn,
-            ref,
-            paused=paused,
-            actor=principal.name,
-            reason=reason.strip() or None,
-            namespace=ctx.namespace,
-        ),
-    )
-    return redirect(request, who, _back(back, f"{PREFIX}/schedules"))
-
-
-@router.post("/schedules/{ref}/pause")
-def pause(
-    *,
-    request: Request,
-    acting: Operator,
-    ctx: Context,
-    ref: str,
-    reason: Reason = "",
-    back: Back = "",
-) -> RedirectResponse:
-    return _set_paused(request, acting, ctx, ref, paused=True, reason=reason, back=back)
-
-
-@router.post("/schedules/{ref}/resume")
-def resume(
-    *,
-    request: Request,
-    acting: Operator,
-    ctx: Context,
-    ref: str,
-    reason: Reason = "",
-    back: Back = "",
-) -> RedirectResponse:
-    return _set_paused(request, acting, ctx, ref, paused=False, reason=reason, back=back)
 
 
 @router.post("/schedules/{ref}/trigger")
@@ -99,29 +43,48 @@ def trigger(
     return redirect(request, who, f"{PREFIX}/schedules/{fired['schedule_id']}")
 
 
-@router.post("/schedulers/{name}/drain")
-def drain(
-    request: Request, acting: Operator, ctx: Context, name: str, reason: Reason = ""
+@router.post("/schedules/{ref}/{action}")
+def pause_or_resume(
+    *,
+    request: Request,
+    acting: Operator,
+    ctx: Context,
+    ref: str,
+    action: Literal["pause", "resume"],
+    reason: Reason = "",
+    back: Back = "",
 ) -> RedirectResponse:
+    """Pause or resume; back to the page the form was on."""
     who, principal = acting
     act(
         ctx,
-        lambda conn: scheduler_ops.drain(
-            conn, name, actor=principal.name, reason=reason.strip() or None, namespace=ctx.namespace
+        lambda conn: schedule_ops.set_paused(
+            conn,
+            ref,
+            paused=action == "pause",
+            actor=principal.name,
+            reason=reason.strip() or None,
+            namespace=ctx.namespace,
         ),
     )
-    return redirect(request, who, f"{PREFIX}/schedulers")
+    return redirect(request, who, local(back) if back else f"{PREFIX}/schedules")
 
 
-@router.post("/schedulers/{name}/undrain")
-def undrain(
-    request: Request, acting: Operator, ctx: Context, name: str, reason: Reason = ""
+@router.post("/schedulers/{name}/{action}")
+def drain_or_undrain(
+    *,
+    request: Request,
+    acting: Operator,
+    ctx: Context,
+    name: str,
+    action: Literal["drain", "undrain"],
+    reason: Reason = "",
 ) -> RedirectResponse:
     who, principal = acting
+    change = scheduler_ops.drain if action == "drain" else scheduler_ops.undrain
+    why = reason.strip() or None
     act(
         ctx,
-        lambda conn: scheduler_ops.undrain(
-            conn, name, actor=principal.name, reason=reason.strip() or None, namespace=ctx.namespace
-        ),
+        lambda conn: change(conn, name, actor=principal.name, reason=why, namespace=ctx.namespace),
     )
     return redirect(request, who, f"{PREFIX}/schedulers")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends
 
@@ -33,45 +33,25 @@ def list_schedulers(
     )
 
 
-def _scheduler(ctx: ApiContext, name: str) -> dict[str, Any]:
-    """The scheduler `name` as the cluster view shows it after the action."""
+@router.post("/v1/schedulers/{name}/{action}")
+def drain_or_undrain_scheduler(
+    name: str,
+    action: Literal["drain", "undrain"],
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """`drain`: put it on the offline list, it stops acquiring and releases what it holds
+    (404 for a name never registered, 409 if on the list already); `undrain`: take it off,
+    it may acquire again (409 if not on the list). The scheduler as the cluster view shows
+    it afterwards."""
+    change = scheduler_ops.drain if action == "drain" else scheduler_ops.undrain
+    reason = body.reason if body else None
+    ctx.transaction(
+        lambda conn: change(conn, name, actor=who.name, reason=reason, namespace=ctx.namespace)
+    )
     view = ctx.transaction(scheduler_ops.cluster_view)
     return next((s for s in view if s["name"] == name), {"name": name})
-
-
-@router.post("/v1/schedulers/{name}/drain")
-def drain_scheduler(
-    name: str,
-    ctx: Context,
-    who: Annotated[Principal, Depends(require("operate"))],
-    body: Action = None,
-) -> dict[str, Any]:
-    """Put it on the offline list: it stops acquiring and releases what it holds; 404 for a
-    name never registered, 409 if it is on the list already."""
-    reason = body.reason if body else None
-    ctx.transaction(
-        lambda conn: scheduler_ops.drain(
-            conn, name, actor=who.name, reason=reason, namespace=ctx.namespace
-        )
-    )
-    return _scheduler(ctx, name)
-
-
-@router.post("/v1/schedulers/{name}/undrain")
-def undrain_scheduler(
-    name: str,
-    ctx: Context,
-    who: Annotated[Principal, Depends(require("operate"))],
-    body: Action = None,
-) -> dict[str, Any]:
-    """Take it off the offline list: it may acquire again; 409 if it is not on the list."""
-    reason = body.reason if body else None
-    ctx.transaction(
-        lambda conn: scheduler_ops.undrain(
-            conn, name, actor=who.name, reason=reason, namespace=ctx.namespace
-        )
-    )
-    return _scheduler(ctx, name)
 
 
 @router.get("/v1/agents")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
 
@@ -39,41 +39,6 @@ def show_schedule(
     return found
 
 
-def _set_paused(
-    ctx: ApiContext, ref: str, who: Principal, body: OperatorActionRequest | None, *, paused: bool
-) -> dict[str, Any]:
-    reason = body.reason if body else None
-    done: dict[str, Any] = ctx.transaction(
-        lambda conn: schedule_ops.set_paused(
-            conn, ref, paused=paused, actor=who.name, reason=reason, namespace=ctx.namespace
-        )
-    )
-    return done
-
-
-@router.post("/{ref}/pause")
-def pause_schedule(
-    ref: str,
-    ctx: Context,
-    who: Annotated[Principal, Depends(require("operate"))],
-    body: Action = None,
-) -> dict[str, Any]:
-    """Pause: no tick fires and its scheduler lets it go; 409 if it is paused already."""
-    return _set_paused(ctx, ref, who, body, paused=True)
-
-
-@router.post("/{ref}/resume")
-def resume_schedule(
-    ref: str,
-    ctx: Context,
-    who: Annotated[Principal, Depends(require("operate"))],
-    body: Action = None,
-) -> dict[str, Any]:
-    """Resume from its next tick (ticks missed while paused are not fired); 409 if it is not
-    paused."""
-    return _set_paused(ctx, ref, who, body, paused=False)
-
-
 @router.post("/{ref}/trigger")
 def trigger_schedule(
     ref: str,
@@ -90,3 +55,28 @@ def trigger_schedule(
         )
     )
     return fired
+
+
+@router.post("/{ref}/{action}")
+def pause_or_resume_schedule(
+    ref: str,
+    action: Literal["pause", "resume"],
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("operate"))],
+    body: Action = None,
+) -> dict[str, Any]:
+    """`pause`: no tick fires and its scheduler lets it go (409 if paused already);
+    `resume`: from its next tick, the ticks missed while paused are not fired (409 if not
+    paused). The schedule as it is afterwards."""
+    reason = body.reason if body else None
+    done: dict[str, Any] = ctx.transaction(
+        lambda conn: schedule_ops.set_paused(
+            conn,
+            ref,
+            paused=action == "pause",
+            actor=who.name,
+            reason=reason,
+            namespace=ctx.namespace,
+        )
+    )
+    return done
