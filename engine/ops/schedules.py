@@ -13,6 +13,7 @@ from sasflow.registry import Registry
 from sasflow.schedules.definition import Schedule
 from sasflow.schedules.firing import Target, submit_tick, tick_row, timing_of
 from sasflow.schedules.sync import new_row
+from sasflow.store import schedulers as registrations
 from sasflow.store import schedules as store
 from sasflow.store.audit import AuditRecord, database_now, record
 from sasflow.store.db import Connection
@@ -65,8 +66,12 @@ def list_schedules(conn: Connection) -> list[dict[str, Any]]:
 
 
 def show(conn: Connection, ref: str, *, ticks: int = SHOWN_TICKS) -> dict[str, Any]:
-    """One schedule, its last `ticks` ticks (newest first, with their runs) and its next tick."""
+    """One schedule, its owner's name and whether that owner is live (as `list_schedules`
+    says them), its last `ticks` ticks (newest first, with their runs) and its next tick."""
     schedule = find(conn, ref)
+    owner = next((r for r in registrations.cluster(conn) if r["id"] == schedule["owner"]), None)
+    schedule["owner_name"] = None if owner is None else owner["name"]
+    schedule["owner_live"] = owner is not None and bool(owner["live"])
     schedule["ticks"] = store.recent_ticks(conn, schedule["id"], limit=ticks)
     schedule["timing"] = timing_of(schedule).describe()
     return schedule

@@ -15,9 +15,11 @@ from sasflow.store import schedulers as scheduler_store
 from sasflow.store.db import run_transaction
 
 
-def register_scheduler(engine: Engine, name: str, *, lease_ttl: float = 300.0) -> str:
-    """Register scheduler `name` (alarm threshold 5) with a lease of `lease_ttl` seconds, as a
-    starting `sasflow scheduler` does; its registration id."""
+def register_scheduler(
+    engine: Engine, name: str, *, lease_ttl: float = 300.0, assignment: str = "acquire"
+) -> str:
+    """Register scheduler `name` (alarm threshold 5, strategy `assignment`) with a lease of
+    `lease_ttl` seconds, as a starting `sasflow scheduler` does; its registration id."""
     reg = scheduler_store.Registration(
         id=uuid.uuid4().hex,
         name=name,
@@ -27,6 +29,7 @@ def register_scheduler(engine: Engine, name: str, *, lease_ttl: float = 300.0) -
         fault_tolerance=1,
         alarm_threshold=5,
         lease_ttl=lease_ttl,
+        assignment=assignment,
     )
     assert run_transaction(engine, lambda conn: scheduler_store.register(conn, reg))
     return reg.id

@@ -69,6 +69,11 @@ def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine
         by_name = http.get("/v1/schedules/hourly").json()
         assert (by_name["id"], by_name["timing"], by_name["ticks"]) == (sid, "every 3600s", [])
         assert by_name["next_tick_at"] == listed[0]["next_tick_at"]
+        assert (by_name["owner"], by_name["owner_name"], by_name["owner_live"]) == (
+            None,
+            None,
+            False,
+        )
         missing = http.get("/v1/schedules/nope")
         assert (missing.status_code, missing.json()["error"]) == (404, "schedule_not_found")
         denied = http.post(f"/v1/schedules/{sid}/pause")
@@ -106,6 +111,7 @@ def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine
 
 def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -> None:
     register_scheduler(engine, "sched-a")
+    register_scheduler(engine, "sched-scope", assignment="scope")
     reader = make_token(engine, "cluster-reader", "read")
     operator = make_token(engine, "cluster-operator", "operate", "read")
     with api.client(reader) as http:
@@ -120,6 +126,9 @@ def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -
         assert {"K", "S", "N", "lease_age_s", "leader", "epoch", "range"} <= set(mine)
         assert mine["S"] >= 1
         assert view["plan"]["state"] == "none"
+        (scoped,) = [s for s in view["schedulers"] if s["name"] == "sched-scope"]
+        assert (scoped["leader"], scoped["epoch"], scoped["range"]) == (False, None, "none")
+        assert (mine["leader"], mine["epoch"], mine["range"]) == (False, None, None)
         assert http.post("/v1/schedulers/sched-a/drain").status_code == 403
     with api.client(operator) as http:
         drained = http.post("/v1/schedulers/sched-a/drain", json={"reason": "upgrade"})
