@@ -132,13 +132,13 @@ def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -
         assert http.post("/v1/schedulers/sched-a/drain").status_code == 403
     with api.client(operator) as http:
         drained = http.post("/v1/schedulers/sched-a/drain", json={"reason": "upgrade"})
-        assert (drained.status_code, drained.json()["state"]) == (200, "drained")
+        assert (drained.status_code, drained.json()["scheduler"]["state"]) == (200, "drained")
         again = http.post("/v1/schedulers/sched-a/drain")
         assert (again.status_code, again.json()["error"]) == (409, "invalid_action")
         unknown = http.post("/v1/schedulers/nobody/drain")
         assert (unknown.status_code, unknown.json()["error"]) == (404, "scheduler_not_found")
         undrained = http.post("/v1/schedulers/sched-a/undrain")
-        assert (undrained.status_code, undrained.json()["state"]) == (200, "online")
+        assert (undrained.status_code, undrained.json()["scheduler"]["state"]) == (200, "online")
         assert http.post("/v1/schedulers/sched-a/undrain").status_code == 409
     assert _audited(engine, "schedulers.drain") == [("cluster-operator", "upgrade")]
     assert _audited(engine, "schedulers.undrain") == [("cluster-operator", None)]
@@ -158,6 +158,8 @@ def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None
     )
     run_transaction(engine, lambda conn: fleet.record_heartbeats(conn, [report]))
     with api.client(make_token(engine, "fleet-reader", "read")) as http:
+        schemas = http.get("/openapi.json").json()["components"]["schemas"]
+        assert {"Agents", "Schedulers", "ScheduleDetail", "Triggered"} <= set(schemas)
         found = http.get("/v1/agents", params={"agent": "api-agent"}).json()["agents"]
         assert http.get("/v1/agents", params={"agent": "other"}).json() == {"agents": []}
     assert [(a["agent"], a["state"], a["breakers"], a["in_flight"]) for a in found] == [

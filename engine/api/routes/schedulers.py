@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends
 
+from sasflow.api import answers
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import OperatorActionRequest
@@ -19,7 +20,7 @@ Context = Annotated[ApiContext, Depends(get_context)]
 Action = Annotated[OperatorActionRequest | None, Body()]
 
 
-@router.get("/v1/schedulers")
+@router.get("/v1/schedulers", response_model=answers.Schedulers)
 def list_schedulers(
     ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -33,7 +34,7 @@ def list_schedulers(
     )
 
 
-@router.post("/v1/schedulers/{name}/{action}")
+@router.post("/v1/schedulers/{name}/{action}", response_model=answers.SchedulerChanged)
 def drain_or_undrain_scheduler(
     name: str,
     action: Literal["drain", "undrain"],
@@ -43,18 +44,18 @@ def drain_or_undrain_scheduler(
 ) -> dict[str, Any]:
     """`drain`: put it on the offline list, it stops acquiring and releases what it holds
     (404 for a name never registered, 409 if on the list already); `undrain`: take it off,
-    it may acquire again (409 if not on the list). The scheduler as the cluster view shows
-    it afterwards."""
+    it may acquire again (409 if not on the list). Its name and the scheduler as the cluster
+    view shows it afterwards."""
     change = scheduler_ops.drain if action == "drain" else scheduler_ops.undrain
     reason = body.reason if body else None
     ctx.transaction(
         lambda conn: change(conn, name, actor=who.name, reason=reason, namespace=ctx.namespace)
     )
     view = ctx.transaction(scheduler_ops.cluster_view)
-    return next((s for s in view if s["name"] == name), {"name": name})
+    return {"name": name, "scheduler": next((s for s in view if s["name"] == name), None)}
 
 
-@router.get("/v1/agents")
+@router.get("/v1/agents", response_model=answers.Agents)
 def list_agents(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],
