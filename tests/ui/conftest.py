@@ -19,6 +19,7 @@ import pytest
 from playwright.sync_api import ViewportSize
 from sqlalchemy import Engine
 
+from sasflow.cluster.member import ClusterOptions
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import harness, services
@@ -73,7 +74,15 @@ def store(module_database: str) -> Iterator[Engine]:
 def system(store: Engine, module_database: str, module_names: Names) -> Iterator[None]:
     """A scheduler and the `remote` agent of tests.apps.ops, in threads."""
     with harness.running(
-        harness.scheduler(store, module_database, ops.registry, module_names, rescan_interval=0.1),
+        harness.scheduler(
+            store,
+            module_database,
+            ops.registry,
+            module_names,
+            rescan_interval=0.1,
+            # named, so that the screenshots show no host name of the machine they were taken on
+            cluster=ClusterOptions(name="scheduler-1", address="127.0.0.1"),
+        ),
         harness.agent(ops.remote, module_names),
     ):
         yield
