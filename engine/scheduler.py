@@ -24,6 +24,7 @@ from sasflow.errors import (
 )
 from sasflow.fleet_recorder import FleetRecorder
 from sasflow.hooks import Hooks, guarded
+from sasflow.inflight import InFlightCap
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.pools import PoolGate
 from sasflow.registry import Registry
@@ -32,7 +33,13 @@ from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import StepKind
 from sasflow.store import dialect, pools
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
-from sasflow.store.claim import ClaimedStep, claim_steps, release_steps, seconds_until_due
+from sasflow.store.claim import (
+    ClaimedStep,
+    claim_steps,
+    in_flight,
+    release_steps,
+    seconds_until_due,
+)
 from sasflow.store.commands import OutcomeKind, StoredError
 from sasflow.store.db import Engine, transaction
 from sasflow.store.listen import ReadyListener
@@ -48,6 +55,9 @@ class SchedulerOptions:
 
     claim_batch: int = 100
     reply_prefetch: int = 500
+    max_in_flight: int | None = 1000
+    """Steps of one agent this scheduler keeps in flight (dispatched, no reply applied) before
+    it leaves that agent out of its claims; None: no bound (engine/inflight.py)."""
     rescan_interval: float | None = None
     """Seconds between claims when nothing woke us: the safety net for missed notifications on
     PostgreSQL, the wake-up itself on SQLite. None: the database's default (1 s; 0.05 s on
@@ -108,6 +118,7 @@ class Scheduler:
             else dialect.rescan_interval(engine)
         )
         self.stats = SchedulerStats()
+        self._in_flight = InFlightCap(self._options.max_in_flight)
         self.fleet = FleetRecorder(engine, transport, names)
         self._pools = PoolGate(transport, names)
         self.cluster = ClusterMember(
@@ -283,6 +294,8 @@ class Scheduler:
         self._events_dirty = self._events_dirty or report.applied > 0
         if report.ready or report.backing_off:
             self._wake.set()  # claim what is ready; or learn when the backoff ends
+        if self._in_flight.capped and report.applied:
+            self._wake.set()  # an agent left out of the last claim may have room again
 
     def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:
         delivery, reply = item
@@ -331,7 +344,10 @@ class Scheduler:
         batch = self._options.claim_batch
         started = time.monotonic()
         with transaction(self._engine) as conn:
-            claimed = claim_steps(conn, locked_by=self.id, batch=batch)
+            skip: list[str] = []
+            if self._in_flight.needs_count(batch):
+                skip = self._in_flight.counted(in_flight(conn, locked_by=self.id))
+            claimed = claim_steps(conn, locked_by=self.id, batch=batch, skip_agents=skip)
             self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
             due = seconds_until_due(conn) if len(claimed) < batch else None
         if not claimed:
@@ -362,6 +378,7 @@ class Scheduler:
                 self._fail_unpublishable(step, result)
             elif result is None:
                 self.stats.dispatched += 1
+                self._in_flight.dispatched(step.agent)
             else:
                 unsent.append(step)
         self._hooks.steps_dispatched(len(claimed) - len(unsent), time.monotonic() - claimed_at)

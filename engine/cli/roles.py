@@ -79,6 +79,16 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     help="Replies held (and applied per transaction) at once.",
 )
 @click.option(
+    "--max-in-flight",
+    type=click.IntRange(0, 1_000_000),
+    default=SchedulerOptions.max_in_flight,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_MAX_IN_FLIGHT",
+    show_envvar=True,
+    help="Steps of one agent kept in flight (dispatched, no reply yet) before the agent is "
+    "left out of claims; 0: no bound.",
+)
+@click.option(
     "--rescan-interval",
     type=click.FloatRange(0.05, 60),
     default=None,
@@ -141,6 +151,7 @@ def scheduler(
     obj: CliContext,
     batch: int,
     reply_prefetch: int,
+    max_in_flight: int,
     rescan_interval: float | None,
     name: str | None,
     address: str | None,
@@ -156,6 +167,7 @@ def scheduler(
         options = SchedulerOptions(
             claim_batch=batch,
             reply_prefetch=reply_prefetch,
+            max_in_flight=max_in_flight or None,
             rescan_interval=rescan_interval,
             pool_limits=PoolLimits(
                 give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks

@@ -34,9 +34,15 @@ class ClaimedStep:
     """The agent pool that must run it (None: the agent's shared queue)."""
 
 
-def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
-    """Claim up to `batch` ready steps in one statement, in priority order; record the dispatch."""
-    rows = conn.execute(queries.claim_ready(), {"b_batch": batch, "b_locked_by": locked_by}).all()
+def claim_steps(
+    conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
+) -> list[ClaimedStep]:
+    """Claim up to `batch` ready steps in one statement, in priority order, none of the agents in
+    `skip_agents`; record the dispatch."""
+    params: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
+    if skip_agents:
+        params["b_skip_agents"] = list(skip_agents)
+    rows = conn.execute(queries.claim_ready(skipping=bool(skip_agents)), params).all()
     if not rows:
         return []
     claimed = [
@@ -86,6 +92,12 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
     ]
     events.record(conn, batch_events)
     return claimed
+
+
+def in_flight(conn: Connection, *, locked_by: str) -> dict[str, int]:
+    """Agent -> steps `locked_by` has in flight (claimed, no outcome applied yet)."""
+    rows = conn.execute(queries.in_flight_by_agent(), {"b_locked_by": locked_by}).all()
+    return {r.agent: int(r.n) for r in rows}
 
 
 def seconds_until_due(conn: Connection) -> float | None:

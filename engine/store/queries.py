@@ -69,21 +69,25 @@ def _claimable_in_run() -> ColumnElement[bool]:
 
 
 @cache
-def claim_ready() -> Update:
-    """Lock up to :batch ready steps and mark them processing (ix_steps_ready).
+def claim_ready(*, skipping: bool = False) -> Update:
+    """Lock up to :batch ready steps and mark them processing (ix_steps_ready); `skipping`:
+    not those of the agents in :b_skip_agents (at their in-flight bound, engine/inflight.py).
 
     The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
     update more rows than the limit (PostgreSQL bug #15715).
     """
+    wanted = [
+        steps.c.state == StepState.PENDING,
+        steps.c.locked_by.is_(None),
+        steps.c.not_before <= now(),
+        _claimable_in_run(),
+    ]
+    if skipping:
+        wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
     ready = (
         select(steps.c.id)
         .join(runs, runs.c.id == steps.c.run_id)
-        .where(
-            steps.c.state == StepState.PENDING,
-            steps.c.locked_by.is_(None),
-            steps.c.not_before <= now(),
-            _claimable_in_run(),
-        )
+        .where(*wanted)
         .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)
         .limit(bindparam("b_batch"))
         .with_for_update(of=steps, skip_locked=True)
@@ -116,6 +120,16 @@ def claim_ready() -> Update:
             steps.c.pool,
             joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         )
+    )
+
+
+@cache
+def in_flight_by_agent() -> Select[Any]:
+    """Steps :b_locked_by has in flight (processing), per agent (ix_steps_expiry)."""
+    return (
+        select(steps.c.agent, func.count().label("n"))
+        .where(steps.c.state == StepState.PROCESSING, steps.c.locked_by == bindparam("b_locked_by"))
+        .group_by(steps.c.agent)
     )
 
 

@@ -29,7 +29,7 @@ from sasflow.states import StepState
 from sasflow.store import migrate, queries, sqlite
 from sasflow.store.alerts import Alert, raise_alert
 from sasflow.store.apply import apply_outcomes
-from sasflow.store.claim import ClaimedStep, claim_steps
+from sasflow.store.claim import ClaimedStep, claim_steps, in_flight
 from sasflow.store.db import make_engine, run_transaction, transaction
 from sasflow.store.lease import Lease
 from sasflow.store.schema import events, leases, runs, schedulers, steps
@@ -253,6 +253,17 @@ def test_steps_backed_off_into_the_future_are_not_claimed(sqlite_engine: Engine)
     assert claimed[0].workflow == "pipeline"
     assert claimed[0].complete_by.tzinfo == dt.UTC
     assert (claimed[0].complete_by - db_now).total_seconds() == pytest.approx(10, abs=0.5)
+
+
+def test_agents_at_their_in_flight_bound_are_left_out_and_counted(sqlite_engine: Engine) -> None:
+    _submit_many(sqlite_engine, 2)
+    with transaction(sqlite_engine) as conn:
+        assert claim_steps(conn, locked_by="s1", batch=10, skip_agents=["echo"]) == []
+        assert in_flight(conn, locked_by="s1") == {}
+        claimed = claim_steps(conn, locked_by="s1", batch=10, skip_agents=["other"])
+        assert [c.agent for c in claimed] == ["echo", "echo"]
+        assert in_flight(conn, locked_by="s1") == {"echo": 2}
+        assert in_flight(conn, locked_by="s2") == {}
 
 
 @pytest.mark.parametrize("size", [0, 1, 700])

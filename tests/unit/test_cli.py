@@ -37,6 +37,7 @@ def test_every_option_shows_its_environment_variable_in_help(command: list[str])
         ("scheduler",): [
             "SASFLOW_SCHEDULER_BATCH",
             "SASFLOW_SCHEDULER_REPLY_PREFETCH",
+            "SASFLOW_SCHEDULER_MAX_IN_FLIGHT",
             "SASFLOW_SCHEDULER_RESCAN_INTERVAL",
         ],
         ("agent",): [
