@@ -12,13 +12,16 @@ it at every claim would cost a query each; instead the cap keeps, per agent, an 
 that count (the last count plus what was dispatched since; replies only lower the true count)
 and counts again only when a claim could take an agent past the bound. An agent at the bound
 is left out of the next claim; others are claimed as before, so a slow agent does not hold
-back a fast one. One claim may overshoot by less than its batch: a scheduler holds at most
-`limit + claim_batch - 1` steps of one agent in flight.
+back a fast one. When every agent is at the bound there is no claim at all: the claim would
+walk every pending step only to skip them. When some are, a claim walks past the pending steps
+of those ahead of the others' in priority order (its cost grows with their backlog). One claim
+may overshoot by less than its batch: a scheduler holds at most `limit + claim_batch - 1` steps
+of one agent in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 
 class InFlightCap:
@@ -45,6 +48,13 @@ class InFlightCap:
         )
         self.capped = bool(full)
         return full
+
+    def all_capped(self, agents: Iterable[str]) -> bool:
+        """Whether every one of `agents` was at the limit at the last count."""
+        if not self.capped or self.limit is None:
+            return False
+        limit = self.limit
+        return all(self._bounds.get(agent, 0) >= limit for agent in agents)
 
     def dispatched(self, agent: str, count: int = 1) -> None:
         self._bounds[agent] = self._bounds.get(agent, 0) + count

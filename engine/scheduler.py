@@ -347,6 +347,9 @@ class Scheduler:
             skip: list[str] = []
             if self._in_flight.needs_count(batch):
                 skip = self._in_flight.counted(in_flight(conn, locked_by=self.id))
+                if self._in_flight.all_capped(a.name for a in self._registry.agents):
+                    # Nothing to claim, and a claim would walk every pending step to find it.
+                    return False, None
             claimed = claim_steps(conn, locked_by=self.id, batch=batch, skip_agents=skip)
             self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
             due = seconds_until_due(conn) if len(claimed) < batch else None

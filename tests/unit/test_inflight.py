@@ -28,3 +28,13 @@ def test_agents_at_the_limit_are_left_out_until_a_count_shows_room() -> None:
     assert not cap.capped
     assert cap.needs_count(2)  # a: 9 + 2 > 10
     assert not cap.needs_count(1)
+
+
+def test_every_agent_capped_means_no_claim_at_all() -> None:
+    cap = InFlightCap(10)
+    cap.counted({"a": 10, "b": 3})
+    assert not cap.all_capped(["a", "b"])
+    cap.counted({"a": 10, "b": 11})
+    assert cap.all_capped(["a", "b"])
+    assert not cap.all_capped(["a", "b", "c"])  # c has room
+    assert not InFlightCap(None).all_capped(["a"])
