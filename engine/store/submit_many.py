@@ -168,6 +168,8 @@ def insert(
     A refusal of the database is raised as is (DBAPIError): for one bad submission the whole
     statement fails, and the caller records the batch one submission at a time to find it.
     """
+    if not batch:
+        return []
     first: dict[tuple[str, str], int] = {}
     docs: list[str] = []
     templates: dict[str, str] = {}
