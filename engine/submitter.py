@@ -12,8 +12,6 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from sqlalchemy.exc import DBAPIError
-
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
@@ -22,7 +20,7 @@ from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.store import submit_many
 from sasflow.store.commands import NewRun, SubmitResult
-from sasflow.store.db import Connection, Engine, is_message_fault, transaction
+from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.submit import submit
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
@@ -177,10 +175,8 @@ class Submitter:
                     done = submit_many.insert(
                         conn, ready, actor=self.id, namespace=self._names.namespace
                     )
-                except DBAPIError as exc:
-                    if is_message_fault(exc):
-                        raise _BatchRefusedError(str(exc.orig)) from exc
-                    raise
+                except InvalidInputError as exc:
+                    raise _BatchRefusedError(str(exc)) from exc
                 results.extend(
                     _Recorded.of(p.workflow.name, r) for p, r in zip(ready, done, strict=True)
                 )

@@ -16,15 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from sasflow.errors import InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from sasflow.store import schedules as store
 from sasflow.store import submit_many
 from sasflow.store.commands import NewRun
-from sasflow.store.db import Connection, is_message_fault
+from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
 from sasflow.store.shard import Bounds
 from sasflow.store.submit import submit
@@ -217,12 +215,7 @@ def submit_ticks(
         for t, tick in ticks
     ]
     together = [p for p in prepared if submit_many.one_statement(conn, p.workflow)]
-    try:
-        done = submit_many.insert(conn, together, actor=fired_by, namespace=namespace, notify=False)
-    except DBAPIError as exc:
-        if is_message_fault(exc):
-            raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
-        raise
+    done = submit_many.insert(conn, together, actor=fired_by, namespace=namespace, notify=False)
     found = {(p.workflow.name, p.key): r.run_id for p, r in zip(together, done, strict=True)}
     run_ids: list[int] = []
     for p in prepared:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, Executable, insert, select
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
@@ -75,27 +75,44 @@ def submit(
     return result
 
 
+_RUN_INSERTS: dict[str, Executable] = {}
+_STEPS_INSERT = insert(steps)
+"""Statements built once (per dialect for the upsert): SQLAlchemy then finds their compiled
+form in its cache without building a new construct per run."""
+
+
+def _run_insert(conn: Connection) -> Executable:
+    """INSERT INTO runs ... ON CONFLICT (workflow, business_key) DO NOTHING RETURNING id."""
+    statement = _RUN_INSERTS.get(conn.dialect.name)
+    if statement is None:
+        statement = (
+            upsert_insert(conn, runs)
+            .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
+            .returning(runs.c.id)
+        )
+        _RUN_INSERTS[conn.dialect.name] = statement
+    return statement
+
+
 def insert_generic(conn: Connection, prepared: submit_many.Prepared, *, actor: str) -> SubmitResult:
     """One run in a few statements, any database and any workflow (no NOTIFY)."""
     workflow, submission, key = prepared.workflow, prepared.new, prepared.key
     run_id = conn.execute(
-        upsert_insert(conn, runs)
-        .values(
-            workflow=workflow.name,
-            version=workflow.version,
-            business_key=key,
-            input=submission.input,
-            priority=submission.priority,
-            state=RunState.PENDING,
-            reply_to=submission.reply_to,
-            submitted_by=submission.submitted_by,
-            callback_url=submission.callback_url,
-            pool=submission.pool,
-            trace_parent=submission.trace_parent,
-            on_failure=workflow.on_failure,
-        )
-        .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
-        .returning(runs.c.id)
+        _run_insert(conn),
+        {
+            "workflow": workflow.name,
+            "version": workflow.version,
+            "business_key": key,
+            "input": submission.input,
+            "priority": submission.priority,
+            "state": RunState.PENDING,
+            "reply_to": submission.reply_to,
+            "submitted_by": submission.submitted_by,
+            "callback_url": submission.callback_url,
+            "pool": submission.pool,
+            "trace_parent": submission.trace_parent,
+            "on_failure": workflow.on_failure,
+        },
     ).scalar_one_or_none()
     if run_id is None:
         existing = conn.execute(
@@ -132,7 +149,7 @@ def insert_generic(conn: Connection, prepared: submit_many.Prepared, *, actor: s
                 pool=step.pool or submission.pool,
             )
         )
-    conn.execute(insert(steps), rows)
+    conn.execute(_STEPS_INSERT, rows)
     events.record(
         conn,
         [

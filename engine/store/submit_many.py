@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState, StepKind, StepState
 from sasflow.store.commands import NewRun, SubmitResult
+from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.store.notify import channel
 from sasflow.store.step_rows import policy_columns
@@ -165,8 +167,10 @@ def insert(
     one result per submission, in order. A key seen earlier in the batch, or already in the
     database, is a duplicate (created False, a warning when its input differs).
 
-    A refusal of the database is raised as is (DBAPIError): for one bad submission the whole
+    When the database refuses the data (`db.is_message_fault`) InvalidInputError is raised,
+    and the caller's transaction must be rolled back: for one bad submission the whole
     statement fails, and the caller records the batch one submission at a time to find it.
+    Any other database error is raised as is.
     """
     if not batch:
         return []
@@ -199,16 +203,21 @@ def insert(
             }
         )
         docs.append(f'{head[:-1]},"input":{p.input_json}}}')
-    rows = conn.exec_driver_sql(
-        _SQL,
-        {
-            "runs": f"[{','.join(docs)}]",
-            "templates": f"{{{','.join(templates.values())}}}",
-            "actor": actor,
-            "channel": channel(namespace),
-            "notify": notify,
-        },
-    ).all()
+    try:
+        rows = conn.exec_driver_sql(
+            _SQL,
+            {
+                "runs": f"[{','.join(docs)}]",
+                "templates": f"{{{','.join(templates.values())}}}",
+                "actor": actor,
+                "channel": channel(namespace),
+                "notify": notify,
+            },
+        ).all()
+    except DBAPIError as exc:
+        if is_message_fault(exc):
+            raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
+        raise
     created = {(row.workflow, row.business_key): row.id for row in rows}
     existing = _existing([k for k in first if k not in created], conn)
     results: list[SubmitResult] = []
