@@ -7,7 +7,8 @@ On a scratch database and namespace (real PostgreSQL and RabbitMQ), no scheduler
 - statements per `submit_run` (SQLAlchemy `before_cursor_execute` events inside the caller's
   transaction; BEGIN is sent with the first, COMMIT is one more round trip);
 - `submit_run` calls per second, one run per transaction, from 1 thread and from 4 threads,
-  and this process's CPU time per call;
+  this process's CPU time per call and the median time of one transaction (pool checkout
+  and pre-ping to COMMIT);
 - `--runs` submissions published to `<ns>.submit` beforehand (confirmed), then drained by one
   submitter process: runs per second from its start of consuming to the last run recorded,
   and the submitter's CPU time per submission (/proc/PID/stat).
@@ -21,6 +22,7 @@ import argparse
 import contextlib
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import threading
@@ -99,17 +101,21 @@ def statements_per_submit(engine: Engine, workflow: str, ns: str) -> float:
 
 def submit_rate(
     engine: Engine, workflow: str, ns: str, runs: int, threads: int
-) -> tuple[float, float]:
-    """submit_run calls/s (one run per transaction) and CPU ms per call of this process."""
+) -> tuple[float, float, float]:
+    """submit_run calls/s (one run per transaction), CPU ms per call of this process, and the
+    median time of one transaction (checkout to commit) in ms."""
     per_thread = runs // threads
     prefix = f"py{threads}-"
+    times: list[float] = []
 
     def client(n: int) -> None:
         for i in range(per_thread):
+            began = time.perf_counter()
             with engine.begin() as conn:
                 submit_run(
                     conn, apps.registry, workflow, {"i": i}, key=f"{prefix}{n}-{i}", namespace=ns
                 )
+            times.append(time.perf_counter() - began)
 
     workers = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
     cpu = resource.getrusage(resource.RUSAGE_SELF)
@@ -122,7 +128,7 @@ def submit_rate(
     after = resource.getrusage(resource.RUSAGE_SELF)
     used = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
     done = per_thread * threads
-    return done / elapsed, used / done * 1000
+    return done / elapsed, used / done * 1000, statistics.median(times) * 1000
 
 
 def cpu_seconds(pid: int) -> float:
@@ -185,13 +191,19 @@ def main() -> None:
     with scratch() as (url, engine, names):
         ns = names.namespace
         rt = statements_per_submit(engine, args.workflow, ns)
-        one, cpu_one = submit_rate(engine, args.workflow, ns, args.runs, 1)
-        four, cpu_four = submit_rate(engine, args.workflow, ns, args.runs, 4)
+        one, cpu_one, p50_one = submit_rate(engine, args.workflow, ns, args.runs, 1)
+        four, cpu_four, p50_four = submit_rate(engine, args.workflow, ns, args.runs, 4)
         analyze(engine)
         amqp, cpu_amqp = amqp_rate(url, engine, names, args.workflow, args.runs)
     print(f"statements per submit_run: {rt:.1f} (+ COMMIT)")
-    print(f"submit_run, 1 thread:  {one:.0f} runs/s, {cpu_one:.2f} ms CPU/run (client)")
-    print(f"submit_run, 4 threads: {four:.0f} runs/s, {cpu_four:.2f} ms CPU/run (client)")
+    print(
+        f"submit_run, 1 thread:  {one:.0f} runs/s, {cpu_one:.2f} ms CPU/run (client), "
+        f"transaction p50 {p50_one:.2f} ms"
+    )
+    print(
+        f"submit_run, 4 threads: {four:.0f} runs/s, {cpu_four:.2f} ms CPU/run (client), "
+        f"transaction p50 {p50_four:.2f} ms"
+    )
     print(f"<ns>.submit drained:   {amqp:.0f} runs/s, {cpu_amqp:.2f} ms submitter CPU/run")
     print(f"ratio AMQP / submit_run 1 thread: {amqp / one:.2f}; / 4 threads: {amqp / four:.2f}")
 

@@ -159,17 +159,17 @@ class Submitter:
         ready: list[submit_many.Prepared] = []
         generic: list[tuple[Delivery, NewRun]] = []
         results: list[_Recorded] = []
+        for delivery, new in parsed:
+            try:
+                prepared = submit_many.prepare(self._registry, new)
+            except (UnknownWorkflowError, InvalidInputError) as exc:
+                refused.append((delivery, str(exc)))
+                continue
+            if submit_many.one_statement(self._engine, prepared.workflow):
+                ready.append(prepared)
+            else:
+                generic.append((delivery, new))
         with transaction(self._engine) as conn:
-            for delivery, new in parsed:
-                try:
-                    prepared = submit_many.prepare(self._registry, new)
-                except (UnknownWorkflowError, InvalidInputError) as exc:
-                    refused.append((delivery, str(exc)))
-                    continue
-                if submit_many.one_statement(conn, prepared.workflow):
-                    ready.append(prepared)
-                else:
-                    generic.append((delivery, new))
             if ready:
                 try:
                     done = submit_many.insert(

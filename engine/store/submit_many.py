@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
@@ -60,10 +60,10 @@ def prepare(registry: Registry, new: NewRun) -> Prepared:
     return Prepared(new, workflow, new.key or uuid.uuid4().hex, input_json)
 
 
-def one_statement(conn: Connection, workflow: Workflow) -> bool:
+def one_statement(bind: Connection | Engine, workflow: Workflow) -> bool:
     """True when runs of `workflow` can be recorded here: PostgreSQL, and every first step
     takes the run's input as it is."""
-    return conn.dialect.name == POSTGRESQL and _template(workflow) is not None
+    return bind.dialect.name == POSTGRESQL and _template(workflow) is not None
 
 
 _TEMPLATES: weakref.WeakKeyDictionary[Workflow, str | None] = weakref.WeakKeyDictionary()
