@@ -61,9 +61,15 @@ def prepare(registry: Registry, new: NewRun) -> Prepared:
 
 
 def one_statement(bind: Connection | Engine, workflow: Workflow) -> bool:
-    """True when runs of `workflow` can be recorded here: PostgreSQL, and every first step
-    takes the run's input as it is."""
-    return bind.dialect.name == POSTGRESQL and _template(workflow) is not None
+    """True when runs of `workflow` can be recorded here: PostgreSQL through psycopg (the
+    statement is written in its parameter style; an application's `submit_run` on another
+    driver takes the generic path), and every first step takes the run's input as it is."""
+    dialect = bind.dialect
+    return (
+        dialect.name == POSTGRESQL
+        and dialect.driver == "psycopg"
+        and _template(workflow) is not None
+    )
 
 
 _TEMPLATES: weakref.WeakKeyDictionary[Workflow, str | None] = weakref.WeakKeyDictionary()
