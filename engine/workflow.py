@@ -59,6 +59,11 @@ class Step:
     """The agent pool that must run it (`sasflow agent --pool NAME`); None: the run's pool,
     else the agent's shared queue."""
 
+    @property
+    def takes_run_input(self) -> bool:
+        """True when its input is the run's input as it is (the default input builder)."""
+        return self.input is _default_input
+
 
 def check_name(kind: str, name: str) -> None:
     """Raise DefinitionError unless `name` is usable in queue names and routing keys."""

@@ -10,9 +10,9 @@ transaction, so that an operator can stop a drain half-way.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from sasflow.errors import InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from sasflow.store import schedules as store
+from sasflow.store import submit_many
 from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
@@ -78,6 +79,7 @@ def fire_due(
     report = FireReport()
     moves: list[store.Ticked] = []
     fired: list[dict[str, Any]] = []
+    batch: list[tuple[int, Target, dt.datetime]] = []  # without `isolate`: fired[i]'s tick
     draining = drain_horizon is not None
     rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit, bounds=bounds)
     report.more = len(rows) == limit
@@ -109,16 +111,15 @@ def fire_due(
             report.more = report.more or behind
             ticks = ticks[:budget]
             budget -= len(ticks)
+            target = Target.of(row._mapping)
             for tick in ticks:
-                run_id, error = submit_tick(
-                    conn,
-                    registry,
-                    Target.of(row._mapping),
-                    tick,
-                    fired_by=fired_by,
-                    namespace=namespace,
-                    isolate=isolate,
-                )
+                if isolate:
+                    run_id, error = submit_tick(
+                        conn, registry, target, tick, fired_by=fired_by, namespace=namespace
+                    )
+                else:  # submitted together after the loop
+                    run_id, error = None, None
+                    batch.append((len(fired), target, tick))
                 fired.append(tick_row(row.id, tick, run_id, fired_by, error))
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(ticks[-1] if behind else db_now)
@@ -128,6 +129,16 @@ def fire_due(
         moves.append(
             store.Ticked(row.id, next_tick_at, ticks[-1] if ticks else None, release=release)
         )
+    if batch:
+        run_ids = submit_ticks(
+            conn,
+            registry,
+            [(t, tick) for _, t, tick in batch],
+            fired_by=fired_by,
+            namespace=namespace,
+        )
+        for (i, _, _), run_id in zip(batch, run_ids, strict=True):
+            fired[i]["run_id"] = run_id
     store.record_ticks(conn, fired)
     store.set_ticked(conn, moves)
     if report.fired:
@@ -158,27 +169,22 @@ def submit_tick(
     *,
     fired_by: str,
     namespace: str,
-    isolate: bool = True,
 ) -> tuple[int | None, str | None]:
-    """Submit the run of one tick: its run id, or None and why when the run cannot be made
-    (unknown workflow, bad input: the caller records the tick with the error, never retried).
-
-    Without `isolate` there is no savepoint: a bad tick raises and the caller's transaction
-    must be rolled back (fire_due's fast path, retried with `isolate` when that happens).
+    """Submit the run of one tick in a savepoint: its run id, or None and why when the run
+    cannot be made (unknown workflow, bad input: the caller records the tick with the error,
+    never retried). fire_due's fast path submits its ticks together instead (submit_ticks).
     """
     new_run = NewRun(
         workflow=schedule.workflow, input=schedule.input, key=tick_key(schedule.id, tick)
     )
     error: str | None = None
     try:
-        with conn.begin_nested() if isolate else contextlib.nullcontext():
+        with conn.begin_nested():
             # fire_due's caller wakes the schedulers once per batch (notify=False).
             result = submit(
                 conn, registry, new_run, namespace=namespace, actor=fired_by, notify=False
             )
     except (UnknownWorkflowError, InvalidInputError) as exc:
-        if not isolate:
-            raise
         error = str(exc)
     if error is not None:
         log.error(
@@ -186,6 +192,40 @@ def submit_tick(
         )
         return None, error
     return result.run_id, None
+
+
+def submit_ticks(
+    conn: Connection,
+    registry: Registry,
+    ticks: Sequence[tuple[Target, dt.datetime]],
+    *,
+    fired_by: str,
+    namespace: str,
+) -> list[int]:
+    """Submit the runs of a fire batch's ticks together, without savepoints: the runs of
+    one-statement workflows in one statement (store.submit_many), the others one at a time.
+    A tick whose run cannot be made raises UnknownWorkflowError or InvalidInputError (the data
+    refused by the database too): the caller rolls back and fires the batch with `isolate`.
+    The caller wakes the schedulers."""
+    prepared = [
+        submit_many.prepare(
+            registry,
+            NewRun(workflow=t.workflow, input=t.input, key=tick_key(t.id, tick)),
+        )
+        for t, tick in ticks
+    ]
+    together = [p for p in prepared if submit_many.one_statement(conn, p.workflow)]
+    done = submit_many.insert(conn, together, actor=fired_by, namespace=namespace, notify=False)
+    found = {(p.workflow.name, p.key): r.run_id for p, r in zip(together, done, strict=True)}
+    run_ids: list[int] = []
+    for p in prepared:
+        run_id = found.get((p.workflow.name, p.key))
+        if run_id is None:
+            run_id = submit(
+                conn, registry, p.new, namespace=namespace, actor=fired_by, notify=False
+            ).run_id
+        run_ids.append(run_id)
+    return run_ids
 
 
 def tick_row(

@@ -1,19 +1,21 @@
-"""Insert a run and its step records in one transaction, idempotently on (workflow, key)."""
+"""Insert a run and its step records in one transaction, idempotently on (workflow, key).
+
+On PostgreSQL most runs take one statement (submit_many); this module's generic path serves
+SQLite and the workflows whose first step builds its own input in Python."""
 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, Executable, insert, select
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState, StepKind
-from sasflow.store import events
+from sasflow.store import events, submit_many
 from sasflow.store.commands import NewRun, SubmitResult
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
@@ -56,8 +58,14 @@ def submit(
     the submission carries (`db.is_message_fault`); any other database error is raised as is
     (the database cannot take it now, or a bug), never blamed on the submission.
     """
+    prepared = submit_many.prepare(registry, submission)
     try:
-        result = _insert(conn, registry, submission, actor=actor)
+        if submit_many.one_statement(conn, prepared.workflow):
+            [result] = submit_many.insert(
+                conn, [prepared], actor=actor, namespace=namespace, notify=notify
+            )
+            return result
+        result = insert_generic(conn, prepared, actor=actor)
     except DBAPIError as exc:
         if is_message_fault(exc):
             raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
@@ -67,33 +75,44 @@ def submit(
     return result
 
 
-def _insert(
-    conn: Connection, registry: Registry, submission: NewRun, *, actor: str
-) -> SubmitResult:
-    workflow = registry.workflow(submission.workflow, submission.version)
-    try:
-        dumps(submission.input)
-    except InvalidMessageError as exc:
-        raise InvalidInputError(f"run input: {exc}") from exc
-    key = submission.key or uuid.uuid4().hex
-    run_id = conn.execute(
-        upsert_insert(conn, runs)
-        .values(
-            workflow=workflow.name,
-            version=workflow.version,
-            business_key=key,
-            input=submission.input,
-            priority=submission.priority,
-            state=RunState.PENDING,
-            reply_to=submission.reply_to,
-            submitted_by=submission.submitted_by,
-            callback_url=submission.callback_url,
-            pool=submission.pool,
-            trace_parent=submission.trace_parent,
-            on_failure=workflow.on_failure,
+_RUN_INSERTS: dict[str, Executable] = {}
+_STEPS_INSERT = insert(steps)
+"""Statements built once (per dialect for the upsert): SQLAlchemy then finds their compiled
+form in its cache without building a new construct per run."""
+
+
+def _run_insert(conn: Connection) -> Executable:
+    """INSERT INTO runs ... ON CONFLICT (workflow, business_key) DO NOTHING RETURNING id."""
+    statement = _RUN_INSERTS.get(conn.dialect.name)
+    if statement is None:
+        statement = (
+            upsert_insert(conn, runs)
+            .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
+            .returning(runs.c.id)
         )
-        .on_conflict_do_nothing(index_elements=[runs.c.workflow, runs.c.business_key])
-        .returning(runs.c.id)
+        _RUN_INSERTS[conn.dialect.name] = statement
+    return statement
+
+
+def insert_generic(conn: Connection, prepared: submit_many.Prepared, *, actor: str) -> SubmitResult:
+    """One run in a few statements, any database and any workflow (no NOTIFY)."""
+    workflow, submission, key = prepared.workflow, prepared.new, prepared.key
+    run_id = conn.execute(
+        _run_insert(conn),
+        {
+            "workflow": workflow.name,
+            "version": workflow.version,
+            "business_key": key,
+            "input": submission.input,
+            "priority": submission.priority,
+            "state": RunState.PENDING,
+            "reply_to": submission.reply_to,
+            "submitted_by": submission.submitted_by,
+            "callback_url": submission.callback_url,
+            "pool": submission.pool,
+            "trace_parent": submission.trace_parent,
+            "on_failure": workflow.on_failure,
+        },
     ).scalar_one_or_none()
     if run_id is None:
         existing = conn.execute(
@@ -130,7 +149,7 @@ def _insert(
                 pool=step.pool or submission.pool,
             )
         )
-    conn.execute(insert(steps), rows)
+    conn.execute(_STEPS_INSERT, rows)
     events.record(
         conn,
         [
