@@ -155,8 +155,18 @@ class _Echo(_Peer):
 
 
 def serve(requests: str) -> None:
-    """The echo server's process: serves until killed."""
+    """The echo server's process: serves until killed, or until the bench that started it is
+    gone (it checks its parent every second, so a killed bench leaves no server behind)."""
     echo = _Echo(requests)
+    parent = os.getppid()
+
+    def orphaned() -> None:
+        if os.getppid() != parent:
+            echo._fail("the bench that started this server is gone")
+        else:
+            echo.connection.ioloop.call_later(1.0, orphaned)
+
+    echo.connection.ioloop.call_later(1.0, orphaned)
     echo.connection.ioloop.start()
     if echo.error is not None:
         raise SystemExit(f"echo server stopped: {echo.error!r}")

@@ -93,7 +93,7 @@ def make_form(
             engine, workflow, count, prefix, clients=sizes.clients, floor=floor
         ), floor
     if form == "broker":
-        return Broker(engine, names, count, prefix, floor=floor), floor
+        return Broker(engine, names, workflow, count, prefix, floor=floor), floor
     raise ValueError(f"unknown form {form!r}; choose from {FORMS}")
 
 

@@ -212,9 +212,9 @@ class Concurrent:
 
 class Broker:
     def __init__(
-        self, engine: Engine, names: Names, count: int, prefix: str, *, floor: int
+        self, engine: Engine, names: Names, workflow: str, count: int, prefix: str, *, floor: int
     ) -> None:
-        self._engine, self._names = engine, names
+        self._engine, self._names, self._workflow = engine, names, workflow
         self._count, self._prefix, self._floor = count, prefix, floor
         self._transport: RabbitMQTransport | None = None
         self._messages: list[Outgoing] = []
@@ -229,7 +229,9 @@ class Broker:
             Outgoing(
                 "",
                 self._names.submit,
-                Submission(workflow="one", input={"i": i}, key=f"{self._prefix}{i}").encode(),
+                Submission(
+                    workflow=self._workflow, input={"i": i}, key=f"{self._prefix}{i}"
+                ).encode(),
             )
             for i in range(self._count)
         ]
