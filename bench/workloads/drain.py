@@ -110,8 +110,10 @@ def drain(
             if form != "up-front" and not autovacuum(engine):
                 with engine.begin() as conn:
                     took = analyze(conn)
-                held = f"the {floor:,} runs of earlier forms" if floor else "empty tables"
-                say(f"    ANALYZE before the form (autovacuum off), {held}: {took * 1000:.0f} ms")
+                say(
+                    f"    ANALYZE before the form (autovacuum off; {floor:,} runs so far): "
+                    f"{took * 1000:.0f} ms"
+                )
             before = _cpu(roles)
             waited = time.monotonic()
             submitting.start()
