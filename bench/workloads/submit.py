@@ -1,7 +1,7 @@
 """How the W1/W2 forms submit their runs while the roles drain them.
 
-- `UpFront` (W1, W2): `submit_run` in batches of SUBMIT_BATCH calls, all in one transaction, so
-  the whole backlog appears at one commit; the window starts at that commit.
+- `UpFront` (W1, W2): one `submit_run` call per run, all in one transaction, so the whole
+  backlog appears at one commit; the window starts at that commit.
 - `Concurrent` (W1c, W2c): application client processes (bench/workloads/client.py), each
   submitting one run per transaction with `submit_run`; the window starts at the first run's
   `created_at` (the start of the first submitting transaction, database clock).
@@ -36,7 +36,6 @@ from sasflow.transport.topology import Names, declare_common
 from tests import harness
 from tests.acceptance.processes import REPO, Processes
 
-SUBMIT_BATCH = 500
 PUBLISH_BATCH = 200
 """Submission messages per confirmed publish batch (the submitter's default prefetch)."""
 READY_TIMEOUT = 60.0
@@ -80,6 +79,8 @@ def runs_after(engine: Engine, floor: int) -> tuple[int, int, float, float]:
 
 
 class UpFront:
+    """W1, W2: the whole backlog in one transaction, before the clock starts."""
+
     def __init__(
         self,
         engine: Engine,
@@ -102,16 +103,15 @@ class UpFront:
         started = time.perf_counter()
         analyzed = ""
         with self._engine.begin() as conn:
-            for first in range(0, self._count, SUBMIT_BATCH):
-                for i in range(first, min(self._count, first + SUBMIT_BATCH)):
-                    submit_run(
-                        conn,
-                        apps.registry,
-                        self._workflow,
-                        {"i": i},
-                        key=f"{self._prefix}{i}",
-                        namespace=self._names.namespace,
-                    )
+            for i in range(self._count):
+                submit_run(
+                    conn,
+                    apps.registry,
+                    self._workflow,
+                    {"i": i},
+                    key=f"{self._prefix}{i}",
+                    namespace=self._names.namespace,
+                )
             if self._analyze:
                 took = analyze(conn)
                 analyzed = f", ANALYZE before the commit {took * 1000:.0f} ms (autovacuum off)"
@@ -134,6 +134,8 @@ class UpFront:
 
 
 class Concurrent:
+    """W1c, W2c: application client processes, one run per transaction, while they drain."""
+
     def __init__(
         self, engine: Engine, workflow: str, count: int, prefix: str, *, clients: int, floor: int
     ) -> None:
@@ -211,6 +213,8 @@ class Concurrent:
 
 
 class Broker:
+    """W1s: one submission message per run to `<ns>.submit`, recorded by the submitter."""
+
     def __init__(
         self, engine: Engine, names: Names, workflow: str, count: int, prefix: str, *, floor: int
     ) -> None:
