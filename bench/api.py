@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from sqlalchemy import Engine, text
 
-from bench.run import machine_line, processes, scratch, wait_until
+from bench.common import processes, scratch, wait_until
+from bench.report import machine_line
 from sasflow.messages import Submission
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import Names, declare_common

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from bench.apps import noop, registry
-from bench.run import load_line, machine_line, percentile, scratch, wait_until
+from bench.common import scratch, wait_until
+from bench.report import load_line, machine_line, percentile
 from sasflow.client import Client, StreamUpdate
 from tests import harness, services
 from tests.api.server import api_server, make_token

@@ -26,17 +26,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import (
-    Results,
-    Sizes,
-    drain,
-    latency_once,
-    load_line,
-    report,
-    say,
-    scratch,
-    verdict,
-)
+from bench.common import Sizes, scratch
+from bench.report import Results, load_line, report, say, verdict
+from bench.workloads.drain import drain
+from bench.workloads.w3 import latency_once
 from sasflow.hooks import Hooks
 from sasflow.messages import Reply, Request
 from sasflow.observability import metrics
@@ -152,26 +145,24 @@ def main() -> None:
                 for setting in rotated(index):
                     values = variables(setting, spans)
                     with environment(values):
-                        w1[setting].append(
-                            drain(
-                                url,
-                                engine,
-                                names,
-                                "one",
-                                count=sizes.w1_runs,
-                                label=f"ovh{setting}{index}",
-                                sizes=sizes,
-                                memory=None,
-                                cpu=w1_cpu[setting],
-                            )
+                        drained = drain(
+                            url,
+                            engine,
+                            names,
+                            "one",
+                            count=sizes.w1_runs,
+                            form="up-front",
+                            sizes=sizes,
                         )
+                    w1[setting].append(drained.rate)
+                    w1_cpu[setting].append(sum(drained.cpu.values()) * 1000 / drained.count)
         for index in range(sizes.repeat):
             for setting in rotated(index):
                 values = variables(setting, spans)
                 make, made = hooks_of(values, "bench")
                 try:
                     with environment(values):  # the SDK reads its sampler variables
-                        latencies = latency_once(sizes, make)
+                        latencies = latency_once(sizes, make).observed
                 finally:
                     for hooks in made:
                         hooks.close()

@@ -23,7 +23,9 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import Sizes, drain, machine_line, say, scratch
+from bench.common import Sizes, scratch
+from bench.report import machine_line, say
+from bench.workloads.drain import drain
 from sasflow.ops.retention import PruneOptions, PruneReport, RetentionPolicy, prune
 from sasflow.store.db import make_engine
 
@@ -81,8 +83,8 @@ def main() -> None:
         took = load(engine, args.runs)
         say(f"loaded {args.runs:,} finished runs (+1 step, +3 events each) in {took:.1f}s")
         alone = drain(
-            url, engine, names, "one", count=args.w1_runs, label="w1a", sizes=sizes, memory=None
-        )
+            url, engine, names, "one", count=args.w1_runs, form="up-front", sizes=sizes
+        ).rate
         say(f"W1 without prune: {alone:,.0f} runs/s ({args.w1_runs:,} runs)")
 
         pruner = make_engine(url, application_name="sasflow-bench-prune")
@@ -106,8 +108,8 @@ def main() -> None:
         thread = threading.Thread(target=run_prune)
         thread.start()
         during = drain(
-            url, engine, names, "one", count=args.w1_runs, label="w1b", sizes=sizes, memory=None
-        )
+            url, engine, names, "one", count=args.w1_runs, form="up-front", sizes=sizes
+        ).rate
         w1_end = time.perf_counter()
         left_at_w1_end = old_runs(engine)
         thread.join()

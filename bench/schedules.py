@@ -35,15 +35,8 @@ from sqlalchemy import Engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import apps
-from bench.run import (
-    load_line,
-    machine_line,
-    processes,
-    say,
-    scratch,
-    verdict,
-    wait_until,
-)
+from bench.common import processes, scratch, wait_until
+from bench.report import load_line, machine_line, say, verdict
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.schedules.definition import Schedule
