@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import Engine, text
 
 from bench import apps
-from bench.run import processes, scratch, wait_until
+from bench.common import processes, scratch, wait_until
 from sasflow import submit_run
 from sasflow.messages import Submission
 from sasflow.transport.base import Outgoing
