@@ -104,7 +104,8 @@ def apply_outcomes(
         )
     advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
     batch.extend(advanced.events)
-    events.record(conn, batch)
+    # Every run that can end here is in `locked` (read with its callback_url).
+    events.record(conn, batch, with_callback={r.id for r in locked if r.callback_url})
     report.ready = advanced.ready
     report.finished = events.finished_runs(advanced.events)
     if advanced.ready:

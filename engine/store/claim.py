@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
+from sasflow.store.dialect import POSTGRESQL
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,21 @@ class ClaimedStep:
 
 def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[ClaimedStep]:
     """Claim up to `batch` ready steps in one statement, in priority order; record the dispatch."""
-    rows = conn.execute(queries.claim_ready(), {"b_batch": batch, "b_locked_by": locked_by}).all()
+    return claim(conn, locked_by=locked_by, batch=batch)[0]
+
+
+def claim(
+    conn: Connection, *, locked_by: str, batch: int
+) -> tuple[list[ClaimedStep], float | None]:
+    """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
+    rows when it found work, else with a second statement)."""
+    values = {"b_batch": batch, "b_locked_by": locked_by}
+    merged = conn.dialect.name == POSTGRESQL
+    statement = queries.claim_and_start() if merged else queries.claim_ready()
+    rows = conn.execute(statement, values).all()
     if not rows:
-        return []
+        return [], seconds_until_due(conn)
+    due = None if len(rows) == batch else _remaining(rows[0].due, rows[0].db_now)
     claimed = [
         ClaimedStep(
             id=r.id,
@@ -58,6 +71,14 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
         )
         for r in rows
     ]
+    if not merged:
+        _start_and_record(conn, claimed, locked_by)
+    return claimed, due
+
+
+def _start_and_record(conn: Connection, claimed: Sequence[ClaimedStep], locked_by: str) -> None:
+    """What `queries.claim_and_start` does besides claiming, for databases without
+    data-modifying CTEs (SQLite)."""
     started = (
         conn.execute(queries.start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
         .scalars()
@@ -85,17 +106,19 @@ def claim_steps(conn: Connection, *, locked_by: str, batch: int) -> list[Claimed
         for c in claimed
     ]
     events.record(conn, batch_events)
-    return claimed
 
 
 def seconds_until_due(conn: Connection) -> float | None:
     """Seconds, on the database's clock, until the earliest step backing off (after a failure,
     a deferral or a supervisor's reclaim) becomes ready; None if no step is backing off."""
     row = conn.execute(queries.next_due()).one()
-    if row.due is None:
+    return _remaining(row.due, row.now)
+
+
+def _remaining(due: datetime | None, db_now: datetime) -> float | None:
+    if due is None:
         return None
-    remaining: float = (row.due - row.now).total_seconds()
-    return max(0.0, remaining)
+    return max(0.0, (due - db_now).total_seconds())
 
 
 def release_steps(
