@@ -16,8 +16,10 @@ from sqlalchemy import (
     Select,
     Update,
     and_,
+    any_,
     bindparam,
     case,
+    cast,
     false,
     func,
     insert,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects import postgresql
 
 from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
@@ -151,9 +154,17 @@ def claim_and_start() -> Select[Any]:
         .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
         .cte("claimed")
     )
+    run_ids = cast(
+        select(func.array_agg(claimed.c.run_id)).scalar_subquery(), postgresql.ARRAY(runs.c.id.type)
+    )
     started = (
         update(runs)
-        .where(runs.c.id.in_(select(claimed.c.run_id)), runs.c.state == RunState.PENDING)
+        # = ANY(one array): the primary key, as start_runs; `IN (SELECT ...)` let the planner
+        # hash-join a scan of every run.
+        .where(
+            runs.c.id == any_(run_ids),
+            runs.c.state == RunState.PENDING,
+        )
         .values(state=RunState.RUNNING, updated_at=now())
         .returning(runs.c.id)
         .cte("started")
