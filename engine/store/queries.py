@@ -12,8 +12,11 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     ColumnElement,
+    Integer,
     Select,
+    Text,
     Update,
     and_,
     any_,
@@ -283,6 +286,34 @@ def complete_step() -> Update:
             **leave_processing(),
         )
         .returning(*_step_result)
+    )
+
+
+@cache
+def complete_steps() -> Update:
+    """PostgreSQL: `complete_step` for many steps in one statement, each fenced by its own
+    attempt; :step_ids, :attempts and :outputs (JSON text, NULL for none) are parallel arrays
+    (primary key)."""
+    done = select(
+        func.unnest(bindparam("b_step_ids", type_=postgresql.ARRAY(BigInteger))).label("id"),
+        func.unnest(bindparam("b_attempts", type_=postgresql.ARRAY(Integer))).label("attempt"),
+        func.unnest(bindparam("b_outputs", type_=postgresql.ARRAY(Text))).label("output"),
+    ).subquery("done")
+    return (
+        update(steps)
+        .where(
+            steps.c.id == done.c.id,
+            steps.c.attempt == done.c.attempt,
+            steps.c.state == StepState.PROCESSING,
+        )
+        .values(
+            state=StepState.PROCESSED,
+            output=cast(done.c.output, postgresql.JSONB),
+            error=None,
+            deferred_since=None,
+            **leave_processing(),
+        )
+        .returning(*_step_result, steps.c.id, steps.c.attempt)
     )
 
 
