@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from sqlalchemy.pool import QueuePool
+
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
@@ -128,7 +130,8 @@ class Relay:
     """
 
     MAX_IN_FLIGHT = 3
-    """Batches awaiting confirms, each holding a pooled connection."""
+    """Batches awaiting confirms, each holding a pooled connection (fewer when the pool is
+    smaller: with a pool of one, every batch waits for its confirms)."""
 
     def __init__(
         self,
@@ -144,7 +147,13 @@ class Relay:
         self._names = names
         self._limit = limit
         self._hooks = hooks
-        self._async = isinstance(transport, AsyncPublisher) and engine.dialect.name == POSTGRESQL
+        # The loop needs one connection of its own besides the batches in flight.
+        self._max_in_flight = min(self.MAX_IN_FLIGHT, _pool_capacity(engine) - 1)
+        self._async = (
+            isinstance(transport, AsyncPublisher)
+            and engine.dialect.name == POSTGRESQL
+            and self._max_in_flight > 0
+        )
         self._in_flight: deque[_InFlight] = deque()
         self._sync_next = False
 
@@ -163,7 +172,7 @@ class Relay:
             )
             self._sync_next = False
             return relayed
-        if len(self._in_flight) >= self.MAX_IN_FLIGHT:
+        if len(self._in_flight) >= self._max_in_flight:
             self._finish(wait=True)
         started = time.monotonic()
         with translated(self._engine):
@@ -226,6 +235,15 @@ class Relay:
     def _close(conn: Connection) -> None:
         with contextlib.suppress(Exception):  # a lost connection cannot roll back; it is dropped
             conn.close()
+
+
+def _pool_capacity(engine: Engine) -> int:
+    """How many connections `engine` may hold at once (pool size plus overflow)."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return 1
+    overflow: int = getattr(pool, "_max_overflow", 0)
+    return Relay.MAX_IN_FLIGHT + 1 if overflow < 0 else pool.size() + overflow
 
 
 def _feed_event(row: Any) -> stream.FeedEvent:

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select
 
 from sasflow import Registry, submit_run
 from sasflow.relay import Relay, relay_events
-from sasflow.store.db import transaction
+from sasflow.store.db import EngineOptions, make_engine, transaction
 from sasflow.store.schema import events
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common
@@ -99,3 +99,19 @@ def test_a_batch_on_a_lost_channel_is_published_again(
     relay.flush()
     assert _unpublished(engine) == 0
     assert sorted(_event_ids(queue)) == [1, 1, 2, 2]
+
+
+def test_with_a_pool_of_one_connection_a_batch_waits_for_its_confirms(
+    database_url: str, engine: Engine, names: Names, transport: RabbitMQTransport
+) -> None:
+    """A batch in flight holds a connection the loop would then lack: with a pool of one,
+    the relay waits for the confirms as relay_events does, and marks the batch at once."""
+    _submit(engine, names, 2)
+    single = make_engine(database_url, EngineOptions(pool_size=1, max_overflow=0))
+    try:
+        relay = Relay(single, transport, names)
+        assert relay.start() == 2
+        assert not relay.in_flight
+        assert _unpublished(engine) == 0
+    finally:
+        single.dispose()
