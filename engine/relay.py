@@ -17,13 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy.pool import QueuePool
-
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
 from sasflow.store import events, stream
-from sasflow.store.db import Connection, Engine, transaction, translated
+from sasflow.store.db import Connection, Engine, pool_capacity, transaction, translated
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.transport.base import AsyncPublisher, Outgoing, PublishTicket, Transport
 from sasflow.transport.topology import Names
@@ -148,7 +146,7 @@ class Relay:
         self._limit = limit
         self._hooks = hooks
         # The loop needs one connection of its own besides the batches in flight.
-        self._max_in_flight = min(self.MAX_IN_FLIGHT, _pool_capacity(engine) - 1)
+        self._max_in_flight = min(self.MAX_IN_FLIGHT, pool_capacity(engine) - 1)
         self._async = (
             isinstance(transport, AsyncPublisher)
             and engine.dialect.name == POSTGRESQL
@@ -235,15 +233,6 @@ class Relay:
     def _close(conn: Connection) -> None:
         with contextlib.suppress(Exception):  # a lost connection cannot roll back; it is dropped
             conn.close()
-
-
-def _pool_capacity(engine: Engine) -> int:
-    """How many connections `engine` may hold at once (pool size plus overflow)."""
-    pool = engine.pool
-    if not isinstance(pool, QueuePool):
-        return 1
-    overflow: int = getattr(pool, "_max_overflow", 0)
-    return Relay.MAX_IN_FLIGHT + 1 if overflow < 0 else pool.size() + overflow
 
 
 def _feed_event(row: Any) -> stream.FeedEvent:
