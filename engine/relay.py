@@ -9,16 +9,21 @@ The same transaction queues each event for the subscription stream's matching su
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
 from sasflow.store import events, stream
-from sasflow.store.db import Engine, transaction
-from sasflow.transport.base import Outgoing, Transport
+from sasflow.store.db import Connection, Engine, pool_capacity, transaction, translated
+from sasflow.store.dialect import POSTGRESQL
+from sasflow.transport.base import AsyncPublisher, Outgoing, PublishTicket, Transport
 from sasflow.transport.topology import Names
 
 log = logging.getLogger(__name__)
@@ -38,12 +43,22 @@ def relay_events(
     """
     started = time.monotonic()
     with transaction(engine) as conn:
-        rows = events.take_unpublished(conn, limit=limit)
-        if not rows:
+        batch = _Batch.take(conn, names, limit)
+        if batch is None:
             return 0
-        messages: list[Outgoing] = []
-        owners: list[int] = []
-        feed: list[stream.FeedEvent] = []
+        batch.settle(conn, transport.publish_many(batch.messages), names)
+    hooks.events_relayed(len(batch.event_ids), time.monotonic() - started)
+    return len(batch.event_ids)
+
+
+class _Batch:
+    """Unpublished events locked by one relay transaction, and their messages."""
+
+    def __init__(self, rows: Sequence[Any], names: Names) -> None:
+        self.event_ids = [r.id for r in rows]
+        self.messages: list[Outgoing] = []
+        self.owners: list[int] = []
+        self.feed: list[stream.FeedEvent] = []
         for row in rows:
             body = StatusEvent(
                 event_id=row.id,
@@ -61,26 +76,163 @@ def relay_events(
                 detail=row.detail,
             ).encode()
             headers = {"run_id": row.run_id, "key": row.business_key}
-            messages.append(
+            self.messages.append(
                 Outgoing(
                     names.status, routing_key(row.workflow, row.entity, row.to_state), body, headers
                 )
             )
-            owners.append(row.id)
+            self.owners.append(row.id)
             if row.reply_to:
-                messages.append(Outgoing("", row.reply_to, body, headers))
-                owners.append(row.id)
-            feed.append(_feed_event(row))
-        for event_id, result in zip(owners, transport.publish_many(messages), strict=True):
+                self.messages.append(Outgoing("", row.reply_to, body, headers))
+                self.owners.append(row.id)
+            self.feed.append(_feed_event(row))
+
+    @classmethod
+    def take(cls, conn: Connection, names: Names, limit: int) -> _Batch | None:
+        rows = events.take_unpublished(conn, limit=limit)
+        return cls(rows, names) if rows else None
+
+    def settle(self, conn: Connection, results: Sequence[Exception | None], names: Names) -> None:
+        """Mark the batch published and queue it for the stream, once the broker settled it."""
+        for event_id, result in zip(self.owners, results, strict=True):
             if isinstance(result, BrokerUnavailableError):
                 raise result  # not sent: nothing is marked, the next relay publishes again
             if result is not None:
                 # Refused for good (e.g. too large): one bad event must not block the others.
                 log.error("status event %s not published: %s", event_id, result)
-        events.mark_published(conn, [r.id for r in rows])
-        stream.fan_out(conn, feed, namespace=names.namespace)
-    hooks.events_relayed(len(rows), time.monotonic() - started)
-    return len(rows)
+        events.mark_published(conn, self.event_ids)
+        stream.fan_out(conn, self.feed, namespace=names.namespace)
+
+
+@dataclass
+class _InFlight:
+    """A batch published without waiting: its transaction stays open (the rows locked) until
+    the broker's confirms arrive and it is marked and committed."""
+
+    conn: Connection
+    batch: _Batch
+    ticket: PublishTicket
+    started: float
+
+
+class Relay:
+    """The scheduler's relay: `relay_events` without the wait for the broker's confirms in
+    its loop, where the transport can publish without waiting (`AsyncPublisher`) and the
+    database lock rows across the wait (PostgreSQL; SQLite relays as `relay_events` does).
+
+    `start` locks and publishes a batch and returns; `poll` marks and commits the batches
+    whose confirms have arrived, oldest first, so the stream's fan-out keeps the events'
+    order. What is marked, when and in which transaction, and the at-least-once delivery are
+    those of `relay_events`: a batch whose confirms never come (lost broker or database) is
+    rolled back and published again by the next relay.
+    """
+
+    MAX_IN_FLIGHT = 3
+    """Batches awaiting confirms, each holding a pooled connection (fewer when the pool is
+    smaller: with a pool of one, every batch waits for its confirms)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        transport: Transport,
+        names: Names,
+        *,
+        limit: int = 500,
+        hooks: Hooks = NO_HOOKS,
+    ) -> None:
+        self._engine = engine
+        self._transport = transport
+        self._names = names
+        self._limit = limit
+        self._hooks = hooks
+        # The loop needs one connection of its own besides the batches in flight.
+        self._max_in_flight = min(self.MAX_IN_FLIGHT, pool_capacity(engine) - 1)
+        self._async = (
+            isinstance(transport, AsyncPublisher)
+            and engine.dialect.name == POSTGRESQL
+            and self._max_in_flight > 0
+        )
+        self._in_flight: deque[_InFlight] = deque()
+        self._sync_next = False
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self._in_flight)
+
+    def start(self) -> int:
+        """Publish up to `limit` unpublished events; returns how many. Batches in flight are
+        marked after this one went out (they were published before it, so the order holds)."""
+        publisher = self._transport
+        if not isinstance(publisher, AsyncPublisher) or not self._async or self._sync_next:
+            self.flush()
+            relayed = relay_events(
+                self._engine, self._transport, self._names, limit=self._limit, hooks=self._hooks
+            )
+            self._sync_next = False
+            return relayed
+        if len(self._in_flight) >= self._max_in_flight:
+            self._finish(wait=True)
+        started = time.monotonic()
+        with translated(self._engine):
+            conn = self._engine.connect()
+        try:
+            with translated(self._engine):
+                conn.begin()
+                batch = _Batch.take(conn, self._names, self._limit)
+            if batch is None:
+                self._close(conn)
+                self.poll()
+                return 0
+            ticket = publisher.publish_nowait(batch.messages)
+        except BaseException:
+            self._close(conn)
+            raise
+        self._in_flight.append(_InFlight(conn, batch, ticket, started))
+        self.poll()
+        return len(batch.event_ids)
+
+    def poll(self) -> None:
+        """Mark and commit the oldest batches whose confirms have arrived."""
+        while self._in_flight and self._finish(wait=False):
+            pass
+
+    def flush(self) -> None:
+        """Wait for every batch's confirms, then mark and commit them (on stop)."""
+        while self._in_flight:
+            self._finish(wait=True)
+
+    def abandon(self) -> None:
+        """Roll back every batch in flight (the broker connection is gone): the next relay
+        publishes their events again."""
+        while self._in_flight:
+            self._close(self._in_flight.popleft().conn)
+
+    def _finish(self, *, wait: bool) -> bool:
+        head = self._in_flight[0]
+        publisher = cast(AsyncPublisher, self._transport)
+        try:
+            results = publisher.settled(head.ticket, wait=wait)
+            if results is None:
+                return False
+            self._in_flight.popleft()
+            with translated(self._engine):
+                head.batch.settle(head.conn, results, self._names)
+                head.conn.commit()
+        except BaseException:
+            # A later batch must not be marked before this one is published again (the stream
+            # keeps each run's order): every batch in flight goes back.
+            self._close(head.conn)
+            self.abandon()
+            self._sync_next = True  # e.g. a message the broker refused by closing the channel
+            raise
+        self._close(head.conn)
+        self._hooks.events_relayed(len(head.batch.event_ids), time.monotonic() - head.started)
+        return True
+
+    @staticmethod
+    def _close(conn: Connection) -> None:
+        with contextlib.suppress(Exception):  # a lost connection cannot roll back; it is dropped
+            conn.close()
 
 
 def _feed_event(row: Any) -> stream.FeedEvent:

@@ -28,18 +28,12 @@ from sasflow.inflight import InFlightCap
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
 from sasflow.pools import PoolGate
 from sasflow.registry import Registry
-from sasflow.relay import relay_events
+from sasflow.relay import Relay
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import StepKind
 from sasflow.store import dialect, pools
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
-from sasflow.store.claim import (
-    ClaimedStep,
-    claim_steps,
-    in_flight,
-    release_steps,
-    seconds_until_due,
-)
+from sasflow.store.claim import ClaimedStep, claim, in_flight, release_steps
 from sasflow.store.commands import OutcomeKind, StoredError
 from sasflow.store.db import Engine, transaction
 from sasflow.store.listen import ReadyListener
@@ -47,6 +41,16 @@ from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
 log = logging.getLogger(__name__)
+
+RELAY_BATCH = 500
+"""Events relayed per batch; a full batch means more are waiting."""
+
+CLAIM_EVENTS_DELAY = 0.01
+"""Seconds a claim's events may wait for the relay pass after its replies' apply."""
+
+CONFIRM_POLL = 0.005
+"""Longest wait of the loop while relayed events await their confirms: a confirm does not
+end `process` early, and the batch's rows stay locked until it is marked."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class Scheduler:
         self._declared_agents: set[str] = set()
         self._wake = threading.Event()
         self._events_dirty = True
+        self._claim_events = False
         self._rescan_interval = (
             self._options.rescan_interval
             if self._options.rescan_interval is not None
@@ -119,6 +124,7 @@ class Scheduler:
         )
         self.stats = SchedulerStats()
         self._in_flight = InFlightCap(self._options.max_in_flight)
+        self._relay = Relay(engine, transport, names, limit=RELAY_BATCH, hooks=self._hooks)
         self.fleet = FleetRecorder(engine, transport, names)
         self._pools = PoolGate(transport, names)
         self.cluster = ClusterMember(
@@ -155,6 +161,7 @@ class Scheduler:
         finally:
             if listener is not None:
                 listener.stop()
+            self._relay.abandon()
             self._leave()
             self._transport.close()
         log.info("%s stopped: %s", self.id, self.stats)
@@ -177,6 +184,7 @@ class Scheduler:
 
     def _serve(self) -> None:
         self._replies.clear()  # deliveries of a lost connection are redelivered by the broker
+        self._relay.abandon()  # batches published on a lost channel: relayed again
         self._transport.connect()
         declare_common(self._transport, self._names)
         self._declared_agents.clear()
@@ -206,12 +214,7 @@ class Scheduler:
                     if full:
                         self._wake.set()
                         busy = True
-                if self._events_dirty or t >= next_relay:
-                    self._events_dirty = (
-                        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
-                        >= 500
-                    )
-                    next_relay = t + self._options.relay_interval
+                next_relay = self._relay_events(t, next_relay)
                 if t >= next_fleet:
                     self.fleet.poll()
                     next_fleet = t + self._options.fleet_interval
@@ -225,8 +228,22 @@ class Scheduler:
                 continue
             wait = min(next_claim, next_relay, next_cluster, next_fleet) - time.monotonic()
             wait = 0.0 if busy else max(0.0, wait)
+            if self._relay.in_flight:  # its confirms arrive during `process`, which goes on
+                wait = min(wait, CONFIRM_POLL)
             self._transport.process(wait)
         self._drain()
+
+    def _relay_events(self, t: float, next_relay: float) -> float:
+        """Relay what is due (see Relay); returns when the next relay pass is due."""
+        if self._claim_events:
+            self._claim_events = False
+            next_relay = min(next_relay, time.monotonic() + CLAIM_EVENTS_DELAY)
+        if self._events_dirty or t >= next_relay:
+            self._events_dirty = self._relay.start() >= RELAY_BATCH
+            return t + self._options.relay_interval
+        if self._relay.in_flight:
+            self._relay.poll()
+        return next_relay
 
     def _drain(self) -> None:
         """On stop: take no new replies, apply and ack the ones held, then return."""
@@ -234,7 +251,8 @@ class Scheduler:
         self._transport.process(0)
         if self._replies:
             self._apply_buffered()
-        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+        self._relay.start()
+        self._relay.flush()
 
     # -- replies --------------------------------------------------------------------------
 
@@ -350,17 +368,18 @@ class Scheduler:
                 if self._in_flight.all_capped(a.name for a in self._registry.agents):
                     # Nothing to claim, and a claim would walk every pending step to find it.
                     return False, None
-            claimed = claim_steps(conn, locked_by=self.id, batch=batch, skip_agents=skip)
+            claimed, due = claim(conn, locked_by=self.id, batch=batch, skip_agents=skip)
             self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
-            due = seconds_until_due(conn) if len(claimed) < batch else None
         if not claimed:
             return False, due
         claimed_at = time.monotonic()
         self.stats.claimed += len(claimed)
         # A claim follows a submission (its run's `pending` event) and may start runs (their
-        # `running` event): relay them now rather than at the next interval, so status
-        # notifications and the subscription stream see a new run within milliseconds.
-        self._events_dirty = True
+        # `running` event): relay them within milliseconds rather than at the next interval,
+        # so status notifications and the subscription stream see a new run soon, but not
+        # at once: the replies to these requests are often back by then, and applying them
+        # first keeps a relay pass off their path (their events then go out together).
+        self._claim_events = True
         full = len(claimed) == batch
         claimed = self._wait_for_pools(claimed)
         if not claimed:

@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
+from sasflow.store.dialect import POSTGRESQL
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,30 @@ class ClaimedStep:
 def claim_steps(
     conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
 ) -> list[ClaimedStep]:
-    """Claim up to `batch` ready steps in one statement, in priority order, none of the agents in
-    `skip_agents`; record the dispatch."""
-    params: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
-    if skip_agents:
-        params["b_skip_agents"] = list(skip_agents)
-    rows = conn.execute(queries.claim_ready(skipping=bool(skip_agents)), params).all()
+    """Claim up to `batch` ready steps in one statement, in priority order, none of the agents
+    in `skip_agents`; record the dispatch."""
+    return claim(conn, locked_by=locked_by, batch=batch, skip_agents=skip_agents)[0]
+
+
+def claim(
+    conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
+) -> tuple[list[ClaimedStep], float | None]:
+    """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
+    rows when it found work, else with a second statement)."""
+    values: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
+    skipping = bool(skip_agents)
+    if skipping:
+        values["b_skip_agents"] = list(skip_agents)
+    merged = conn.dialect.name == POSTGRESQL
+    statement = (
+        queries.claim_and_start(skipping=skipping)
+        if merged
+        else queries.claim_ready(skipping=skipping)
+    )
+    rows = conn.execute(statement, values).all()
     if not rows:
-        return []
+        return [], seconds_until_due(conn)
+    due = None if len(rows) == batch else _remaining(rows[0].due, rows[0].db_now)
     claimed = [
         ClaimedStep(
             id=r.id,
@@ -64,6 +81,14 @@ def claim_steps(
         )
         for r in rows
     ]
+    if not merged:
+        _start_and_record(conn, claimed, locked_by)
+    return claimed, due
+
+
+def _start_and_record(conn: Connection, claimed: Sequence[ClaimedStep], locked_by: str) -> None:
+    """What `queries.claim_and_start` does besides claiming, for databases without
+    data-modifying CTEs (SQLite)."""
     started = (
         conn.execute(queries.start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
         .scalars()
@@ -91,7 +116,6 @@ def claim_steps(
         for c in claimed
     ]
     events.record(conn, batch_events)
-    return claimed
 
 
 def in_flight(conn: Connection, *, locked_by: str) -> dict[str, int]:
@@ -104,10 +128,13 @@ def seconds_until_due(conn: Connection) -> float | None:
     """Seconds, on the database's clock, until the earliest step backing off (after a failure,
     a deferral or a supervisor's reclaim) becomes ready; None if no step is backing off."""
     row = conn.execute(queries.next_due()).one()
-    if row.due is None:
+    return _remaining(row.due, row.now)
+
+
+def _remaining(due: datetime | None, db_now: datetime) -> float | None:
+    if due is None:
         return None
-    remaining: float = (row.due - row.now).total_seconds()
-    return max(0.0, remaining)
+    return max(0.0, (due - db_now).total_seconds())
 
 
 def release_steps(

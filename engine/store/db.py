@@ -17,6 +17,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import QueuePool
 
 from sasflow.errors import (
     ConfigurationError,
@@ -113,6 +114,16 @@ def make_engine(
     # (credentials being rotated, a database being restored) to wait out. See `translated`.
     event.listen(engine, "connect", lambda _dbapi, _record: _CONNECTED.add(engine), once=True)
     return engine
+
+
+def pool_capacity(engine: Engine) -> int:
+    """How many connections `engine` may hold at once: pool size plus overflow (an unbounded
+    overflow counts as 100; SQLite's pools as 1)."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return 1
+    overflow: int = getattr(pool, "_max_overflow", 0)
+    return 100 if overflow < 0 else pool.size() + overflow
 
 
 _CONNECTED: weakref.WeakSet[Engine] = weakref.WeakSet()

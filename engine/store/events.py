@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -122,13 +122,17 @@ def finished_runs(batch: Sequence[Event]) -> dict[int, RunState]:
     }
 
 
-def record(conn: Connection, batch: Sequence[Event]) -> None:
+def record(
+    conn: Connection, batch: Sequence[Event], *, with_callback: Collection[int] | None = None
+) -> None:
     """Append `batch` in the caller's transaction: one COPY on PostgreSQL for a large batch,
     else one executemany.
 
     Every run that this batch makes terminal gets its HTTP callback (if it asked for one)
     written in the same transaction: all the paths that end runs (advance, sweep, cancel)
-    record their events here, so this is the one place callbacks cannot be missed."""
+    record their events here, so this is the one place callbacks cannot be missed.
+    `with_callback`: the runs known to have asked for one, when the caller read them (under
+    their locks) anyway; the others are not looked up again."""
     if not batch:
         return
     if len(batch) >= COPY_FROM and conn.dialect.name == POSTGRESQL:
@@ -136,6 +140,8 @@ def record(conn: Connection, batch: Sequence[Event]) -> None:
     else:
         conn.execute(insert(events), [e.row() for e in batch])
     ended = finished_runs(batch)
+    if with_callback is not None:
+        ended = {run_id: state for run_id, state in ended.items() if run_id in with_callback}
     if ended:
         callbacks.enqueue(conn, sorted(ended))
 

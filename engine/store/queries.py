@@ -11,20 +11,31 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
+    BigInteger,
     ColumnElement,
+    Integer,
     Select,
+    Text,
     Update,
     and_,
+    any_,
     bindparam,
     case,
+    cast,
+    false,
     func,
+    insert,
     literal,
+    null,
     or_,
     select,
+    union_all,
     update,
 )
+from sqlalchemy.dialects import postgresql
 
-from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
+from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
@@ -51,8 +62,9 @@ _run_columns = (
     runs.c.state,
     runs.c.on_failure,
     runs.c.error,
+    runs.c.callback_url,
 )
-"""What advancing a run reads of it."""
+"""What advancing a run reads of it (and whether ending it writes a callback)."""
 
 
 def _claimable_in_run() -> ColumnElement[bool]:
@@ -68,14 +80,11 @@ def _claimable_in_run() -> ColumnElement[bool]:
     )
 
 
-@cache
-def claim_ready(*, skipping: bool = False) -> Update:
-    """Lock up to :batch ready steps and mark them processing (ix_steps_ready); `skipping`:
-    not those of the agents in :b_skip_agents (at their in-flight bound, engine/inflight.py).
-
-    The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
-    update more rows than the limit (PostgreSQL bug #15715).
-    """
+def _ready(skipping: bool) -> CTE:
+    """Up to :batch ready steps, locked (ix_steps_ready); `skipping`: not those of the agents
+    in :b_skip_agents (at their in-flight bound, engine/inflight.py). The locking select sits
+    in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can update more rows than the
+    limit (PostgreSQL bug #15715)."""
     wanted = [
         steps.c.state == StepState.PENDING,
         steps.c.locked_by.is_(None),
@@ -84,7 +93,7 @@ def claim_ready(*, skipping: bool = False) -> Update:
     ]
     if skipping:
         wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
-    ready = (
+    return (
         select(steps.c.id)
         .join(runs, runs.c.id == steps.c.run_id)
         .where(*wanted)
@@ -93,6 +102,9 @@ def claim_ready(*, skipping: bool = False) -> Update:
         .with_for_update(of=steps, skip_locked=True)
         .cte("ready")
     )
+
+
+def _claim(ready: CTE) -> Update:
     return (
         update(steps)
         .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
@@ -104,22 +116,112 @@ def claim_ready(*, skipping: bool = False) -> Update:
             dispatched_at=now(),
             updated_at=now(),
         )
-        .returning(
-            steps.c.id,
-            steps.c.run_id,
-            steps.c.name,
-            steps.c.kind,
-            steps.c.agent,
-            steps.c.action,
-            steps.c.attempt,
-            steps.c.input,
-            steps.c.idempotency_key,
-            steps.c.timeout_s,
-            steps.c.complete_by,
-            steps.c.priority,
-            steps.c.pool,
-            joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
+    )
+
+
+_claimed_columns = (
+    steps.c.id,
+    steps.c.run_id,
+    steps.c.name,
+    steps.c.kind,
+    steps.c.agent,
+    steps.c.action,
+    steps.c.attempt,
+    steps.c.input,
+    steps.c.idempotency_key,
+    steps.c.timeout_s,
+    steps.c.complete_by,
+    steps.c.priority,
+    steps.c.pool,
+)
+
+
+@cache
+def claim_ready(*, skipping: bool = False) -> Update:
+    """Lock up to :batch ready steps and mark them processing (ix_steps_ready), each row with
+    `due` and `db_now` as `next_due` gives them (the claimed steps were ready, so they do not
+    count): a claim that finds work needs no second statement to learn when to claim next.
+    """
+    return _claim(_ready(skipping)).returning(
+        *_claimed_columns,
+        joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
+        _next_due().scalar_subquery().label("due"),
+        now().label("db_now"),
+    )
+
+
+@cache
+def claim_and_start(*, skipping: bool = False) -> Select[Any]:
+    """PostgreSQL: `claim_ready`, `start_runs` and the events of both (`claim.claim_steps`
+    records the same rows) in one statement, with data-modifying CTEs (ix_steps_ready, then
+    primary keys). The rows: `claim_ready`'s. The events go in in the order
+    `claim_steps` records them: the runs started, by id, then the steps claimed, by id."""
+    claimed = (
+        _claim(_ready(skipping))
+        .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
+        .cte("claimed")
+    )
+    run_ids = cast(
+        select(func.array_agg(claimed.c.run_id)).scalar_subquery(), postgresql.ARRAY(runs.c.id.type)
+    )
+    started = (
+        update(runs)
+        # = ANY(one array): the primary key, as start_runs; `IN (SELECT ...)` let the planner
+        # hash-join a scan of every run.
+        .where(
+            runs.c.id == any_(run_ids),
+            runs.c.state == RunState.PENDING,
         )
+        .values(state=RunState.RUNNING, updated_at=now())
+        .returning(runs.c.id)
+        .cte("started")
+    )
+    actor = bindparam("b_locked_by", type_=events.c.actor.type)
+    run_events = select(
+        literal(0).label("part"),
+        started.c.id.label("run_id"),
+        null().label("step_id"),
+        literal("run").label("entity"),
+        null().label("step"),
+        literal(RunState.PENDING.value).label("from_state"),
+        literal(RunState.RUNNING.value).label("to_state"),
+        null().label("attempt"),
+        actor.label("actor"),
+        null().label("detail"),
+        false().label("published"),
+    )
+    step_events = select(
+        literal(1),
+        claimed.c.run_id,
+        claimed.c.id,
+        literal("step"),
+        claimed.c.name,
+        literal(StepState.PENDING.value),
+        literal(StepState.PROCESSING.value),
+        claimed.c.attempt,
+        actor,
+        func.jsonb_build_object("agent", claimed.c.agent, "action", claimed.c.action),
+        literal(StepState.PROCESSING in QUIET_STEP_STATES),
+    )
+    both = union_all(run_events, step_events).subquery("both")
+    columns = [c for c in both.c if c.name != "part"]
+    recorded = (
+        insert(events)
+        .from_select(
+            [c.name for c in columns],
+            select(*columns).order_by(both.c.part, both.c.step_id, both.c.run_id),
+        )
+        .cte("recorded")
+    )
+    return select(
+        claimed, _next_due().scalar_subquery().label("due"), now().label("db_now")
+    ).add_cte(recorded)
+
+
+def _next_due() -> Select[Any]:
+    backing_off = steps.alias("backing_off")
+    return select(func.min(backing_off.c.not_before)).where(
+        backing_off.c.state == StepState.PENDING, backing_off.c.not_before > now()
     )
 
 
@@ -198,6 +300,34 @@ def complete_step() -> Update:
             **leave_processing(),
         )
         .returning(*_step_result)
+    )
+
+
+@cache
+def complete_steps() -> Update:
+    """PostgreSQL: `complete_step` for many steps in one statement, each fenced by its own
+    attempt; :step_ids, :attempts and :outputs (JSON text, NULL for none) are parallel arrays
+    (primary key)."""
+    done = select(
+        func.unnest(bindparam("b_step_ids", type_=postgresql.ARRAY(BigInteger))).label("id"),
+        func.unnest(bindparam("b_attempts", type_=postgresql.ARRAY(Integer))).label("attempt"),
+        func.unnest(bindparam("b_outputs", type_=postgresql.ARRAY(Text))).label("output"),
+    ).subquery("done")
+    return (
+        update(steps)
+        .where(
+            steps.c.id == done.c.id,
+            steps.c.attempt == done.c.attempt,
+            steps.c.state == StepState.PROCESSING,
+        )
+        .values(
+            state=StepState.PROCESSED,
+            output=cast(done.c.output, postgresql.JSONB),
+            error=None,
+            deferred_since=None,
+            **leave_processing(),
+        )
+        .returning(*_step_result, steps.c.id, steps.c.attempt)
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -113,4 +113,31 @@ class Transport(Protocol):
 
     def call_threadsafe(self, callback: Callable[[], None]) -> None:
         """Run `callback` on the owner thread during `process` (safe from any thread)."""
+        ...
+
+
+@dataclass
+class PublishTicket:
+    """A batch handed to the broker by `AsyncPublisher.publish_nowait`, not yet settled."""
+
+    results: list[Exception | None]
+    tags: dict[int, int]
+    """Index in the batch -> the broker's delivery tag (messages not sendable have none)."""
+    generation: int
+
+
+@runtime_checkable
+class AsyncPublisher(Protocol):
+    """A transport that can publish a batch without waiting for the broker's confirms (the
+    scheduler's relay: its loop goes on while the broker syncs the batch to disk)."""
+
+    def publish_nowait(self, messages: Sequence[Outgoing]) -> PublishTicket:
+        """Write every message persistently and return at once; BrokerUnavailableError when
+        the connection fails (then no message may be assumed delivered)."""
+        ...
+
+    def settled(self, ticket: PublishTicket, *, wait: bool) -> list[Exception | None] | None:
+        """The batch's results as `publish_many` gives them once the broker settled every
+        message; None while it has not (with `wait`, process the broker's I/O until it has).
+        Raises BrokerUnavailableError when the channel the batch went out on is gone."""
         ...

@@ -27,7 +27,7 @@ from sasflow.errors import (
     PublishError,
 )
 from sasflow.redact import redact_url
-from sasflow.transport.base import Delivery, Outgoing
+from sasflow.transport.base import Delivery, Outgoing, PublishTicket
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.topology import dead_letter_copy
 
@@ -382,6 +382,39 @@ class RabbitMQTransport:
                 return results + [unsent] * (len(messages) - index - 1)
         self._serial = False
         return results
+
+    def publish_nowait(self, messages: Sequence[Outgoing]) -> PublishTicket:
+        """Write every message and return without waiting for the confirms (`settled`)."""
+        ticket = PublishTicket([None] * len(messages), {}, self._generation)
+        try:
+            with _translated():
+                self._write(messages, ticket.results, ticket.tags)
+        except BaseException:
+            self._tracker.forget(list(ticket.tags.values()))
+            raise
+        return ticket
+
+    def settled(self, ticket: PublishTicket, *, wait: bool) -> list[Exception | None] | None:
+        """Confirms arrive while pika processes I/O (`process`, another batch's wait); with
+        `wait`, process it here until they all have (consumer deliveries are not dispatched)."""
+        if ticket.generation != self._generation or not self._chan_open():
+            self._tracker.forget(list(ticket.tags.values()))
+            raise BrokerUnavailableError(f"channel to {self._url} closed before the confirms")
+        waiting = list(ticket.tags.values())
+        if not self._tracker.is_settled(waiting):
+            if not wait:
+                return None
+            try:
+                with _translated():
+                    self._await_confirms(ticket.results, ticket.tags)
+            except BaseException:
+                self._tracker.forget(waiting)
+                raise
+        for index, tag in ticket.tags.items():
+            refused = self._tracker.take(tag)
+            if refused is not None:
+                ticket.results[index] = PublishError(f"broker refused the message: {refused}")
+        return ticket.results
 
     def _chan_open(self) -> bool:
         return self._channel is not None and self._channel.is_open

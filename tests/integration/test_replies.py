@@ -135,3 +135,43 @@ def test_a_reply_the_store_cannot_hold_fails_its_step_instead_of_stalling(
     assert rows["a"].error["type"] == "InvalidReplyError"
     assert "could not be stored" in rows["a"].error["message"]
     assert role.stats.dead_lettered == 0
+
+
+def test_a_batch_of_ok_replies_is_fenced_per_step(engine: Engine, names: Names) -> None:
+    """Applied together (one statement on PostgreSQL), `ok` replies are still fenced each by
+    its own attempt: the current ones are applied with their outputs, a stale one is dropped,
+    and a step's duplicate in the same batch is applied once."""
+    with engine.begin() as conn:
+        runs = [
+            submit_run(
+                conn, basic.registry, "pipeline", {"text": f"t{i}"}, namespace=names.namespace
+            ).run_id
+            for i in range(3)
+        ]
+    with transaction(engine) as conn:
+        first, second, third = sorted(
+            claim_steps(conn, locked_by="s1", batch=3), key=lambda s: s.id
+        )
+    replies = [
+        Reply(step_id=first.id, attempt=1, status="ok", output={"text": "ONE"}),
+        Reply(step_id=second.id, attempt=2, status="ok", output={"text": "STALE"}),
+        Reply(step_id=third.id, attempt=1, status="ok", output={"text": "THREE"}),
+        Reply(step_id=third.id, attempt=1, status="ok", output={"text": "THREE"}),
+    ]
+    with transaction(engine) as conn:
+        report = apply_outcomes(
+            conn,
+            basic.registry,
+            [r.outcome() for r in replies],
+            namespace=names.namespace,
+            actor="test",
+        )
+    assert (report.applied, len(report.dropped)) == (2, 2)
+    states = [
+        {r.name: (r.state, r.output) for r in harness.step_rows(engine, run)}["a"] for run in runs
+    ]
+    assert states == [
+        ("processed", {"text": "ONE"}),
+        ("processing", None),
+        ("processed", {"text": "THREE"}),
+    ]
