@@ -12,7 +12,7 @@ py-spy samples one scheduler, one agent and the submitter during each workload (
 samples only, so waiting in a socket read is not counted, a busy wait is) and writes a flame
 graph (SVG) and the raw stacks of each to `--out`; then it prints, per process, the functions
 with the largest share of samples: "total" counts a sample when the function is anywhere on the
-stack, "self" when it is the leaf. Needs py-spy (`pip install py-spy`) and the right to
+stack, "self" when it is the leaf. Needs py-spy (in the `dev` extra) and the right to
 ptrace the processes (root, or `kernel.yama.ptrace_scope=0`).
 """
 
