@@ -24,26 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
-from bench.common import processes, scratch, wait_until
+from bench.common import processes, publish_submissions, recorded, scratch, wait_until
 from bench.report import machine_line
-from sasflow.messages import Submission
-from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import Names, declare_common
 from tests import harness, services
 from tests.api.server import api_server, make_token
-
-BATCH = 500
-
-
-def recorded(engine: Engine, prefix: str) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text("SELECT count(*) FROM runs WHERE business_key LIKE :p"), {"p": f"{prefix}%"}
-            ).scalar_one()
-        )
 
 
 def amqp_rate(url: str, engine: Engine, names_ns: str, runs: int) -> float:
@@ -57,18 +44,7 @@ def amqp_rate(url: str, engine: Engine, names_ns: str, runs: int) -> float:
             procs.start("submitter", "submitter")
             time.sleep(2)  # let it connect and consume before the clock starts
             started = time.perf_counter()
-            for first in range(0, runs, BATCH):
-                batch = [
-                    Outgoing(
-                        "",
-                        names.submit,
-                        Submission(workflow="one", input={"i": i}, key=f"amqp{i}").encode(),
-                    )
-                    for i in range(first, min(runs, first + BATCH))
-                ]
-                errors = [e for e in transport.publish_many(batch) if e is not None]
-                if errors:
-                    raise RuntimeError(f"publish failed: {errors[0]}")
+            publish_submissions(transport, names, workflow="one", runs=runs, prefix="amqp")
             if not wait_until(lambda: recorded(engine, "amqp") >= runs, timeout=600, interval=0.02):
                 raise RuntimeError("the submitter did not record every run")
             return runs / (time.perf_counter() - started)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, text
 
+from sasflow.messages import Submission
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
+from sasflow.transport.base import Outgoing, Transport
 from sasflow.transport.topology import Names
 from tests import services
 from tests.acceptance.processes import Processes
@@ -40,13 +42,16 @@ class Sizes:
 
 
 @contextlib.contextmanager
-def scratch(prefix: str, agents: list[str]) -> Iterator[tuple[str, Engine, Names]]:
-    """A migrated scratch database and a namespace, both dropped on exit whatever happens."""
+def scratch(
+    prefix: str, agents: list[str], *, pool_size: int | None = None
+) -> Iterator[tuple[str, Engine, Names]]:
+    """A migrated scratch database and a namespace, both dropped on exit whatever happens;
+    `pool_size`: the engine's pool (default: make_engine's)."""
     database = services.unique(f"sasflow_bench_{prefix}")
     names = Names(services.unique(f"sfbench{prefix}"))
     services.create_database(database)
     url = services.database_url(database)
-    engine = make_engine(url)
+    engine = make_engine(url) if pool_size is None else make_engine(url, pool_size=pool_size)
     try:
         migrate.upgrade(engine)
         yield url, engine, names
@@ -115,3 +120,49 @@ def analyze(conn: Connection) -> float:
     ).scalars()
     conn.execute(text(f"ANALYZE {', '.join(tables)}"))
     return time.perf_counter() - started
+
+
+PUBLISH_BATCH = 500
+"""Submissions per confirmed publish batch of `publish_submissions`."""
+
+
+def publish_submissions(
+    transport: Transport, names: Names, *, workflow: str, runs: int, prefix: str
+) -> None:
+    """Publish `runs` submissions of `workflow` (keys `<prefix><i>`) to `<ns>.submit`, confirmed
+    in batches; raises if the broker refused one."""
+    for first in range(0, runs, PUBLISH_BATCH):
+        batch = [
+            Outgoing(
+                "",
+                names.submit,
+                Submission(workflow=workflow, input={"i": i}, key=f"{prefix}{i}").encode(),
+            )
+            for i in range(first, min(runs, first + PUBLISH_BATCH))
+        ]
+        errors = [e for e in transport.publish_many(batch) if e is not None]
+        if errors:
+            raise RuntimeError(f"publish failed: {errors[0]}")
+
+
+def recorded(engine: Engine, prefix: str) -> int:
+    """Runs recorded whose key starts with `prefix`."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM runs WHERE business_key LIKE :p"), {"p": f"{prefix}%"}
+            ).scalar_one()
+        )
+
+
+def finished_steps(key_prefix: str) -> str:
+    """SQL that gives each run whose key starts with `key_prefix` (loaded by a bench as
+    finished one-step runs of `one`) its processed step, as the engine would have left it."""
+    return f"""
+INSERT INTO steps (run_id, name, kind, agent, action, depends_on, state, idempotency_key,
+                   timeout_s, max_failures, backoff_initial_s, backoff_multiplier,
+                   backoff_max_s, give_up_s, attempt, failure_count, input, output)
+SELECT id, 'only', 'forward', 'noop', 'nothing', '[]'::jsonb, 'processed', md5(id::text),
+       30, 3, 1, 2, 300, 86400, 1, 0, '{{}}'::jsonb, '{{}}'::jsonb
+FROM runs WHERE business_key LIKE '{key_prefix}%';
+"""

@@ -33,14 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import Engine, text
 
 from bench import apps
-from bench.common import processes, scratch, wait_until
+from bench.common import processes, publish_submissions, scratch, wait_until
 from sasflow import submit_run
-from sasflow.messages import Submission
-from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import Names, declare_common
 from tests import harness
 
-BATCH = 500
 TOP = 14
 LEAVES = 8
 
@@ -153,17 +150,7 @@ def profile_w1(url: str, engine: Engine, names: Names, *, runs: int, out: Path, 
             ]
             time.sleep(1)
             started = time.perf_counter()
-            for first in range(0, runs, BATCH):
-                batch = [
-                    Outgoing(
-                        "",
-                        names.submit,
-                        Submission(workflow="one", input={"i": i}, key=f"w1p{i}").encode(),
-                    )
-                    for i in range(first, min(runs, first + BATCH))
-                ]
-                if any(e is not None for e in publisher.publish_many(batch)):
-                    raise RuntimeError("a submission was not published")
+            publish_submissions(publisher, names, workflow="one", runs=runs, prefix="w1p")
             done = wait_until(lambda: finished(engine, "w1p") >= runs, 600, interval=0.1)
             took = time.perf_counter() - started
             stop_spies(spies)

@@ -23,13 +23,14 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Sizes, scratch
+from bench.common import Sizes, finished_steps, scratch
 from bench.report import machine_line, say
 from bench.workloads.drain import drain
 from sasflow.ops.retention import PruneOptions, PruneReport, RetentionPolicy, prune
 from sasflow.store.db import make_engine
 
-LOAD = """
+LOAD = (
+    """
 INSERT INTO runs (workflow, version, business_key, input, state, created_at, updated_at,
                   finished_at)
 SELECT 'one', 1, 'old-' || g, '{}'::jsonb,
@@ -37,13 +38,9 @@ SELECT 'one', 1, 'old-' || g, '{}'::jsonb,
        now() - interval '41 days', now() - interval '40 days',
        now() - interval '40 days' + g * interval '1 millisecond'
 FROM generate_series(1, :runs) g;
-INSERT INTO steps (run_id, name, kind, agent, action, depends_on, state, idempotency_key,
-                   timeout_s, max_failures, backoff_initial_s, backoff_multiplier,
-                   backoff_max_s, give_up_s, attempt, failure_count, input, output)
-SELECT id, 'only', 'forward', 'noop', 'nothing', '[]'::jsonb, 'processed', md5(id::text),
-       30, 3, 1, 2, 300, 86400, 1, 0, '{}'::jsonb, '{}'::jsonb
-FROM runs WHERE business_key LIKE 'old-%';
-INSERT INTO events (run_id, entity, step, from_state, to_state, attempt, actor, published)
+"""
+    + finished_steps("old-")
+    + """INSERT INTO events (run_id, entity, step, from_state, to_state, attempt, actor, published)
 SELECT r.id, e.entity, e.step, e.from_state, e.to_state, 1, 'bench', true
 FROM runs r CROSS JOIN (VALUES ('step', 'only', 'pending', 'processing'),
                                ('step', 'only', 'processing', 'processed'),
@@ -52,6 +49,7 @@ FROM runs r CROSS JOIN (VALUES ('step', 'only', 'pending', 'processing'),
 WHERE r.business_key LIKE 'old-%';
 ANALYZE runs; ANALYZE steps; ANALYZE events; ANALYZE alerts
 """
+)
 
 
 def load(engine: Engine, count: int) -> float:

@@ -19,7 +19,6 @@ interpreter (`/work/main/.venv/bin/python bench/submit.py`) and this checkout's,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import resource
 import statistics
@@ -27,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,47 +35,16 @@ from sqlalchemy import Engine, event, text
 
 import sasflow
 from bench import apps
+from bench.common import publish_submissions, recorded, scratch
 from sasflow import submit_run
-from sasflow.messages import Submission
-from sasflow.store import migrate
-from sasflow.store.db import make_engine
-from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import Names, declare_common
-from tests import harness, services
+from tests import harness
 from tests.acceptance.processes import Processes
-
-BATCH = 500
-
-
-@contextlib.contextmanager
-def scratch() -> Iterator[tuple[str, Engine, Names]]:
-    """A migrated scratch database and a namespace, both dropped on exit whatever happens."""
-    database = services.unique("sasflow_bench_submit")
-    names = Names(services.unique("sfbenchsubmit"))
-    services.create_database(database)
-    url = services.database_url(database)
-    engine = make_engine(url, pool_size=5)
-    try:
-        migrate.upgrade(engine)
-        yield url, engine, names
-    finally:
-        engine.dispose()
-        services.drop_database(database)
-        services.delete_namespace(names.namespace, names.all_queues(["noop"]))
 
 
 def analyze(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("ANALYZE runs; ANALYZE steps; ANALYZE events"))
-
-
-def recorded(engine: Engine, prefix: str) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                text("SELECT count(*) FROM runs WHERE business_key LIKE :p"), {"p": f"{prefix}%"}
-            ).scalar_one()
-        )
 
 
 def statements_per_submit(engine: Engine, workflow: str, ns: str) -> float:
@@ -145,18 +112,7 @@ def amqp_rate(
     transport.connect()
     try:
         declare_common(transport, names)
-        for first in range(0, runs, BATCH):
-            batch = [
-                Outgoing(
-                    "",
-                    names.submit,
-                    Submission(workflow=workflow, input={"i": i}, key=f"amqp{i}").encode(),
-                )
-                for i in range(first, min(runs, first + BATCH))
-            ]
-            errors = [e for e in transport.publish_many(batch) if e is not None]
-            if errors:
-                raise RuntimeError(f"publish failed: {errors[0]}")
+        publish_submissions(transport, names, workflow=workflow, runs=runs, prefix="amqp")
     finally:
         transport.close()
     with tempfile.TemporaryDirectory(prefix="sasflow-bench-submit-") as logs:
@@ -188,7 +144,7 @@ def main() -> None:
     parser.add_argument("--workflow", default="one")
     args = parser.parse_args()
     print(f"sasflow from {Path(sasflow.__file__).parent}; load {os.getloadavg()[0]:.1f}")
-    with scratch() as (url, engine, names):
+    with scratch("submit", ["noop"], pool_size=5) as (url, engine, names):
         ns = names.namespace
         rt = statements_per_submit(engine, args.workflow, ns)
         one, cpu_one, p50_one = submit_rate(engine, args.workflow, ns, args.runs, 1)

@@ -9,7 +9,7 @@ import time
 
 from sqlalchemy import Engine, text
 
-from bench.common import Sizes, analyze, autovacuum, scratch
+from bench.common import Sizes, analyze, autovacuum, finished_steps, scratch
 from bench.report import Results, ratio, report, say, verdict
 from bench.workloads.drain import Drain, drain
 from bench.workloads.w0 import RR8
@@ -24,19 +24,16 @@ FORMS = {
 """Workload name -> (workflow of bench/apps.py, form of bench/workloads/drain.py)."""
 TITLE = {"one": "one-step", "three": "three-step"}
 HISTORY_RUNS = 1_000
-HISTORY = """
+HISTORY = (
+    """
 INSERT INTO runs (workflow, version, business_key, input, output, state, created_at, updated_at,
                   finished_at)
 SELECT 'one', 1, 'history-' || g, '{}'::jsonb, '{}'::jsonb, 'completed',
        now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
 FROM generate_series(1, :runs) g;
-INSERT INTO steps (run_id, name, kind, agent, action, depends_on, state, idempotency_key,
-                   timeout_s, max_failures, backoff_initial_s, backoff_multiplier,
-                   backoff_max_s, give_up_s, attempt, failure_count, input, output)
-SELECT id, 'only', 'forward', 'noop', 'nothing', '[]'::jsonb, 'processed', md5(id::text),
-       30, 3, 1, 2, 300, 86400, 1, 0, '{}'::jsonb, '{}'::jsonb
-FROM runs WHERE business_key LIKE 'history-%';
-INSERT INTO events (run_id, entity, step, from_state, to_state, attempt, actor, published)
+"""
+    + finished_steps("history-")
+    + """INSERT INTO events (run_id, entity, step, from_state, to_state, attempt, actor, published)
 SELECT r.id, e.entity, e.step, e.from_state, e.to_state, 1, 'bench', true
 FROM runs r CROSS JOIN (VALUES ('run', NULL, 'pending', 'running'),
                                ('step', 'only', 'pending', 'processing'),
@@ -45,6 +42,7 @@ FROM runs r CROSS JOIN (VALUES ('run', NULL, 'pending', 'running'),
      AS e(entity, step, from_state, to_state)
 WHERE r.business_key LIKE 'history-%'
 """
+)
 
 
 def load_history(engine: Engine, results: Results) -> None:
