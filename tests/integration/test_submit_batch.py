@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,8 +20,7 @@ from sasflow.store.schema import events, runs, steps
 from sasflow.store.submit import insert_generic
 from sasflow.submitter import Submitter
 from sasflow.transport.base import Outgoing
-from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.topology import REASON_HEADER, Names, declare_common
+from sasflow.transport.topology import Names, declare_common
 from tests import harness
 from tests.apps import basic
 
@@ -156,30 +154,25 @@ def test_a_first_step_that_builds_its_input_takes_the_generic_path(engine: Engin
 # ----------------------------------------------------------------------------- the submitter
 
 
-@pytest.fixture
-def broker() -> MemoryBroker:
-    return MemoryBroker()
-
-
-@pytest.fixture
-def app(broker: MemoryBroker, names: Names) -> Iterator[MemoryTransport]:
-    transport = MemoryTransport(broker, process_name="app")
+def _publish(names: Names, *bodies: dict[str, Any] | bytes) -> None:
+    """Queue the submissions on RabbitMQ before the submitter starts: its first batch (the
+    prefetch's worth it is handed at once) holds them all, or nearly; every assertion below
+    holds however the broker splits them into batches."""
+    transport = harness.transport("app")
     transport.connect()
-    declare_common(transport, names)
-    yield transport
-    transport.close()
+    try:
+        declare_common(transport, names)
+        for body in bodies:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            results = transport.publish_many([Outgoing("", names.submit, data)])
+            assert results == [None]
+    finally:
+        transport.close()
 
 
-def _publish(app: MemoryTransport, names: Names, *bodies: dict[str, Any] | bytes) -> None:
-    for body in bodies:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        app.publish(Outgoing("", names.submit, data))
-
-
-def _serve(engine: Engine, broker: MemoryBroker, names: Names, until: int) -> Submitter:
-    """Run a submitter over what is queued (one batch: the memory broker hands over all that
-    is ready at once) until `until` submissions are answered."""
-    role = Submitter(engine, MemoryTransport(broker, process_name="submitter"), registry, names)
+def _serve(engine: Engine, names: Names, until: int) -> Submitter:
+    """Run a submitter over what is queued until `until` submissions are answered."""
+    role = harness.submitter(engine, registry, names)
     with harness.running(role):
         harness.wait_for(
             lambda: role.stats.created + role.stats.duplicates + role.stats.dead_lettered >= until,
@@ -188,15 +181,12 @@ def _serve(engine: Engine, broker: MemoryBroker, names: Names, until: int) -> Su
     return role
 
 
-def test_submitter_batch_with_a_bad_submission_and_duplicates(
-    engine: Engine, broker: MemoryBroker, app: MemoryTransport, names: Names
-) -> None:
+def test_submitter_batch_with_a_bad_submission_and_duplicates(engine: Engine, names: Names) -> None:
     """One batch: the good runs recorded, the duplicate answered, the unparsable and the
     unknown workflow dead-lettered with their reasons."""
     with engine.begin() as conn:
         submit_run(conn, registry, "pipeline", {"text": "x"}, key="before", namespace="t")
     _publish(
-        app,
         names,
         {"workflow": "pipeline", "key": "k1", "input": {"text": "a"}},
         b"{not json",
@@ -206,41 +196,34 @@ def test_submitter_batch_with_a_bad_submission_and_duplicates(
         {"workflow": "custom", "key": "k2"},
         {"workflow": "diamond", "key": "k3", "input": {"text": "b"}},
     )
-    role = _serve(engine, broker, names, 7)
+    role = _serve(engine, names, 7)
     assert (role.stats.created, role.stats.duplicates, role.stats.dead_lettered) == (3, 2, 2)
     keys = sorted(r.business_key for r in _rows(engine, runs))
     assert keys == ["before", "k1", "k2", "k3"]
-    dead = [app.get(names.dead_letter_queue) for _ in range(2)]
-    reasons = sorted(str(d.headers[REASON_HEADER]) for d in dead if d is not None)
-    assert len(reasons) == 2
+    reasons = sorted(str(d["reason"]) for d in harness.dead_letters(names, 2))
     assert any("ghost" in r for r in reasons)
-    assert app.get(names.submit) is None
 
 
 def test_submitter_batch_the_database_refuses_falls_back_to_one_at_a_time(
     engine: Engine,
-    broker: MemoryBroker,
-    app: MemoryTransport,
     names: Names,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A key the database cannot store (a NUL character) fails the batch's statement: the
     batch is recorded again one submission at a time, and only that one is dead-lettered."""
     _publish(
-        app,
         names,
         {"workflow": "pipeline", "key": "good-1", "input": {"text": "a"}},
         {"workflow": "pipeline", "key": "bad\u0000key", "input": {"text": "b"}},
         {"workflow": "pipeline", "key": "good-2", "input": {"text": "c"}},
     )
     with caplog.at_level(logging.INFO, logger="sasflow.submitter"):
-        role = _serve(engine, broker, names, 3)
+        role = _serve(engine, names, 3)
     assert (role.stats.created, role.stats.duplicates, role.stats.dead_lettered) == (2, 0, 1)
     assert any("batch refused" in r.getMessage() for r in caplog.records)
     assert sorted(r.business_key for r in _rows(engine, runs)) == ["good-1", "good-2"]
-    dead = app.get(names.dead_letter_queue)
-    assert dead is not None
-    assert "database rejected" in str(dead.headers[REASON_HEADER])
+    (dead,) = harness.dead_letters(names, 1)
+    assert "database rejected" in str(dead["reason"])
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(steps)).scalar_one() == 4
 
