@@ -21,7 +21,14 @@ from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
 from sasflow.store import events, stream
-from sasflow.store.db import Connection, Engine, pool_capacity, transaction, translated
+from sasflow.store.db import (
+    Connection,
+    Engine,
+    pool_capacity,
+    spare_connections,
+    transaction,
+    translated,
+)
 from sasflow.store.dialect import POSTGRESQL
 from sasflow.transport.base import AsyncPublisher, Outgoing, PublishTicket, Transport
 from sasflow.transport.topology import Names
@@ -163,7 +170,16 @@ class Relay:
         """Publish up to `limit` unpublished events; returns how many. Batches in flight are
         marked after this one went out (they were published before it, so the order holds)."""
         publisher = self._transport
-        if not isinstance(publisher, AsyncPublisher) or not self._async or self._sync_next:
+        # A batch in flight holds a pooled connection until its confirms arrive: only when the
+        # pool can spare one besides a connection for the others that share it (the roles of
+        # `sasflow run` share one pool); else this pass waits for its confirms.
+        crowded = self._async and spare_connections(self._engine) < 2
+        if (
+            not isinstance(publisher, AsyncPublisher)
+            or not self._async
+            or self._sync_next
+            or crowded
+        ):
             self.flush()
             relayed = relay_events(
                 self._engine, self._transport, self._names, limit=self._limit, hooks=self._hooks

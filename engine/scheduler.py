@@ -48,6 +48,11 @@ RELAY_BATCH = 500
 CLAIM_EVENTS_DELAY = 0.01
 """Seconds a claim's events may wait for the relay pass after its replies' apply."""
 
+CAPPED_RECHECK = 0.1
+"""Seconds until a scheduler with an agent at its in-flight bound counts again: the replies
+that free room may be applied by another scheduler (one reply queue for all), which does not
+wake this one."""
+
 CONFIRM_POLL = 0.005
 """Longest wait of the loop while relayed events await their confirms: a confirm does not
 end `process` early, and the batch's rows stay locked until it is marked."""
@@ -367,9 +372,11 @@ class Scheduler:
                 skip = self._in_flight.counted(in_flight(conn, locked_by=self.id))
                 if self._in_flight.all_capped(a.name for a in self._registry.agents):
                     # Nothing to claim, and a claim would walk every pending step to find it.
-                    return False, None
+                    return False, CAPPED_RECHECK
             claimed, due = claim(conn, locked_by=self.id, batch=batch, skip_agents=skip)
             self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
+        if self._in_flight.capped:
+            due = CAPPED_RECHECK if due is None else min(due, CAPPED_RECHECK)
         if not claimed:
             return False, due
         claimed_at = time.monotonic()

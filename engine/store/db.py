@@ -17,6 +17,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import QueuePool
 
 from sasflow.errors import (
@@ -124,6 +125,15 @@ def pool_capacity(engine: Engine) -> int:
         return 1
     overflow: int = getattr(pool, "_max_overflow", 0)
     return 100 if overflow < 0 else pool.size() + overflow
+
+
+def spare_connections(engine: Engine) -> int:
+    """How many more connections `engine`'s pool would hand out now without waiting (0 for
+    SQLite's pools): several roles of one process (`sasflow run`) share one pool."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return 0
+    return pool_capacity(engine) - pool.checkedout()
 
 
 _CONNECTED: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -260,7 +270,8 @@ def is_conflict(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def translated(engine: Engine | None = None) -> Iterator[None]:
-    """Turn a database that cannot do the work now (see `is_disconnect`) into
+    """Turn a database that cannot do the work now (see `is_disconnect`, and a pool with no
+    connection free within its timeout) into
     StoreUnavailableError, and a deadlock or serialization failure (SQLite: a write lock busy
     past its timeout) into ConflictError, at the adapter boundary. A refusal of the
     credentials or database (`is_refused`) is StoreRefusedError, marked `never_connected` when
@@ -268,6 +279,10 @@ def translated(engine: Engine | None = None) -> Iterator[None]:
     is."""
     try:
         yield
+    except PoolTimeoutError as exc:
+        # Every pooled connection is in use past the pool's timeout: the store cannot take the
+        # work now; the role retries as after a lost connection instead of crashing.
+        raise StoreUnavailableError(f"no database connection free in the pool: {exc}") from exc
     except DBAPIError as exc:
         if is_conflict(exc):
             raise ConflictError(f"concurrent update, retry: {exc.orig}") from exc

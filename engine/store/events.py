@@ -173,8 +173,15 @@ def driver_error(statement: str, exc: psycopg.Error) -> Exception:
 
 def take_unpublished(conn: Connection, *, limit: int) -> Sequence[Row[Any]]:
     """The oldest events not yet published, with their run's key, workflow and reply_to,
-    locked for this relay until its transaction ends (queries.unpublished_events)."""
-    return conn.execute(queries.unpublished_events(), {"b_limit": limit}).all()
+    locked for this relay until its transaction ends (queries.unpublished_events).
+
+    Left out: the events of a run whose first unpublished event is not among them (another
+    relay holds it, waiting for its confirms): publishing them now would put a run's later
+    states before its earlier ones, on the status exchange and on the subscription stream.
+    They stay unpublished (locked by this transaction until it ends) for a later pass."""
+    rows = conn.execute(queries.unpublished_events(), {"b_limit": limit}).all()
+    taken = {row.id for row in rows}
+    return [r for r in rows if r.first_unpublished is None or r.first_unpublished in taken]
 
 
 def mark_published(conn: Connection, event_ids: Sequence[int]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.errors import ConflictError, InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState, StepKind, StepState
@@ -236,7 +236,13 @@ def insert(
         if run_id is not None:  # a duplicate of a run this batch created
             kept, state = batch[first[identity]].new.input, RunState.PENDING
         else:
-            run_id, state, kept = existing[identity]
+            found = existing.get(identity)
+            if found is None:  # removed (e.g. pruned) since the insert found it: try again
+                raise ConflictError(
+                    f"run {p.workflow.name} key {p.key!r} went away while the submission "
+                    "waited for it; retry"
+                )
+            run_id, state, kept = found
         if kept != p.new.input:
             log.warning(
                 "duplicate submission of %s key %r with a different input: run %s kept as is",

@@ -13,6 +13,8 @@ from sqlalchemy import Engine, select
 
 from sasflow import Registry, submit_run
 from sasflow.relay import Relay, relay_events
+from sasflow.states import RunState
+from sasflow.store import events as store_events
 from sasflow.store.db import EngineOptions, make_engine, transaction
 from sasflow.store.schema import events
 from sasflow.transport.rabbitmq import RabbitMQTransport
@@ -115,3 +117,65 @@ def test_with_a_pool_of_one_connection_a_batch_waits_for_its_confirms(
         assert _unpublished(engine) == 0
     finally:
         single.dispose()
+
+
+def test_a_pool_shared_and_busy_makes_the_batch_wait_for_its_confirms(
+    engine: Engine, database_url: str, names: Names, transport: RabbitMQTransport
+) -> None:
+    """The roles of `sasflow run` share one pool: when others hold all but one of its
+    connections, the relay does not keep a batch (and its connection) in flight."""
+    _submit(engine, names, 2)
+    shared = make_engine(database_url, EngineOptions(pool_size=4, max_overflow=0))
+    held = [shared.connect() for _ in range(3)]
+    try:
+        relay = Relay(shared, transport, names)
+        assert relay.start() == 2
+        assert not relay.in_flight
+        assert _unpublished(engine) == 0
+    finally:
+        for conn in held:
+            conn.close()
+        shared.dispose()
+
+
+def test_a_runs_later_event_waits_while_another_relay_holds_an_earlier_one(
+    engine: Engine, names: Names, transport: RabbitMQTransport
+) -> None:
+    """A relay holding a run's first unpublished event (waiting for its confirms) keeps every
+    other relay off that run's later events, so the status messages (and the stream's updates)
+    keep the run's order; another run's events go on."""
+    queue = harness.bind_status_queue(names)
+    _submit(engine, names, 2)
+    with engine.connect() as conn:
+        (held, first_run), (other, _) = conn.execute(
+            select(events.c.id, events.c.run_id).order_by(events.c.id)
+        ).all()
+    with transaction(engine) as conn:
+        store_events.record(
+            conn,
+            [
+                store_events.Event(
+                    run_id=first_run, entity="run", to_state=RunState.RUNNING, actor="t"
+                )
+            ],
+        )
+    holder = engine.connect()
+    try:
+        holder.begin()
+        holder.execute(select(events.c.id).where(events.c.id == held).with_for_update())
+        assert relay_events(engine, transport, names) == 1  # the other run's event only
+        assert _event_ids(queue) == [other]
+    finally:
+        holder.close()  # the holder gives up (a rollback): its event is unpublished again
+    assert relay_events(engine, transport, names) == 2
+    later = _later(engine, first_run, held)
+    assert _event_ids(queue) == [held, later]
+
+
+def _later(engine: Engine, run_id: int, held: int) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(events.c.id).where(events.c.run_id == run_id, events.c.id > held)
+            ).scalar_one()
+        )
