@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import multiprocessing
 import re
 import shutil
 import sqlite3
@@ -29,29 +28,15 @@ from sasflow.states import StepState
 from sasflow.store import migrate, queries, sqlite
 from sasflow.store.alerts import Alert, raise_alert
 from sasflow.store.apply import apply_outcomes
-from sasflow.store.claim import ClaimedStep, claim_steps, in_flight
+from sasflow.store.claim import claim_steps
 from sasflow.store.db import make_engine, run_transaction, transaction
 from sasflow.store.lease import Lease
-from sasflow.store.schema import events, leases, runs, schedulers, steps
+from sasflow.store.schema import leases, runs, schedulers, steps
 from sasflow.store.sqltime import now, plus_seconds
 from tests.apps import basic
+from tests.embedded.runs import submit_pipelines
 
 SQLALCHEMY_SQLITE_DATETIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$")
-
-
-def _submit_many(engine: Engine, count: int, prefix: str = "r") -> list[int]:
-    with transaction(engine) as conn:
-        return [
-            submit_run(
-                conn,
-                basic.registry,
-                "pipeline",
-                {"text": f"t{i}"},
-                key=f"{prefix}{i}",
-                namespace="t",
-            ).run_id
-            for i in range(count)
-        ]
 
 
 # -- engine and migrations ------------------------------------------------------------------
@@ -241,35 +226,10 @@ def test_defaults_and_bound_times_round_trip_as_utc(sqlite_engine: Engine) -> No
     assert all(SQLALCHEMY_SQLITE_DATETIME.match(value) for value in raw), raw
 
 
-def test_steps_backed_off_into_the_future_are_not_claimed(sqlite_engine: Engine) -> None:
-    later, ready = _submit_many(sqlite_engine, 2)
-    with transaction(sqlite_engine) as conn:
-        conn.execute(
-            update(steps).where(steps.c.run_id == later).values(not_before=plus_seconds(now(), 5))
-        )
-        claimed = claim_steps(conn, locked_by="s1", batch=10)
-        db_now = conn.execute(select(now())).scalar_one()
-    assert [c.run_id for c in claimed] == [ready]
-    assert claimed[0].workflow == "pipeline"
-    assert claimed[0].complete_by.tzinfo == dt.UTC
-    assert (claimed[0].complete_by - db_now).total_seconds() == pytest.approx(10, abs=0.5)
-
-
-def test_agents_at_their_in_flight_bound_are_left_out_and_counted(sqlite_engine: Engine) -> None:
-    _submit_many(sqlite_engine, 2)
-    with transaction(sqlite_engine) as conn:
-        assert claim_steps(conn, locked_by="s1", batch=10, skip_agents=["echo"]) == []
-        assert in_flight(conn, locked_by="s1") == {}
-        claimed = claim_steps(conn, locked_by="s1", batch=10, skip_agents=["other"])
-        assert [c.agent for c in claimed] == ["echo", "echo"]
-        assert in_flight(conn, locked_by="s1") == {"echo": 2}
-        assert in_flight(conn, locked_by="s2") == {}
-
-
 @pytest.mark.parametrize("size", [0, 1, 700])
 def test_id_lists_are_an_expanding_in_of_any_length(sqlite_engine: Engine, size: int) -> None:
     """SQLite has no arrays: queries.one_of is an IN list there (ANY on PostgreSQL)."""
-    run_ids = _submit_many(sqlite_engine, 3)
+    run_ids = submit_pipelines(sqlite_engine, 3)
     wanted = [*run_ids[:2], *range(10**9, 10**9 + size - 2)] if size >= 2 else run_ids[:size]
     with transaction(sqlite_engine) as conn:
         statement = queries.lock_runs(skip_locked=False)
@@ -286,105 +246,6 @@ def test_the_power_fallback_matches_sqlites_math_functions() -> None:
 
 
 # -- claims, submissions, replies, sweeps, leases, alerts ------------------------------------
-
-
-def test_eight_threads_claim_2000_ready_steps_each_exactly_once(sqlite_engine: Engine) -> None:
-    """Eight claimers, batches of 25: every step claimed once, by the claimer recorded on it,
-    with one dispatch event each, and none left pending."""
-    _submit_many(sqlite_engine, 2000)
-    claimed: dict[str, list[ClaimedStep]] = {f"c{i}": [] for i in range(8)}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
-
-    def claimer(name: str) -> None:
-        try:
-            barrier.wait()
-            while True:
-                batch = run_transaction(
-                    sqlite_engine, lambda conn: claim_steps(conn, locked_by=name, batch=25)
-                )
-                if not batch:
-                    return
-                assert len(batch) <= 25
-                claimed[name].extend(batch)
-                # A scheduler publishes between claims. Without a pause the thread that just
-                # committed takes the lock again before the busy handlers of the others wake
-                # (SQLite's lock is not fair), and the test would not overlap claimers.
-                time.sleep(0.002)
-        except Exception as exc:
-            errors.append(exc)
-            raise
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in claimed]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert errors == []
-    ids = [c.id for batch in claimed.values() for c in batch]
-    assert len(ids) == 2000
-    assert len(set(ids)) == 2000
-    assert sum(1 for batch in claimed.values() if batch) >= 2, "claimers did not overlap"
-    owner = {c.id: name for name, batch in claimed.items() for c in batch}
-    with sqlite_engine.connect() as conn:
-        rows = conn.execute(
-            select(steps.c.id, steps.c.locked_by, steps.c.attempt).where(
-                steps.c.state == StepState.PROCESSING
-            )
-        ).all()
-        left = conn.execute(
-            select(func.count()).select_from(steps).where(steps.c.state == StepState.PENDING)
-        ).scalar_one()
-        dispatched = conn.execute(
-            select(func.count())
-            .select_from(events)
-            .where(events.c.to_state == StepState.PROCESSING)
-        ).scalar_one()
-    assert left == 0
-    assert {r.id: r.locked_by for r in rows} == owner
-    assert {r.attempt for r in rows} == {1}
-    assert dispatched == 2000
-
-
-def _claim_until_empty(url: str, name: str, barrier: threading.Barrier) -> list[int]:
-    """A claimer process: its own engine, batches of 20 until nothing is ready."""
-    engine = make_engine(url, pool_size=1)
-    barrier.wait(60)  # start together, once every process is up
-    ids: list[int] = []
-    try:
-        while batch := run_transaction(
-            engine, lambda conn: claim_steps(conn, locked_by=name, batch=20)
-        ):
-            ids.extend(c.id for c in batch)
-            time.sleep(0.002)
-    finally:
-        engine.dispose()
-    return ids
-
-
-def test_three_processes_claim_900_ready_steps_each_exactly_once(
-    sqlite_engine: Engine,
-    sqlite_url: str,
-) -> None:
-    """The write lock is the database file's, so claims are atomic across processes too."""
-    _submit_many(sqlite_engine, 900)
-    context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, context.Pool(3) as pool:
-        barrier = manager.Barrier(3)
-        results = pool.starmap(
-            _claim_until_empty, [(sqlite_url, f"p{i}", barrier) for i in range(3)]
-        )
-    ids = [i for claimed in results for i in claimed]
-    assert len(ids) == 900
-    assert len(set(ids)) == 900
-    assert sum(1 for claimed in results if claimed) >= 2, "claimers did not overlap"
-    with sqlite_engine.connect() as conn:
-        owners = dict(
-            conn.execute(
-                select(steps.c.id, steps.c.locked_by).where(steps.c.state == StepState.PROCESSING)
-            ).all()
-        )
-    assert owners == {i: f"p{n}" for n, claimed in enumerate(results) for i in claimed}
 
 
 def test_submitting_the_same_key_from_four_threads_creates_one_run(sqlite_engine: Engine) -> None:
@@ -419,7 +280,7 @@ def test_submitting_the_same_key_from_four_threads_creates_one_run(sqlite_engine
 
 def test_replies_are_fenced_by_attempt(sqlite_engine: Engine) -> None:
     """A reply of an older attempt and a duplicate are dropped; the current one advances."""
-    (run_id,) = _submit_many(sqlite_engine, 1)
+    (run_id,) = submit_pipelines(sqlite_engine, 1)
     with transaction(sqlite_engine) as conn:
         (step,) = claim_steps(conn, locked_by="s1", batch=1)
         conn.execute(
@@ -463,7 +324,7 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
     """Both sweepers believe they lead; the write lock serialises their batches. Each failure
     backs the step off by min(maximum, initial * multiplier**failures) on the database clock
     (least() and power() in their SQLite forms): 1 s doubling, capped at 300 s."""
-    _submit_many(sqlite_engine, 300)
+    submit_pipelines(sqlite_engine, 300)
     with transaction(sqlite_engine) as conn:
         conn.execute(
             update(steps)
@@ -551,7 +412,7 @@ def test_leases_of_different_roles_are_independent_and_release_frees_one(
 
 
 def test_an_open_alert_is_raised_once(sqlite_engine: Engine) -> None:
-    (run_id,) = _submit_many(sqlite_engine, 1)
+    (run_id,) = submit_pipelines(sqlite_engine, 1)
     alert = Alert(kind="step_failed", subject="1", message="boom", run_id=run_id)
     with transaction(sqlite_engine) as conn:
         first = raise_alert(conn, alert)
@@ -582,7 +443,7 @@ def test_bulk_dry_run_rolls_back_on_sqlite_and_names_what_the_real_run_does(
     from sasflow.ops import cancel, resubmit  # noqa: PLC0415 - the ops under test
     from sasflow.ops.runs import RunFilter  # noqa: PLC0415
 
-    ids = _submit_many(sqlite_engine, 3, prefix="bulk-Key-")
+    ids = submit_pipelines(sqlite_engine, 3, prefix="bulk-Key-")
     with transaction(sqlite_engine) as conn:
         for run_id in ids[:2]:
             cancel.cancel(conn, run_id, actor="t", reason="r", namespace="t")
