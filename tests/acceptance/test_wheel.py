@@ -27,19 +27,27 @@ from tests.acceptance.processes import REPO
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
-IGNORED = shutil.ignore_patterns(
-    ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "*.db"
-)
 # This interpreter's venv site-packages: where the dependencies come from.
 DEPENDENCIES = sysconfig.get_paths()["purelib"]
 README_INSTALL = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install -e \.$", re.M)
 
 
+def _tracked_files() -> list[str]:
+    """The files git tracks, as the worktree has them: stray local files (a venv, a link to
+    one, build outputs) never reach the copy."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    return [path for path in listed.split("\0") if path and (REPO / path).exists()]
+
+
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """A copy of the worktree's files (no venv, no build outputs)."""
+    """A copy of what git tracks in the worktree (no venv, no build outputs)."""
     copy = tmp_path / "checkout"
-    shutil.copytree(REPO, copy, ignore=IGNORED)
+    for path in _tracked_files():
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, copy / path, follow_symlinks=False)
     return copy
 
 
