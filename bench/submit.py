@@ -13,7 +13,8 @@ On a scratch database and namespace (real PostgreSQL and RabbitMQ), no scheduler
   submitter process: runs per second from its start of consuming to the last run recorded,
   and the submitter's CPU time per submission (/proc/PID/stat).
 Prints each figure and the ratio AMQP / `submit_run` (1 thread). A/B: run it with the base's
-interpreter (`BASE_CHECKOUT/.venv/bin/python bench/submit.py`, run from this checkout) and this checkout's, alternated.
+interpreter (`BASE/.venv/bin/python bench/submit.py` from this checkout, BASE the base's
+checkout) and this checkout's, alternated.
 """
 
 from __future__ import annotations
