@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
-from sasflow.store.lease import Lease
-from sasflow.supervisor.service import LEASE_NAME
-from sasflow.supervisor.sweep import SweepReport, sweep_expired
+from sasflow.store.lease import SUPERVISOR_LEASE, Lease
+from sasflow.store.sweeps import SweepReport
+from sasflow.supervisor.sweep import sweep_expired
 from tests import services
 
 FILL = """
@@ -59,7 +59,7 @@ def measure(rows: int, expired: int, repeat: int) -> list[float]:
             for statement in FILL.strip().split(";\n"):
                 conn.execute(text(statement), {"rows": rows, "runs": max(1, rows // 10)})
         print(f"  filled {rows:,} steps in {time.monotonic() - started:.1f}s", flush=True)
-        lease = Lease("bench", name=LEASE_NAME, ttl=600)
+        lease = Lease("bench", name=SUPERVISOR_LEASE, ttl=600)
         timings = []
         for _ in range(repeat):
             with engine.begin() as conn:

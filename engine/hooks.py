@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # types only: agents import this module and must not load the
     from sasflow.store.apply import ApplyReport
     from sasflow.store.claim import ClaimedStep
     from sasflow.store.db import Connection
-    from sasflow.supervisor.sweep import SweepReport
+    from sasflow.store.sweeps import SweepReport
     from sasflow.transport.base import Delivery
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from sasflow.store import events, fleet, stream
 from sasflow.store.alerts import AGENT_LOST, Alert, raise_alert
 from sasflow.store.db import Engine, transaction
 from sasflow.store.lease import Lease
-from sasflow.supervisor.sweep import SweepReport
+from sasflow.store.sweeps import SweepReport
 
 FORGET_AFTER_S = 7 * 86400.0
 """Seconds a stopped or lost instance stays in the fleet view before it is deleted."""

@@ -13,10 +13,10 @@ from sasflow.hooks import Hooks, guarded
 from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
 from sasflow.runtime import process_id
 from sasflow.store.db import Engine
-from sasflow.store.lease import Lease
+from sasflow.store.lease import SUPERVISOR_LEASE, Lease
+from sasflow.store.sweeps import SweepReport
 from sasflow.supervisor.fleet import flag_lost_agents
 from sasflow.supervisor.sweep import (
-    SweepReport,
     count_dead_requests,
     flag_stalled,
     sweep_expired,
@@ -27,8 +27,6 @@ from sasflow.transport.topology import Names, declare_common
 log = logging.getLogger(__name__)
 
 DEAD_REQUESTS_PER_SWEEP = 1000
-LEASE_NAME = "supervisor"
-"""The supervisor's lease row (`leases.name`): one supervisor acts at a time."""
 
 
 class Dispatcher(Protocol):
@@ -93,7 +91,7 @@ class Supervisor:
         self._dispatcher = dispatcher
         self._options = options or SupervisorOptions()
         self._stop = stop or threading.Event()
-        self.lease = Lease(self.id, name=LEASE_NAME, ttl=self._options.ttl)
+        self.lease = Lease(self.id, name=SUPERVISOR_LEASE, ttl=self._options.ttl)
         self._broker_ready = False
         self._pruned_at: float | None = None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.errors import InvalidMessageError
@@ -24,43 +23,13 @@ from sasflow.store.commands import StoredError
 from sasflow.store.db import Connection, Engine, run_transaction, transaction
 from sasflow.store.lease import Lease
 from sasflow.store.notify import notify_ready
+from sasflow.store.sweeps import SweepReport
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_ERROR = StoredError("Timeout", "no reply before the step's deadline").to_json()
-
-
-@dataclass
-class SweepReport:
-    """What one sweep did (printed by `sasflow supervisor --once`)."""
-
-    reclaimed: int = 0
-    """Expired steps made pending again (after their backoff)."""
-    escalated: int = 0
-    """Steps that reached their failure threshold and went to error."""
-    compensations: int = 0
-    """Runs whose failure started compensation."""
-    alerts: list[int] = field(default_factory=list)
-    dead_requests: int = 0
-    """Dead-lettered requests counted as failures before their deadline."""
-    pruned: int = 0
-    """Finished runs deleted past their retention."""
-    agents_lost: int = 0
-    """Agent instances that missed their heartbeats (sasflow.supervisor.fleet)."""
-    seconds: float = 0.0
-    complete: bool = True
-    """False when the time budget ran out with expired steps left."""
-
-    def summary(self) -> str:
-        return (
-            f"reclaimed={self.reclaimed} escalated={self.escalated} "
-            f"compensations={self.compensations} alerts={len(self.alerts)} "
-            f"dead_requests={self.dead_requests} pruned={self.pruned} "
-            f"agents_lost={self.agents_lost} "
-            f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
-        )
 
 
 def sweep_expired(

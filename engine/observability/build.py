@@ -89,11 +89,13 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
 def _state_reader(engine: Engine) -> Callable[[], StateCounts]:
     from sasflow.store import gauges  # noqa: PLC0415
     from sasflow.store.db import transaction  # noqa: PLC0415
-    from sasflow.supervisor.service import LEASE_NAME  # noqa: PLC0415
+    from sasflow.store.lease import SUPERVISOR_LEASE  # noqa: PLC0415
 
     def read() -> StateCounts:
         with transaction(engine) as conn:
-            return gauges.state_counts(conn, lease=LEASE_NAME, alive_within=SCHEDULER_ALIVE_WITHIN)
+            return gauges.state_counts(
+                conn, lease=SUPERVISOR_LEASE, alive_within=SCHEDULER_ALIVE_WITHIN
+            )
 
     return read
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sasflow.store.claim import ClaimedStep
     from sasflow.store.db import Connection
     from sasflow.store.gauges import StateCounts
-    from sasflow.supervisor.sweep import SweepReport
+    from sasflow.store.sweeps import SweepReport
     from sasflow.transport.base import Delivery
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,9 @@ from sasflow.store.dialect import upsert_insert
 from sasflow.store.schema import leases
 from sasflow.store.sqltime import now, plus_seconds
 
+SUPERVISOR_LEASE = "supervisor"
+"""The supervisor's lease row (`leases.name`): one supervisor acts at a time."""
+
 
 class Lease:
     """This process's claim on the singleton role `name` (a lease row, keyed by its name)."""

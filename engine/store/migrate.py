@@ -13,7 +13,6 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Engine, Index
 
-import sasflow
 from alembic import command
 from sasflow.errors import ConfigurationError
 from sasflow.store.db import translated
@@ -35,7 +34,7 @@ def script_location() -> str:
         spec = None
     if spec is not None and spec.submodule_search_locations:
         return str(next(iter(spec.submodule_search_locations)))
-    checkout = Path(sasflow.__file__).resolve().parent.parent / "alembic"
+    checkout = Path(__file__).resolve().parents[2] / "alembic"
     if (checkout / "env.py").is_file() and (checkout / "versions").is_dir():
         return str(checkout)
     raise ConfigurationError(

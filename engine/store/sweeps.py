@@ -8,6 +8,7 @@ decides what to do and names no table.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -63,3 +64,34 @@ def stalled_agents(conn: Connection, *, stalled_after: float) -> Sequence[Row[An
     """Per agent, its ready steps nobody claimed for `stalled_after` seconds: `agent`, `steps`
     (how many) and `since` (the oldest's ready time)."""
     return conn.execute(queries.stalled_steps(), {"b_stalled_after": stalled_after}).all()
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did (printed by `sasflow supervisor --once`)."""
+
+    reclaimed: int = 0
+    """Expired steps made pending again (after their backoff)."""
+    escalated: int = 0
+    """Steps that reached their failure threshold and went to error."""
+    compensations: int = 0
+    """Runs whose failure started compensation."""
+    alerts: list[int] = field(default_factory=list)
+    dead_requests: int = 0
+    """Dead-lettered requests counted as failures before their deadline."""
+    pruned: int = 0
+    """Finished runs deleted past their retention."""
+    agents_lost: int = 0
+    """Agent instances that missed their heartbeats (sasflow.supervisor.fleet)."""
+    seconds: float = 0.0
+    complete: bool = True
+    """False when the time budget ran out with expired steps left."""
+
+    def summary(self) -> str:
+        return (
+            f"reclaimed={self.reclaimed} escalated={self.escalated} "
+            f"compensations={self.compensations} alerts={len(self.alerts)} "
+            f"dead_requests={self.dead_requests} pruned={self.pruned} "
+            f"agents_lost={self.agents_lost} "
+            f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
+        )

@@ -19,12 +19,13 @@ from sasflow.errors import LeaseLostError
 from sasflow.states import RunState, StepState
 from sasflow.store import queries
 from sasflow.store.db import transaction
-from sasflow.store.lease import Lease
+from sasflow.store.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.store.sweeps import SweepReport
 from sasflow.supervisor.dispatch import AlertDispatcher
-from sasflow.supervisor.service import LEASE_NAME, Supervisor, SupervisorOptions
+from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, WebhookSink
-from sasflow.supervisor.sweep import SweepReport, sweep_expired
+from sasflow.supervisor.sweep import sweep_expired
 from sasflow.transport.topology import REASON_HEADER, Names
 from tests import harness, services
 from tests.apps import basic
@@ -212,8 +213,8 @@ def test_a_paused_leader_is_replaced_and_cannot_act_after_losing_its_lease(
     engine: Engine,
 ) -> None:
     paused, standby = (
-        Lease("paused", name=LEASE_NAME, ttl=1.0),
-        Lease("standby", name=LEASE_NAME, ttl=1.0),
+        Lease("paused", name=SUPERVISOR_LEASE, ttl=1.0),
+        Lease("standby", name=SUPERVISOR_LEASE, ttl=1.0),
     )
     assert paused.acquire(engine)
     first_token = paused.token
