@@ -26,7 +26,8 @@ def modules(repo: Path) -> Iterator[tuple[str, Path]]:
 
 
 def imports(path: Path, module: str) -> set[str]:
-    """Every sasflow module `path` imports, wherever the statement stands (relative resolved)."""
+    """Every module `path` imports, wherever the statement stands (under TYPE_CHECKING and
+    inside functions too; relative imports resolved); `from m import n` counts as m and m.n."""
     found: set[str] = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -39,7 +40,7 @@ def imports(path: Path, module: str) -> set[str]:
                 base = ".".join([*anchor, *([base] if base else [])])
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return {name for name in found if name == "sasflow" or name.startswith("sasflow.")}
+    return found
 
 
 def room(name: str, packages: set[str]) -> str:
@@ -61,6 +62,8 @@ def room_graph(repo: Path) -> dict[str, set[str]]:
     for name, path in found.items():
         source = room(name, packages)
         for imported in imports(path, name):
+            if imported != "sasflow" and not imported.startswith("sasflow."):
+                continue
             target = imported
             while target not in found and "." in target:
                 target = target.rpartition(".")[0]  # `from sasflow.x import Name`
@@ -99,7 +102,7 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
     for node in sorted(graph):
         if node not in index:
             visit(node)
-    return groups
+    return sorted(groups)
 
 
 def back_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:

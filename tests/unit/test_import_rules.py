@@ -4,7 +4,6 @@ source: the store is the one door to SQL, agents never reach the database, and a
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,29 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from tests import code_map
+
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"engine": "sasflow", "agents": "sasflow.agents", "supervisor": "sasflow.supervisor"}
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
-    for folder, package in PACKAGES.items():
-        for path in sorted((REPO / folder).rglob("*.py")):
-            parts = path.relative_to(REPO / folder).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            yield ".".join((package, *parts)), path
+    return code_map.modules(REPO)
 
 
 def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, wherever the import statement stands."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
+    return code_map.imports(path, "")
 
 
 def _within(module: str, package: str) -> bool:
@@ -106,3 +93,17 @@ def test_importing_the_http_client_loads_no_database_library() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "['httpx']"
+
+
+def test_no_folder_imports_back_up() -> None:
+    """The folders and root modules of the package import one another without a loop: a
+    folder never imports a module that imports it back (tests/code_map.py draws the arrows;
+    its output names the loop and the arrows inside it)."""
+    assert code_map.loops(code_map.room_graph(REPO)) == []
+
+
+def test_the_loop_check_sees_a_loop() -> None:
+    """Guards the check above: a loop through three rooms, and one of two, are found."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": {"e"}, "e": {"d"}}
+    assert code_map.loops(graph) == [["a", "b", "c"], ["d", "e"]]
+    assert code_map.loops({"a": {"b"}, "b": {"c"}}) == []
