@@ -1,4 +1,5 @@
-"""The answers of the schedule, scheduler and agent endpoints (pydantic): what OpenAPI shows.
+"""The response bodies of the schedule, scheduler and agent endpoints (pydantic): what OpenAPI
+shows. Request bodies are in `models.py`; each response model is named `...Response`.
 
 The service functions return dicts; FastAPI validates them against these models on the way
 out. Extra keys pass through (`extra="allow"`), so a column added to the store shows up
@@ -12,11 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class _Answer(BaseModel):
+class _Response(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Tick(_Answer):
+# -- schedules -------------------------------------------------------------------------------
+
+
+class TickResponse(_Response):
     """One fired tick: the run it submitted, or the error that kept it from running."""
 
     schedule_id: int
@@ -27,7 +31,7 @@ class Tick(_Answer):
     error: str | None
 
 
-class Schedule(_Answer):
+class ScheduleResponse(_Response):
     """A schedule, its owner (the registration holding it) and its next tick."""
 
     id: int
@@ -48,24 +52,27 @@ class Schedule(_Answer):
     last_tick_at: datetime | None
 
 
-class Schedules(_Answer):
-    schedules: list[Schedule]
+class ScheduleListResponse(_Response):
+    schedules: list[ScheduleResponse]
 
 
-class ScheduleDetail(Schedule):
+class ScheduleDetailResponse(ScheduleResponse):
     timing: str = Field(description="The timing as people read it, e.g. `every 300s`.")
-    ticks: list[Tick] = Field(description="The last ticks, newest first.")
+    ticks: list[TickResponse] = Field(description="The last ticks, newest first.")
 
 
-class Triggered(_Answer):
+class TriggeredResponse(_Response):
     schedule_id: int
     name: str
     tick_at: datetime
     run_id: int | None = Field(description="Null when the run could not be submitted.")
-    tick: Tick | None
+    tick: TickResponse | None
 
 
-class Scheduler(_Answer):
+# -- the scheduler cluster and the agent fleet -----------------------------------------------
+
+
+class SchedulerResponse(_Response):
     """A scheduler as `sasflow schedulers list` shows it (docs/cluster.md names K..M)."""
 
     name: str
@@ -83,20 +90,20 @@ class Scheduler(_Answer):
     range: str | None
 
 
-class SchedulerChanged(_Answer):
+class SchedulerChangedResponse(_Response):
     name: str
-    scheduler: Scheduler | None = Field(
+    scheduler: SchedulerResponse | None = Field(
         description="It as the cluster view shows it afterwards; null when no registration "
         "and no offline entry is left of that name."
     )
 
 
-class Schedulers(_Answer):
-    schedulers: list[Scheduler]
+class SchedulerListResponse(_Response):
+    schedulers: list[SchedulerResponse]
     plan: dict[str, Any] = Field(description="The scope plan (`state` none under acquire).")
 
 
-class Agent(_Answer):
+class AgentResponse(_Response):
     """An agent instance of the fleet registry."""
 
     instance_id: str
@@ -112,5 +119,5 @@ class Agent(_Answer):
     seconds_since_heartbeat: float
 
 
-class Agents(_Answer):
-    agents: list[Agent]
+class AgentListResponse(_Response):
+    agents: list[AgentResponse]
