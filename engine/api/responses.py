@@ -1,9 +1,11 @@
-"""The response bodies of the schedule, scheduler and agent endpoints (pydantic): what OpenAPI
-shows. Request bodies are in `models.py`; each response model is named `...Response`.
+"""The response bodies of the REST API (pydantic): what OpenAPI shows. Request bodies are in
+`models.py`; each response model is named `...Response`.
 
-The service functions return dicts; FastAPI validates them against these models on the way
-out. Extra keys pass through (`extra="allow"`), so a column added to the store shows up
-without losing anything until its field is named here."""
+The service functions return dicts (rows of the store); FastAPI validates them against these
+models on the way out. Extra keys pass through (`extra="allow"`), so a column added to the
+store shows up without losing anything until its field is named here. A model of a row names
+its fields in the order of the row's columns: the JSON keeps the store's key order (named
+fields come first, extra keys after them)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,154 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class _Response(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+class RunResponse(_Response):
+    """A run: every column of its row (`GET /v1/runs/{id}`, a submission's `run`)."""
+
+    id: int
+    workflow: str
+    version: int
+    business_key: str
+    input: Any
+    priority: int
+    state: str = Field(description="pending, running, completed, error, compensating, ...")
+    reply_to: str | None
+    submitted_by: str | None = Field(description="The name of the token that submitted it.")
+    callback_url: str | None
+    pool: str | None
+    trace_parent: str | None
+    on_failure: str
+    output: Any
+    error: Any
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class RunSummaryResponse(_Response):
+    """A run as `GET /v1/runs` lists it (no input or output)."""
+
+    id: int
+    workflow: str
+    version: int
+    business_key: str
+    state: str
+    priority: int
+    submitted_by: str | None
+    pool: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: Any
+
+
+class StepResponse(_Response):
+    """A step of a run: forward steps, then compensation steps."""
+
+    id: int
+    name: str
+    kind: str = Field(description="forward or compensation.")
+    agent: str
+    action: str
+    state: str
+    attempt: int
+    failure_count: int
+    max_failures: int
+    locked_by: str | None
+    complete_by: datetime | None
+    not_before: datetime
+    error: Any
+    input: Any
+    output: Any
+    idempotency_key: str
+
+
+class EventResponse(_Response):
+    """A state change of a run or one of its steps (`entity`), with who made it and why."""
+
+    id: int
+    created_at: datetime
+    entity: str
+    step_id: int | None
+    step: str | None
+    from_state: str | None
+    to_state: str
+    attempt: int | None
+    actor: str
+    reason: str | None
+    detail: Any
+
+
+class RunDetailResponse(_Response):
+    run: RunResponse
+    steps: list[StepResponse]
+    events: list[EventResponse] = Field(description="The last 50 events, oldest first.")
+
+
+class SubmittedResponse(_Response):
+    id: int
+    created: bool = Field(description="False when the key was known: the run it maps to.")
+    run: RunResponse
+
+
+class RunListResponse(_Response):
+    runs: list[RunSummaryResponse] = Field(description="Newest first.")
+    next_cursor: int | None = Field(description="The `cursor` of the next page; null on the last.")
+
+
+class CancelledResponse(_Response):
+    id: int
+    state: str = Field(description="The run's state afterwards.")
+    cancelled_steps: list[str]
+
+
+class ResubmittedResponse(_Response):
+    id: int
+    reset_steps: list[str]
+    ready_steps: list[str]
+
+
+# -- alerts ----------------------------------------------------------------------------------
+
+
+class AlertSummaryResponse(_Response):
+    """An alert as `GET /v1/alerts` lists it (`sasflow alerts list`)."""
+
+    id: int
+    kind: str
+    run_id: int | None
+    step_id: int | None
+    message: str
+    acknowledged: bool
+    acknowledged_by: str | None
+    created_at: datetime
+    notified_at: datetime | None
+
+
+class AlertResponse(_Response):
+    """An alert: every column of its row."""
+
+    id: int
+    run_id: int | None
+    step_id: int | None
+    kind: str
+    dedup_key: str
+    message: str
+    detail: Any
+    acknowledged: bool
+    acknowledged_by: str | None
+    acknowledge_reason: str | None
+    acknowledged_at: datetime | None
+    notified_at: datetime | None = Field(description="When the alert sinks were attempted.")
+    created_at: datetime
+
+
+class AlertListResponse(_Response):
+    alerts: list[AlertSummaryResponse] = Field(description="Newest first.")
 
 
 # -- schedules -------------------------------------------------------------------------------
