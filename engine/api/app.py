@@ -8,11 +8,12 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import APIRouter, FastAPI
 
-from sasflow.api import errors, stream
+from sasflow.api import errors
 from sasflow.api.console import actions, pages, schedule_actions, views
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import alerts, health, runs, schedulers, schedules
-from sasflow.api.streaming import StreamHub, StreamOptions
+from sasflow.api.routes import alerts, health, registrations, runs, schedules
+from sasflow.api.stream import endpoint as stream
+from sasflow.api.stream.hub import StreamHub, StreamOptions
 
 WORKER_THREADS = 1000
 """Sync handlers and open subscription streams share anyio's worker threads (40 by default);
@@ -27,7 +28,7 @@ def routers() -> list[APIRouter]:
         runs.router,
         alerts.router,
         schedules.router,
-        schedulers.router,
+        registrations.router,
         stream.router,
         pages.router,
         actions.router,

@@ -159,7 +159,12 @@ def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None
     run_transaction(engine, lambda conn: fleet.record_heartbeats(conn, [report]))
     with api.client(make_token(engine, "fleet-reader", "read")) as http:
         schemas = http.get("/openapi.json").json()["components"]["schemas"]
-        assert {"Agents", "Schedulers", "ScheduleDetail", "Triggered"} <= set(schemas)
+        assert {
+            "AgentListResponse",
+            "SchedulerListResponse",
+            "ScheduleDetailResponse",
+            "TriggeredResponse",
+        } <= set(schemas)
         found = http.get("/v1/agents", params={"agent": "api-agent"}).json()["agents"]
         assert http.get("/v1/agents", params={"agent": "other"}).json() == {"agents": []}
     assert [(a["agent"], a["state"], a["breakers"], a["in_flight"]) for a in found] == [

@@ -1,1 +1,1 @@
-"""The API's routers, one module per resource; `sasflow.api.app.ROUTERS` lists them."""
+"""The API's routers, one module per resource; `sasflow.api.app.routers` lists them."""

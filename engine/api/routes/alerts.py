@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
+from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import AcknowledgeRequest
@@ -16,7 +17,7 @@ router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 Context = Annotated[ApiContext, Depends(get_context)]
 
 
-@router.get("")
+@router.get("", response_model=responses.AlertListResponse)
 def list_alerts(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],
@@ -33,7 +34,7 @@ def list_alerts(
     return {"alerts": found}
 
 
-@router.get("/{alert_id}")
+@router.get("/{alert_id}", response_model=responses.AlertResponse)
 def show_alert(
     alert_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def show_alert(
     return found
 
 
-@router.post("/{alert_id}/ack")
+@router.post("/{alert_id}/ack", response_model=responses.AlertResponse)
 def acknowledge_alert(
     alert_id: int,
     body: AcknowledgeRequest,

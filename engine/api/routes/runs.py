@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 
+from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
@@ -29,7 +30,14 @@ MAX_PAGE = 500
 Context = Annotated[ApiContext, Depends(get_context)]
 
 
-@router.post("", status_code=201, responses={200: {"description": "existing run (same key)"}})
+@router.post(
+    "",
+    status_code=201,
+    response_model=responses.SubmittedResponse,
+    responses={
+        200: {"model": responses.SubmittedResponse, "description": "existing run (same key)"}
+    },
+)
 def submit_run(
     body: RunRequest,
     response: Response,
@@ -77,7 +85,7 @@ def submit_run(
     return {"id": run["id"], "created": created, "run": run}
 
 
-@router.get("/{run_id}")
+@router.get("/{run_id}", response_model=responses.RunDetailResponse)
 def get_run(
     run_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -87,7 +95,7 @@ def get_run(
     return detail
 
 
-@router.get("")
+@router.get("", response_model=responses.RunListResponse)
 def list_runs(
     *,
     ctx: Context,
@@ -104,7 +112,7 @@ def list_runs(
     return {"runs": page, "next_cursor": next_cursor}
 
 
-@router.post("/{run_id}/cancel")
+@router.post("/{run_id}/cancel", response_model=responses.CancelledResponse)
 def cancel_run(
     run_id: int,
     body: CancelRequest,
@@ -125,7 +133,7 @@ def cancel_run(
     return {"id": done.run_id, "state": done.state, "cancelled_steps": list(done.cancelled_steps)}
 
 
-@router.post("/{run_id}/resubmit")
+@router.post("/{run_id}/resubmit", response_model=responses.ResubmittedResponse)
 def resubmit_run(
     run_id: int,
     body: ResubmitRequest,

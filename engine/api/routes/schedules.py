@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
 
-from sasflow.api import answers
+from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import OperatorActionRequest
@@ -19,7 +19,7 @@ Context = Annotated[ApiContext, Depends(get_context)]
 Action = Annotated[OperatorActionRequest | None, Body()]
 
 
-@router.get("", response_model=answers.Schedules)
+@router.get("", response_model=responses.ScheduleListResponse)
 def list_schedules(
     ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def list_schedules(
     return {"schedules": ctx.transaction(schedule_ops.list_schedules)}
 
 
-@router.get("/{ref}", response_model=answers.ScheduleDetail)
+@router.get("/{ref}", response_model=responses.ScheduleDetailResponse)
 def show_schedule(
     ref: str,
     ctx: Context,
@@ -40,7 +40,7 @@ def show_schedule(
     return found
 
 
-@router.post("/{ref}/trigger", response_model=answers.Triggered)
+@router.post("/{ref}/trigger", response_model=responses.TriggeredResponse)
 def trigger_schedule(
     ref: str,
     ctx: Context,
@@ -58,7 +58,7 @@ def trigger_schedule(
     return fired
 
 
-@router.post("/{ref}/{action}", response_model=answers.Schedule)
+@router.post("/{ref}/{action}", response_model=responses.ScheduleResponse)
 def pause_or_resume_schedule(
     ref: str,
     action: Literal["pause", "resume"],

@@ -16,8 +16,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.stream_calls import Acknowledge, Kill, Reconcile, Subscribe, Teardown, parse_call
-from sasflow.api.streaming import StreamHub
+from sasflow.api.stream.calls import Acknowledge, Kill, Reconcile, Subscribe, Teardown, parse_call
+from sasflow.api.stream.hub import StreamHub
 from sasflow.errors import InvalidMessageError, StaleStreamError
 from sasflow.ops import stream as ops
 from sasflow.ops.submit import known_workflows

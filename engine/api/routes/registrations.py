@@ -1,5 +1,6 @@
-"""The scheduler cluster and the agent fleet: the cluster view, drain and undrain a scheduler
-(the same ops as `sasflow schedulers`), and the fleet view (`sasflow agents list`)."""
+"""Scheduler registrations and the agent fleet under `/v1/schedulers` and `/v1/agents`: the
+cluster view, drain and undrain a scheduler (the same ops as `sasflow schedulers`), and the
+fleet view (`sasflow agents list`). Cron schedules are `schedules.py`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends
 
-from sasflow.api import answers
+from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import OperatorActionRequest
@@ -20,7 +21,7 @@ Context = Annotated[ApiContext, Depends(get_context)]
 Action = Annotated[OperatorActionRequest | None, Body()]
 
 
-@router.get("/v1/schedulers", response_model=answers.Schedulers)
+@router.get("/v1/schedulers", response_model=responses.SchedulerListResponse)
 def list_schedulers(
     ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -34,7 +35,7 @@ def list_schedulers(
     )
 
 
-@router.post("/v1/schedulers/{name}/{action}", response_model=answers.SchedulerChanged)
+@router.post("/v1/schedulers/{name}/{action}", response_model=responses.SchedulerChangedResponse)
 def drain_or_undrain_scheduler(
     name: str,
     action: Literal["drain", "undrain"],
@@ -55,7 +56,7 @@ def drain_or_undrain_scheduler(
     return {"name": name, "scheduler": next((s for s in view if s["name"] == name), None)}
 
 
-@router.get("/v1/agents", response_model=answers.Agents)
+@router.get("/v1/agents", response_model=responses.AgentListResponse)
 def list_agents(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],

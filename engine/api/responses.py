@@ -1,0 +1,273 @@
+"""The response bodies of the REST API (pydantic): what OpenAPI shows. Request bodies are in
+`models.py`; each response model is named `...Response`.
+
+The service functions return dicts (rows of the store); FastAPI validates them against these
+models on the way out. Extra keys pass through (`extra="allow"`), so a column added to the
+store shows up without losing anything until its field is named here. A model of a row names
+its fields in the order of the row's columns: the JSON keeps the store's key order (named
+fields come first, extra keys after them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+class RunResponse(_Response):
+    """A run: every column of its row (`GET /v1/runs/{id}`, a submission's `run`)."""
+
+    id: int
+    workflow: str
+    version: int
+    business_key: str
+    input: Any
+    priority: int
+    state: str = Field(description="pending, running, completed, error, compensating, ...")
+    reply_to: str | None
+    submitted_by: str | None = Field(description="The name of the token that submitted it.")
+    callback_url: str | None
+    pool: str | None
+    trace_parent: str | None
+    on_failure: str
+    output: Any
+    error: Any
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class RunSummaryResponse(_Response):
+    """A run as `GET /v1/runs` lists it (no input or output)."""
+
+    id: int
+    workflow: str
+    version: int
+    business_key: str
+    state: str
+    priority: int
+    submitted_by: str | None
+    pool: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: Any
+
+
+class StepResponse(_Response):
+    """A step of a run: forward steps, then compensation steps."""
+
+    id: int
+    name: str
+    kind: str = Field(description="forward or compensation.")
+    agent: str
+    action: str
+    state: str
+    attempt: int
+    failure_count: int
+    max_failures: int
+    locked_by: str | None
+    complete_by: datetime | None
+    not_before: datetime
+    error: Any
+    input: Any
+    output: Any
+    idempotency_key: str
+
+
+class EventResponse(_Response):
+    """A state change of a run or one of its steps (`entity`), with who made it and why."""
+
+    id: int
+    created_at: datetime
+    entity: str
+    step_id: int | None
+    step: str | None
+    from_state: str | None
+    to_state: str
+    attempt: int | None
+    actor: str
+    reason: str | None
+    detail: Any
+
+
+class RunDetailResponse(_Response):
+    run: RunResponse
+    steps: list[StepResponse]
+    events: list[EventResponse] = Field(description="The last 50 events, oldest first.")
+
+
+class SubmittedResponse(_Response):
+    id: int
+    created: bool = Field(description="False when the key was known: the run it maps to.")
+    run: RunResponse
+
+
+class RunListResponse(_Response):
+    runs: list[RunSummaryResponse] = Field(description="Newest first.")
+    next_cursor: int | None = Field(description="The `cursor` of the next page; null on the last.")
+
+
+class CancelledResponse(_Response):
+    id: int
+    state: str = Field(description="The run's state afterwards.")
+    cancelled_steps: list[str]
+
+
+class ResubmittedResponse(_Response):
+    id: int
+    reset_steps: list[str]
+    ready_steps: list[str]
+
+
+# -- alerts ----------------------------------------------------------------------------------
+
+
+class AlertSummaryResponse(_Response):
+    """An alert as `GET /v1/alerts` lists it (`sasflow alerts list`)."""
+
+    id: int
+    kind: str
+    run_id: int | None
+    step_id: int | None
+    message: str
+    acknowledged: bool
+    acknowledged_by: str | None
+    created_at: datetime
+    notified_at: datetime | None
+
+
+class AlertResponse(_Response):
+    """An alert: every column of its row."""
+
+    id: int
+    run_id: int | None
+    step_id: int | None
+    kind: str
+    dedup_key: str
+    message: str
+    detail: Any
+    acknowledged: bool
+    acknowledged_by: str | None
+    acknowledge_reason: str | None
+    acknowledged_at: datetime | None
+    notified_at: datetime | None = Field(description="When the alert sinks were attempted.")
+    created_at: datetime
+
+
+class AlertListResponse(_Response):
+    alerts: list[AlertSummaryResponse] = Field(description="Newest first.")
+
+
+# -- schedules -------------------------------------------------------------------------------
+
+
+class TickResponse(_Response):
+    """One fired tick: the run it submitted, or the error that kept it from running."""
+
+    schedule_id: int
+    tick_at: datetime
+    run_id: int | None
+    fired_by: str
+    fired_at: datetime
+    error: str | None
+
+
+class ScheduleResponse(_Response):
+    """A schedule, its owner (the registration holding it) and its next tick."""
+
+    id: int
+    name: str
+    workflow: str
+    input: Any
+    cron: str | None
+    interval_s: float | None
+    timezone: str
+    catch_up: str
+    max_catch_up: int
+    source: str
+    paused: bool
+    owner: str | None
+    owner_name: str | None = Field(default=None, description="The owner's scheduler name.")
+    owner_live: bool | None = Field(default=None, description="Whether its lease holds.")
+    next_tick_at: datetime
+    last_tick_at: datetime | None
+
+
+class ScheduleListResponse(_Response):
+    schedules: list[ScheduleResponse]
+
+
+class ScheduleDetailResponse(ScheduleResponse):
+    timing: str = Field(description="The timing as people read it, e.g. `every 300s`.")
+    ticks: list[TickResponse] = Field(description="The last ticks, newest first.")
+
+
+class TriggeredResponse(_Response):
+    schedule_id: int
+    name: str
+    tick_at: datetime
+    run_id: int | None = Field(description="Null when the run could not be submitted.")
+    tick: TickResponse | None
+
+
+# -- the scheduler cluster and the agent fleet -----------------------------------------------
+
+
+class SchedulerResponse(_Response):
+    """A scheduler as `sasflow schedulers list` shows it (docs/cluster.md names K..M)."""
+
+    name: str
+    address: str | None
+    state: str = Field(description="online, draining, drained or dead.")
+    K: int = Field(description="Active schedules.")
+    S: int = Field(description="Live schedulers.")
+    N: int | None = Field(description="Its share (the size of its range under scope).")
+    X: int = Field(description="Schedules it holds.")
+    M: int | None = Field(description="Its alarm threshold.")
+    lease_age_s: float | None
+    lease_ttl_s: float | None
+    leader: bool
+    epoch: int | None
+    range: str | None
+
+
+class SchedulerChangedResponse(_Response):
+    name: str
+    scheduler: SchedulerResponse | None = Field(
+        description="It as the cluster view shows it afterwards; null when no registration "
+        "and no offline entry is left of that name."
+    )
+
+
+class SchedulerListResponse(_Response):
+    schedulers: list[SchedulerResponse]
+    plan: dict[str, Any] = Field(description="The scope plan (`state` none under acquire).")
+
+
+class AgentResponse(_Response):
+    """An agent instance of the fleet registry."""
+
+    instance_id: str
+    agent: str
+    hostname: str
+    pid: int
+    version: str
+    state: str = Field(description="live, lost or stopped.")
+    concurrency: int
+    in_flight: int
+    breakers: dict[str, Any] = Field(description="Circuit breaker states by name.")
+    heartbeat_at: datetime
+    seconds_since_heartbeat: float
+
+
+class AgentListResponse(_Response):
+    agents: list[AgentResponse]
