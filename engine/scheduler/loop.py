@@ -14,7 +14,6 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from sasflow.cluster.member import ClusterMember, ClusterOptions
 from sasflow.errors import (
     BrokerUnavailableError,
     InvalidMessageError,
@@ -22,14 +21,15 @@ from sasflow.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
-from sasflow.fleet_recorder import FleetRecorder
 from sasflow.hooks import Hooks, guarded
-from sasflow.inflight import InFlightCap
 from sasflow.messages import DEFAULT_LIMITS, Limits, Reply, Request, parse, safe_text
-from sasflow.pools import PoolGate
 from sasflow.registry import Registry
 from sasflow.relay import Relay
 from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions
+from sasflow.scheduler.fleet import FleetRecorder
+from sasflow.scheduler.inflight import InFlightCap
+from sasflow.scheduler.pools import PoolGate
 from sasflow.states import StepKind
 from sasflow.store import dialect, pools
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
@@ -66,14 +66,14 @@ class SchedulerOptions:
     reply_prefetch: int = 500
     max_in_flight: int | None = 1000
     """Steps of one agent this scheduler keeps in flight (dispatched, no reply applied) before
-    it leaves that agent out of its claims; None: no bound (engine/inflight.py)."""
+    it leaves that agent out of its claims; None: no bound (engine/scheduler/inflight.py)."""
     rescan_interval: float | None = None
     """Seconds between claims when nothing woke us: the safety net for missed notifications on
     PostgreSQL, the wake-up itself on SQLite. None: the database's default (1 s; 0.05 s on
     SQLite, see store.dialect)."""
     relay_interval: float = 1.0
     fleet_interval: float = 1.0
-    """Seconds between two takes of agent heartbeats (sasflow.fleet_recorder)."""
+    """Seconds between two takes of agent heartbeats (sasflow.scheduler.fleet)."""
     pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
     """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
     limits: Limits = DEFAULT_LIMITS
@@ -418,7 +418,7 @@ class Scheduler:
 
     def _wait_for_pools(self, claimed: list[ClaimedStep]) -> list[ClaimedStep]:
         """The claimed steps that may be dispatched; those whose pool has no agent wait for
-        a later pass, or fail past the pool limits (engine/pools.py)."""
+        a later pass, or fail past the pool limits (engine/scheduler/pools.py)."""
         try:
             ready, waiting = self._pools.split(claimed)
         except BrokerUnavailableError:
