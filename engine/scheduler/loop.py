@@ -102,13 +102,13 @@ class Scheduler:
             actor=self.id,
             figures=lambda: (self.stats.claimed, self.stats.applied, self._stop.is_set()),
         )
+        # Run in this order at each pass (see the module docstring).
         self._duties: tuple[Duty, ...] = (
             ClusterDuty(self.cluster),  # first: no claim without a lease
             ClaimDuty(self.cluster, self._dispatcher, self._wake, rescan_interval=rescan_interval),
             self._outbox,
             Periodic(options.fleet_interval, self.fleet.poll),
         )
-        """Run in this order at each pass (see the module docstring)."""
 
     @property
     def stop_event(self) -> threading.Event:
