@@ -2,7 +2,7 @@
 
 - **Heartbeats** (docs/protocol.md, section 6): published to the `<ns>.fleet` topic exchange
   (routing key: the agent's name) when the instance connects, every `interval` seconds, and
-  with `stopping: true` on a clean exit. A scheduler records them (sasflow.fleet_recorder).
+  with `stopping: true` on a clean exit. A scheduler records them (sasflow.scheduler.fleet).
 - **Shared breakers**: every instance binds a queue of its own to the agent's fanout exchange
   `<ns>.breakers.<agent>`; a breaker that opens or closes on its own is announced there, and
   the peers' announcements are applied to this instance's breakers. Best effort: an

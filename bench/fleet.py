@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sasflow.agents import Agent
 from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.fleet_messages import AgentHeartbeat
-from sasflow.fleet_recorder import FleetRecorder
 from sasflow.policy import BreakerPolicy
+from sasflow.scheduler.fleet import FleetRecorder
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.base import Outgoing

@@ -112,7 +112,7 @@ def top_functions(raw: Path) -> tuple[int, list[tuple[str, float]], list[tuple[s
 
 
 def _name(frame: str) -> str:
-    """`f (sasflow/scheduler.py:200)` -> `f (sasflow/scheduler.py)`."""
+    """`f (sasflow/scheduler/loop.py:200)` -> `f (sasflow/scheduler/loop.py)`."""
     return re.sub(r":\d+\)$", ")", frame)
 
 

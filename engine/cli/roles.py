@@ -14,10 +14,10 @@ from sasflow.agents.children import ChildProcesses, default_state_dir
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
-from sasflow.cluster.member import ClusterOptions
-from sasflow.cluster.strategy import ASSIGNMENTS
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.scheduler.cluster.member import ClusterOptions
+from sasflow.scheduler.cluster.strategy import ASSIGNMENTS
 from sasflow.store.db import Engine
 from sasflow.store.pools import PoolLimits
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter

@@ -7,8 +7,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sasflow.cluster.limits import hold_limit
 from sasflow.errors import InvalidActionError, SchedulerNotFoundError
+from sasflow.scheduler.cluster.limits import hold_limit
 from sasflow.store import schedulers as store
 from sasflow.store import schedules, shard
 from sasflow.store.audit import AuditRecord, record
@@ -29,7 +29,7 @@ class SchedulerState(StrEnum):
 
 
 LEADER_LEASE = "shard-leader"
-"""The scope strategy's leader lease (cluster/scope.py)."""
+"""The scope strategy's leader lease (scheduler/cluster/scope.py)."""
 
 
 def plan_view(conn: Connection) -> dict[str, Any]:

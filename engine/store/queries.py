@@ -82,7 +82,7 @@ def _claimable_in_run() -> ColumnElement[bool]:
 
 def _ready(skipping: bool) -> CTE:
     """Up to :batch ready steps, locked (ix_steps_ready); `skipping`: not those of the agents
-    in :b_skip_agents (at their in-flight bound, engine/inflight.py). The locking select sits
+    in :b_skip_agents (at their in-flight bound, scheduler/inflight.py). The locking select sits
     in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can update more rows than the
     limit (PostgreSQL bug #15715)."""
     wanted = [

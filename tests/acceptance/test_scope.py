@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from bench import apps
-from sasflow.cluster.plan import even_ranges
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
+from sasflow.scheduler.cluster.plan import even_ranges
 from sasflow.schedules.definition import Schedule
 from sasflow.store.db import transaction
 from sasflow.store.schema import runs, schedule_ticks

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
-from sasflow.cluster.member import ClusterOptions
 from sasflow.local import LocalOptions, LocalRunner, add_roles
 from sasflow.ops import schedules as schedule_ops
 from sasflow.registry import Registry
 from sasflow.scheduler import SchedulerOptions
+from sasflow.scheduler.cluster.member import ClusterOptions
 from sasflow.schedules.definition import Schedule
 from sasflow.store.db import transaction
 from sasflow.store.schema import runs, schedule_ticks, schedulers, schedules

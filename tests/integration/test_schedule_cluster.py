@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from sasflow.cluster.member import ClusterMember, ClusterOptions
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions
 from sasflow.schedules.definition import Schedule
 from sasflow.schedules.firing import fire_due
 from sasflow.store import schedules as store

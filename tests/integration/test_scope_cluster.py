@@ -15,12 +15,12 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, func, text, update
 
 from sasflow.cli.main import cli
-from sasflow.cluster.member import ClusterMember, ClusterOptions
-from sasflow.cluster.plan import even_ranges
-from sasflow.cluster.scope import ScopeStrategy
 from sasflow.errors import AssignmentConflictError
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions
+from sasflow.scheduler.cluster.plan import even_ranges
+from sasflow.scheduler.cluster.scope import ScopeStrategy
 from sasflow.schedules.firing import fire_due
 from sasflow.store.db import transaction
 from sasflow.store.schema import schedulers

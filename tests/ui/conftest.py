@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import ViewportSize
 from sqlalchemy import Engine
 
-from sasflow.cluster.member import ClusterOptions
+from sasflow.scheduler.cluster.member import ClusterOptions
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import harness, services

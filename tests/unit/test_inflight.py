@@ -1,8 +1,8 @@
-"""The per-agent in-flight bound's bookkeeping (engine/inflight.py)."""
+"""The per-agent in-flight bound's bookkeeping (engine/scheduler/inflight.py)."""
 
 from __future__ import annotations
 
-from sasflow.inflight import InFlightCap
+from sasflow.scheduler.inflight import InFlightCap
 
 
 def test_no_limit_never_counts() -> None:

@@ -1,11 +1,12 @@
-"""The scope strategy's plan (cluster/plan.py): K // S consecutive schedules per scheduler,
-the last one also the remainder, and the id bounds that cover every schedule exactly once."""
+"""The scope strategy's plan (scheduler/cluster/plan.py): K // S consecutive schedules per
+scheduler, the last one also the remainder, and the id bounds that cover every schedule exactly
+once."""
 
 from __future__ import annotations
 
 import pytest
 
-from sasflow.cluster.plan import EvenRanges, Member, even_ranges
+from sasflow.scheduler.cluster.plan import EvenRanges, Member, even_ranges
 
 
 def test_the_issue_example() -> None:

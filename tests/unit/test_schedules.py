@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from sasflow.cluster.limits import hold_limit
 from sasflow.errors import DefinitionError, InvalidScheduleError, UnknownWorkflowError
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.limits import hold_limit
 from sasflow.schedules.definition import Schedule
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from tests.apps import basic

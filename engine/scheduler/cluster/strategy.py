@@ -3,17 +3,17 @@
 A strategy is asked, at every scan, to coordinate the cluster (a leader's work, in its own
 transactions), to bring this scheduler's holding up to what it may hold and to report its
 load; and, first in each firing transaction, which schedule ids it may fire (its fence).
-`acquire` (issue 12) takes unowned schedules itself, one locking statement per attempt, up to
-its limit N; `scope` (cluster/scope.py) follows the plan a leader writes.
+`acquire` takes unowned schedules itself, one locking statement per attempt, up to its limit
+N; `scope` (scheduler/cluster/scope.py) follows the plan a leader writes.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from sasflow.cluster.limits import Load, hold_limit
-from sasflow.cluster.scope import ScopeStrategy
 from sasflow.errors import ConfigurationError
+from sasflow.scheduler.cluster.limits import Load, hold_limit
+from sasflow.scheduler.cluster.scope import ScopeStrategy
 from sasflow.store import schedulers, schedules
 from sasflow.store.db import Connection, Engine
 from sasflow.store.schedulers import Registration

@@ -21,9 +21,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sasflow.cluster.limits import Load
-from sasflow.cluster.plan import EvenRanges, Member, PlannedRange, Planner
 from sasflow.errors import LeaseLostError
+from sasflow.scheduler.cluster.limits import Load
+from sasflow.scheduler.cluster.plan import EvenRanges, Member, PlannedRange, Planner
 from sasflow.store import schedulers, schedules, shard
 from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.lease import Lease

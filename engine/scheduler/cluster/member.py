@@ -21,10 +21,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sasflow.cluster.limits import Load
-from sasflow.cluster.strategy import AssignmentStrategy, make_strategy
 from sasflow.errors import AssignmentConflictError, InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.limits import Load
+from sasflow.scheduler.cluster.strategy import AssignmentStrategy, make_strategy
 from sasflow.schedules.firing import FireReport, fire_due
 from sasflow.schedules.sync import sync_app_schedules
 from sasflow.store import alerts, schedulers, schedules, shard

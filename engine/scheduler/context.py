@@ -1,0 +1,39 @@
+"""What the parts of one scheduler share: who it is, its connections, its counters, its wake-up."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from sasflow.hooks import Hooks
+from sasflow.registry import Registry
+from sasflow.store.db import Engine
+from sasflow.transport.base import Transport
+from sasflow.transport.topology import Names
+
+
+@dataclass
+class SchedulerStats:
+    claimed: int = 0
+    dispatched: int = 0
+    released: int = 0
+    applied: int = 0
+    dropped: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True)
+class Context:
+    """Handed to each part by the loop; everything in it belongs to the loop's thread, but
+    `wake`, which any thread may set."""
+
+    id: str
+    """The scheduler's process id: `locked_by` of its claims, the actor of what it records."""
+    engine: Engine
+    transport: Transport
+    registry: Registry
+    names: Names
+    hooks: Hooks
+    stats: SchedulerStats
+    wake: threading.Event
+    """Set: claim at the next pass (a notification, an applied reply, a full batch)."""

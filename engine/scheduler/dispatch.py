@@ -1,0 +1,198 @@
+"""The scheduler's dispatch: claim a batch of ready steps and publish their requests.
+
+The claim is one statement in one transaction; the requests are published only after it
+committed, as one batch settled by a single wait for the broker's confirms. Before the claim,
+the in-flight bound (engine/scheduler/inflight.py) leaves out the agents this scheduler already
+keeps busy; after it, the pool gate (engine/scheduler/pools.py) holds back the steps whose pool
+has no agent. A request the broker refuses fails its step; a batch the broker may not have
+taken is handed back (released) for any scheduler to claim again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from sasflow.errors import BrokerUnavailableError, PublishError, StoreUnavailableError
+from sasflow.messages import Request, safe_text
+from sasflow.scheduler.context import Context
+from sasflow.scheduler.inflight import InFlightCap
+from sasflow.scheduler.options import SchedulerOptions
+from sasflow.scheduler.outbox import RelayDuty
+from sasflow.scheduler.pools import PoolGate
+from sasflow.scheduler.replies import Replies
+from sasflow.states import StepKind
+from sasflow.store import pools
+from sasflow.store.claim import ClaimedStep, claim, in_flight, release_steps
+from sasflow.store.commands import StoredError
+from sasflow.store.db import transaction
+from sasflow.transport.base import Outgoing
+from sasflow.transport.topology import declare_agent_queue
+
+log = logging.getLogger(__name__)
+
+CAPPED_RECHECK = 0.1
+"""Seconds until a scheduler with an agent at its in-flight bound counts again: the replies
+that free room may be applied by another scheduler (one reply queue for all), which does not
+wake this one."""
+
+
+class Dispatcher:
+    """Claims and publishes; owned by the loop's thread."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        options: SchedulerOptions,
+        *,
+        rescan_interval: float,
+        in_flight: InFlightCap,
+        replies: Replies,
+        outbox: RelayDuty,
+    ) -> None:
+        self._id = ctx.id
+        self._engine = ctx.engine
+        self._transport = ctx.transport
+        self._registry = ctx.registry
+        self._names = ctx.names
+        self._hooks = ctx.hooks
+        self._stats = ctx.stats
+        self._batch = options.claim_batch
+        self._pool_limits = replace(options.pool_limits, recheck_s=rescan_interval)
+        self._in_flight = in_flight
+        self._pools = PoolGate(ctx.transport, ctx.names)
+        self._fail = replies.fail
+        self._outbox = outbox
+        self._declared_agents: set[str] = set()
+
+    def connected(self) -> None:
+        """After (re)connecting: declare the app's agent queues (again)."""
+        self._declared_agents.clear()
+        self._pools.reset()
+        for agent in self._registry.agents:
+            self._declare_agent(agent.name)
+
+    def claim_and_dispatch(self) -> tuple[bool, float | None]:
+        """Claim one batch and publish it. Returns whether the batch was full (more may be
+        ready) and, when it was not, the seconds until the earliest backoff ends (so a retry is
+        claimed when it is due, not at the next rescan)."""
+        batch = self._batch
+        started = time.monotonic()
+        with transaction(self._engine) as conn:
+            skip: list[str] = []
+            if self._in_flight.needs_count(batch):
+                skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
+                if self._in_flight.all_capped(a.name for a in self._registry.agents):
+                    # Nothing to claim, and a claim would walk every pending step to find it.
+                    return False, CAPPED_RECHECK
+            claimed, due = claim(conn, locked_by=self._id, batch=batch, skip_agents=skip)
+            self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
+        if self._in_flight.capped:
+            due = CAPPED_RECHECK if due is None else min(due, CAPPED_RECHECK)
+        if not claimed:
+            return False, due
+        claimed_at = time.monotonic()
+        self._stats.claimed += len(claimed)
+        self._outbox.claimed()  # their events go out soon (RelayDuty.claimed says when)
+        full = len(claimed) == batch
+        claimed = self._wait_for_pools(claimed)
+        if not claimed:
+            return full, due
+        try:
+            results = self._transport.publish_many(
+                [self._request(step, claimed_at) for step in claimed]
+            )
+        except BrokerUnavailableError as exc:
+            # None of the batch may be assumed delivered; a request that did arrive is
+            # fenced by its attempt (the re-claim increments it), so its reply is dropped.
+            self._release(claimed, f"request not published: {exc}")
+            raise
+        unsent: list[ClaimedStep] = []
+        for step, result in zip(claimed, results, strict=True):
+            if isinstance(result, PublishError):
+                # The broker refused this request (e.g. too large): retrying cannot help.
+                self._fail_unpublishable(step, result)
+            elif result is None:
+                self._stats.dispatched += 1
+                self._in_flight.dispatched(step.agent)
+            else:
+                unsent.append(step)
+        self._hooks.steps_dispatched(len(claimed) - len(unsent), time.monotonic() - claimed_at)
+        if unsent:
+            self._release(unsent, "request not published: the broker closed the channel")
+            raise BrokerUnavailableError("the broker closed the channel while dispatching")
+        return full, due
+
+    def _wait_for_pools(self, claimed: list[ClaimedStep]) -> list[ClaimedStep]:
+        """The claimed steps that may be dispatched; those whose pool has no agent wait for
+        a later pass, or fail past the pool limits (engine/scheduler/pools.py)."""
+        try:
+            ready, waiting = self._pools.split(claimed)
+        except BrokerUnavailableError:
+            self._release(claimed, "pool queues not checked: broker unavailable")
+            raise
+        if waiting:
+            with transaction(self._engine) as conn:
+                parked = set(
+                    pools.park(
+                        conn, [s.id for s in waiting], locked_by=self._id, limits=self._pool_limits
+                    )
+                )
+            for step in waiting:
+                if step.id not in parked:
+                    error = StoredError("NoAgentInPool", f"no agent in pool {step.pool}")
+                    self._fail(step.id, step.attempt, error)
+        return ready
+
+    def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
+        elapsed_ms = (time.monotonic() - claimed_at) * 1000
+        budget_ms = max(1, int(step.timeout_s * 1000 - elapsed_ms))
+        request = Request(
+            step_id=step.id,
+            run_id=step.run_id,
+            attempt=step.attempt,
+            workflow=step.workflow,
+            step=step.name,
+            agent=step.agent,
+            action=step.action,
+            kind=StepKind(step.kind),
+            input=step.input,
+            idempotency_key=step.idempotency_key,
+            budget_ms=budget_ms,
+            complete_by=step.complete_by.isoformat(),
+        )
+        if step.agent not in self._declared_agents:
+            self._declare_agent(step.agent)
+        return Outgoing(
+            exchange="",
+            routing_key=self._names.agent_queue(step.agent, step.pool),
+            body=request.encode(),
+            expiration_ms=budget_ms,
+            correlation_id=f"{step.id}:{step.attempt}",
+            reply_to=self._names.replies,
+            mandatory=True,
+            headers=self._hooks.request_headers(step),
+        )
+
+    def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
+        log.error("%s: step %s cannot be dispatched: %s", self._id, step.id, exc)
+        error = StoredError("PublishError", safe_text(f"request refused by the broker: {exc}"))
+        self._fail(step.id, step.attempt, error)
+
+    def _declare_agent(self, agent: str) -> None:
+        declare_agent_queue(self._transport, self._names, agent)
+        self._declared_agents.add(agent)
+
+    def _release(self, steps: list[ClaimedStep], reason: str) -> None:
+        try:
+            with transaction(self._engine) as conn:
+                self._stats.released += release_steps(
+                    conn, steps, locked_by=self._id, reason=reason
+                )
+        except StoreUnavailableError:
+            log.warning(
+                "%s could not release %d steps; the supervisor will recover them",
+                self._id,
+                len(steps),
+            )

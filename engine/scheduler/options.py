@@ -1,0 +1,34 @@
+"""The tuning of one scheduler process (the `sasflow scheduler` options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sasflow.messages import DEFAULT_LIMITS, Limits
+from sasflow.scheduler.cluster.member import ClusterOptions
+from sasflow.store import pools
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """Tuning of one scheduler process."""
+
+    claim_batch: int = 100
+    reply_prefetch: int = 500
+    max_in_flight: int | None = 1000
+    """Steps of one agent this scheduler keeps in flight (dispatched, no reply applied) before
+    it leaves that agent out of its claims; None: no bound (engine/scheduler/inflight.py)."""
+    rescan_interval: float | None = None
+    """Seconds between claims when nothing woke us: the safety net for missed notifications on
+    PostgreSQL, the wake-up itself on SQLite. None: the database's default (1 s; 0.05 s on
+    SQLite, see store.dialect)."""
+    relay_interval: float = 1.0
+    fleet_interval: float = 1.0
+    """Seconds between two takes of agent heartbeats (sasflow.scheduler.fleet)."""
+    pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
+    """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
+    limits: Limits = DEFAULT_LIMITS
+    """Largest and deepest reply accepted; a reply beyond them is dead-lettered with the limit
+    in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    """Its registration, lease and schedules (docs/cluster.md)."""

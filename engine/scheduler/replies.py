@@ -1,0 +1,163 @@
+"""The scheduler's replies: taken from `<ns>.replies`, applied in one transaction per batch and
+acked together with one multiple-ack; and the failures the scheduler decides itself (a request
+the broker refused, a pool with no agent), applied the same way and fenced as an agent's error
+would be. A batch the store cannot apply is applied again one reply at a time, so one bad reply
+is dead-lettered (or fails its step) without holding back the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sasflow.errors import InvalidMessageError, StoreUnavailableError
+from sasflow.messages import Limits, Reply, parse, safe_text
+from sasflow.scheduler.context import Context
+from sasflow.scheduler.inflight import InFlightCap
+from sasflow.scheduler.outbox import RelayDuty
+from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
+from sasflow.store.commands import OutcomeKind, StoredError
+from sasflow.store.db import transaction
+from sasflow.transport.base import Delivery
+
+log = logging.getLogger(__name__)
+
+
+class Replies:
+    """Holds the replies delivered since the last pass until the loop applies them."""
+
+    def __init__(
+        self, ctx: Context, limits: Limits, *, in_flight: InFlightCap, outbox: RelayDuty
+    ) -> None:
+        self._id = ctx.id
+        self._engine = ctx.engine
+        self._transport = ctx.transport
+        self._registry = ctx.registry
+        self._names = ctx.names
+        self._hooks = ctx.hooks
+        self._stats = ctx.stats
+        self._wake = ctx.wake
+        self._limits = limits
+        self._in_flight = in_flight
+        self._outbox = outbox
+        self.waiting: list[tuple[Delivery, Reply]] = []
+        """Delivered, not applied yet (unacked)."""
+
+    def clear(self) -> None:
+        """Forget the deliveries of a lost connection: the broker delivers them again."""
+        self.waiting.clear()
+
+    def on_reply(self, delivery: Delivery) -> None:
+        """The consumer's callback: hold a valid reply, dead-letter an invalid one."""
+        try:
+            reply = parse(Reply, delivery.body, self._limits)
+        except InvalidMessageError as exc:
+            self._transport.dead_letter(
+                delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange
+            )
+            self._stats.dead_lettered += 1
+            self._hooks.dead_lettered(delivery.queue, str(exc))
+            return
+        self.waiting.append((delivery, reply))
+
+    def apply(self) -> None:
+        """Apply the replies held and ack them. Raises StoreUnavailableError with the replies
+        not applied held again (unacked), to be applied at a later pass."""
+        held, self.waiting = self.waiting, []
+        try:
+            self._apply(held)
+        except StoreUnavailableError:
+            self.waiting = held + self.waiting  # keep them unacked and try again
+            raise
+        except Exception:
+            log.exception(
+                "%s: applying %d replies failed; applying them one by one", self._id, len(held)
+            )
+            for index, item in enumerate(held):
+                try:
+                    self._apply_alone(item)
+                except StoreUnavailableError:
+                    self.waiting = held[index:] + self.waiting  # unacked: try them again
+                    raise
+            return
+        # Tags grow per channel: one multiple-ack of the last covers the batch (dead-lettered
+        # ones were acked already; a multiple-ack skips them).
+        last = max(held, key=lambda item: item[0].tag)[0]
+        self._transport.ack(last, multiple=True)
+
+    def fail(
+        self, step_id: int, attempt: int, error: StoredError, *, agent: str | None = None
+    ) -> None:
+        """Fail an attempt for good ourselves (fenced as an agent's error would be)."""
+        with transaction(self._engine) as conn:
+            report = fail_step(
+                conn,
+                self._registry,
+                step_id,
+                attempt,
+                error,
+                namespace=self._names.namespace,
+                actor=self._id,
+                agent=agent,
+            )
+            self._hooks.runs_finished(conn, report.finished)
+        self._count(report)
+
+    def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
+        started = time.monotonic()
+        with transaction(self._engine) as conn:
+            report = apply_outcomes(
+                conn,
+                self._registry,
+                [r.outcome() for _, r in held],
+                namespace=self._names.namespace,
+                actor=self._id,
+            )
+            self._hooks.runs_finished(conn, report.finished)
+        self._hooks.replies_applied(held, report, time.monotonic() - started)
+        self._count(report)
+
+    def _count(self, report: ApplyReport) -> None:
+        self._stats.applied += report.applied
+        self._stats.dropped += len(report.dropped)
+        # Only applied replies record events worth relaying; dropped ones change nothing.
+        if report.applied > 0:
+            self._outbox.recorded()
+        if report.ready or report.backing_off:
+            self._wake.set()  # claim what is ready; or learn when the backoff ends
+        if self._in_flight.capped and report.applied:
+            self._wake.set()  # an agent left out of the last claim may have room again
+
+    def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:
+        delivery, reply = item
+        try:
+            self._apply([item])
+        except StoreUnavailableError:
+            raise
+        except Exception as exc:
+            log.exception("%s: reply for step %s cannot be applied", self._id, reply.step_id)
+            if not self._apply_instead(reply, exc):
+                self._transport.dead_letter(
+                    delivery,
+                    f"reply could not be applied: {exc!r}",
+                    dead_letter_exchange=self._names.dead_letter_exchange,
+                )
+                self._stats.dead_lettered += 1
+                self._hooks.dead_lettered(delivery.queue, "reply could not be applied")
+                return
+        self._transport.ack(delivery)
+
+    def _apply_instead(self, reply: Reply, exc: Exception) -> bool:
+        """The store refused what the reply carries (e.g. a value jsonb cannot hold): fail the
+        step with that reason, so the run shows it instead of waiting for its deadline."""
+        if OutcomeKind(reply.status) is OutcomeKind.ERROR:
+            return False
+        error = StoredError("InvalidReplyError", safe_text(f"the reply could not be stored: {exc}"))
+        try:
+            self.fail(reply.step_id, reply.attempt, error, agent=reply.agent)
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            log.exception("%s: could not fail step %s instead", self._id, reply.step_id)
+            return False
+        return True

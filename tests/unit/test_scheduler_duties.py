@@ -1,0 +1,137 @@
+"""The scheduler loop's duties (engine/scheduler/duty.py, claims.py, outbox.py): when each is
+due and how long each lets the loop sleep, with fakes for what they drive."""
+
+from __future__ import annotations
+
+import threading
+from typing import cast
+
+from sasflow.relay import Relay
+from sasflow.scheduler.claims import ClaimDuty, ClusterDuty
+from sasflow.scheduler.cluster.member import ClusterMember
+from sasflow.scheduler.dispatch import Dispatcher
+from sasflow.scheduler.duty import INF, Periodic
+from sasflow.scheduler.outbox import CONFIRM_POLL, RELAY_BATCH, RelayDuty
+
+
+class FakeMember:
+    def __init__(self, *, may_act: bool = True, step: float = 0.5) -> None:
+        self.may_act = may_act
+        self.seconds = step
+
+    def step(self) -> float:
+        return self.seconds
+
+
+class FakeDispatcher:
+    def __init__(self, full: bool = False, due: float | None = None) -> None:
+        self.answer = (full, due)
+        self.claims = 0
+
+    def claim_and_dispatch(self) -> tuple[bool, float | None]:
+        self.claims += 1
+        return self.answer
+
+
+class FakeRelay:
+    def __init__(self, relayed: int = 0) -> None:
+        self.relayed = relayed
+        self.in_flight = False
+        self.starts = self.polls = 0
+
+    def start(self) -> int:
+        self.starts += 1
+        return self.relayed
+
+    def poll(self) -> None:
+        self.polls += 1
+
+
+def _claim_duty(member: FakeMember, dispatcher: FakeDispatcher, wake: threading.Event) -> ClaimDuty:
+    return ClaimDuty(
+        cast(ClusterMember, member), cast(Dispatcher, dispatcher), wake, rescan_interval=1.0
+    )
+
+
+def test_periodic_runs_at_its_interval_from_the_pass_that_ran_it() -> None:
+    calls: list[float] = []
+    duty = Periodic(2.0, lambda: calls.append(1.0))
+    assert duty.run(10.0) == INF
+    assert duty.run(11.9) == INF
+    assert (len(calls), duty.due) == (1, 12.0)
+    duty.run(12.0)
+    assert (len(calls), duty.due) == (2, 14.0)
+    duty.reset()
+    duty.run(12.5)
+    assert len(calls) == 3
+
+
+def test_the_cluster_duty_is_due_when_the_membership_step_says() -> None:
+    duty = ClusterDuty(cast(ClusterMember, FakeMember(step=0.25)))
+    assert duty.run(100.0) == INF
+    assert duty.due == 100.25
+
+
+def test_a_claim_is_made_at_the_rescan_interval_or_when_woken() -> None:
+    dispatcher, wake = FakeDispatcher(), threading.Event()
+    duty = _claim_duty(FakeMember(), dispatcher, wake)
+    assert duty.run(5.0) == INF  # due at once after a reset
+    assert (dispatcher.claims, duty.due) == (1, 6.0)
+    duty.run(5.5)
+    assert dispatcher.claims == 1
+    wake.set()
+    duty.run(5.6)
+    assert (dispatcher.claims, duty.due, wake.is_set()) == (2, 6.6, False)
+
+
+def test_a_full_batch_claims_again_without_sleeping() -> None:
+    dispatcher, wake = FakeDispatcher(full=True), threading.Event()
+    duty = _claim_duty(FakeMember(), dispatcher, wake)
+    assert duty.run(5.0) == 0.0
+    assert wake.is_set()
+
+
+def test_a_backoff_ending_before_the_rescan_brings_the_claim_forward() -> None:
+    duty = _claim_duty(FakeMember(), FakeDispatcher(due=0.0), threading.Event())
+    duty.run(1e9)  # far past this process's monotonic clock: the backoff ends sooner
+    assert duty.due < 1e9
+
+
+def test_no_claim_without_a_lease() -> None:
+    dispatcher, wake = FakeDispatcher(), threading.Event()
+    wake.set()
+    duty = _claim_duty(FakeMember(may_act=False), dispatcher, wake)
+    assert duty.run(5.0) == INF
+    assert (dispatcher.claims, wake.is_set()) == (0, True)
+
+
+def test_the_relay_runs_at_once_then_at_its_interval_or_when_events_were_recorded() -> None:
+    relay = FakeRelay()
+    duty = RelayDuty(cast(Relay, relay), interval=1.0)
+    duty.run(5.0)
+    assert (relay.starts, duty.due) == (1, 6.0)
+    duty.run(5.5)
+    assert relay.starts == 1
+    duty.recorded()
+    duty.run(5.6)
+    assert (relay.starts, duty.due) == (2, 6.6)
+
+
+def test_a_full_relay_batch_relays_again_at_the_next_pass() -> None:
+    relay = FakeRelay(relayed=RELAY_BATCH)
+    duty = RelayDuty(cast(Relay, relay), interval=1.0)
+    duty.run(5.0)
+    duty.run(5.1)
+    assert relay.starts == 2
+
+
+def test_a_claim_brings_the_relay_forward_and_confirms_awaited_bound_the_sleep() -> None:
+    relay = FakeRelay()
+    duty = RelayDuty(cast(Relay, relay), interval=1e9)
+    duty.run(0.0)
+    duty.claimed()
+    duty.run(1.0)
+    assert duty.due < 1e9  # within CLAIM_EVENTS_DELAY of this process's monotonic clock
+    relay.in_flight = True
+    assert duty.run(1.0) == CONFIRM_POLL
+    assert relay.polls == 1
