@@ -10,9 +10,9 @@ from typing import Any
 
 from sasflow.errors import InvalidActionError, ScheduleNotFoundError
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.firing import Target, submit_tick, tick_row, timing_of
+from sasflow.scheduler.cluster.sync import new_row
 from sasflow.schedules.definition import Schedule
-from sasflow.schedules.firing import Target, submit_tick, tick_row, timing_of
-from sasflow.schedules.sync import new_row
 from sasflow.store import schedulers as registrations
 from sasflow.store import schedules as store
 from sasflow.store.audit import AuditRecord, database_now, record

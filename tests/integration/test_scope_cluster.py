@@ -18,10 +18,10 @@ from sasflow.cli.main import cli
 from sasflow.errors import AssignmentConflictError
 from sasflow.ops import schedulers as scheduler_ops
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.firing import fire_due
 from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions
 from sasflow.scheduler.cluster.plan import even_ranges
 from sasflow.scheduler.cluster.scope import ScopeStrategy
-from sasflow.schedules.firing import fire_due
 from sasflow.store.db import transaction
 from sasflow.store.schema import schedulers
 from tests import harness

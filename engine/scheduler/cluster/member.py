@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from sasflow.errors import AssignmentConflictError, InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
+from sasflow.scheduler.cluster.firing import FireReport, fire_due
 from sasflow.scheduler.cluster.limits import Load
 from sasflow.scheduler.cluster.strategy import AssignmentStrategy, make_strategy
-from sasflow.schedules.firing import FireReport, fire_due
-from sasflow.schedules.sync import sync_app_schedules
+from sasflow.scheduler.cluster.sync import sync_app_schedules
 from sasflow.store import alerts, schedulers, schedules, shard
 from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.schedulers import Registration
