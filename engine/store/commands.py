@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
+
+from sasflow.states import ReplyStatus
 
 
 @dataclass(frozen=True)
@@ -25,18 +26,9 @@ class StoredError:
         return {"type": self.type, "message": self.message, **self.extra}
 
 
-class OutcomeKind(StrEnum):
-    """How an attempt ended. The value is recorded as the reason of the step's event."""
-
-    OK = "ok"
-    """Done: the step is processed with its output."""
-    ERROR = "error"
-    """A permanent failure: the step goes to error (no retry)."""
-    FAILED = "failed"
-    """Transient failures outlasted the agent's retries: one failure is counted now."""
-    DEFERRED = "deferred"
-    """A dependency is unavailable (open breaker): try again later, no failure counted while
-    the step is younger than its give-up age."""
+OutcomeKind = ReplyStatus
+"""How an attempt ended: the reply statuses, one to one. The store's name for
+`sasflow.states.ReplyStatus`, still used by `store.apply` and the scheduler."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +38,7 @@ class StepOutcome:
 
     step_id: int
     attempt: int
-    kind: OutcomeKind
+    kind: ReplyStatus
     output: Any = None
     error: StoredError | None = None
     defer_seconds: float | None = None
