@@ -178,7 +178,7 @@ class Reply(_Message):
         return self
 
     def outcome(self) -> StepOutcome:
-        """What this reply tells the store (the statuses map one to one)."""
+        """What this reply tells the store (its status is the outcome's kind)."""
         return StepOutcome(
             step_id=self.step_id,
             attempt=self.attempt,
