@@ -35,6 +35,7 @@ from sasflow.messages import (
     safe_text,
 )
 from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.states import ReplyStatus
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
@@ -77,7 +78,7 @@ class Outcome:
             # fail the step now with the reason instead of leaving it to its deadline.
             fallback = reply.model_copy(
                 update={
-                    "status": "error",
+                    "status": ReplyStatus.ERROR,
                     "output": None,
                     "defer_seconds": None,
                     "error": ErrorInfo(
@@ -320,7 +321,7 @@ class AgentWorker:
             known = ", ".join(sorted(self.agent.actions)) or "none"
             reply = self._reply(
                 request,
-                "error",
+                ReplyStatus.ERROR,
                 error=ErrorInfo(
                     type="UnknownActionError",
                     message=f"agent {self.agent.name!r} has no action {request.action!r} "
@@ -383,7 +384,7 @@ class AgentWorker:
                     job,
                     self._reply(
                         job.request,
-                        "error",
+                        ReplyStatus.ERROR,
                         error=ErrorInfo(
                             type="PublishError", message=f"the broker refused the reply: {exc}"
                         ),
@@ -439,16 +440,16 @@ class AgentWorker:
         return refused
 
     def _count(self, reply: Reply) -> None:
-        if reply.status == "ok":
+        if reply.status is ReplyStatus.OK:
             self.stats.replied_ok += 1
-        elif reply.status == "deferred":
+        elif reply.status is ReplyStatus.DEFERRED:
             self.stats.deferred += 1
-        elif reply.status == "failed":
+        elif reply.status is ReplyStatus.FAILED:
             self.stats.replied_failed += 1
         else:
             self.stats.replied_error += 1
 
-    def _reply(self, request: Request, status: str, **fields: Any) -> Reply:
+    def _reply(self, request: Request, status: ReplyStatus, **fields: Any) -> Reply:
         if "defer_seconds" in fields:
             fields["defer_seconds"] = min(fields["defer_seconds"], MAX_DEFER_SECONDS)
         error = fields.get("error")
@@ -481,9 +482,9 @@ class AgentWorker:
         error = ErrorInfo(type=type(exc).__name__, message=str(exc))
         open_for = breaker.open_for() if breaker is not None else None
         if open_for is not None:  # the failures tripped the breaker: park, do not count
-            return self._reply(request, "deferred", defer_seconds=open_for, error=error)
+            return self._reply(request, ReplyStatus.DEFERRED, defer_seconds=open_for, error=error)
         if job.call.cancelled.is_set():  # shutting down: hand the step back at once
-            return self._reply(request, "deferred", defer_seconds=0.0, error=error)
+            return self._reply(request, ReplyStatus.DEFERRED, defer_seconds=0.0, error=error)
         if job.call.remaining() <= 0:
             return None
         log.info(
@@ -492,7 +493,7 @@ class AgentWorker:
             request.attempt,
             exc,
         )
-        return self._reply(request, "failed", error=error)
+        return self._reply(request, ReplyStatus.FAILED, error=error)
 
     def _execute(self, job: Job, spec: HandlerSpec) -> None:
         with self._threads_lock:
@@ -546,7 +547,7 @@ class AgentWorker:
         except BreakerOpenError as exc:
             return self._reply(
                 request,
-                "deferred",
+                ReplyStatus.DEFERRED,
                 defer_seconds=exc.retry_after,
                 error=ErrorInfo(type="BreakerOpen", message=str(exc)),
             )
@@ -557,16 +558,18 @@ class AgentWorker:
                 "step %s attempt %s failed permanently: %r", request.step_id, request.attempt, exc
             )
             return self._reply(
-                request, "error", error=ErrorInfo(type=type(exc).__name__, message=str(exc))
+                request,
+                ReplyStatus.ERROR,
+                error=ErrorInfo(type=type(exc).__name__, message=str(exc)),
             )
         try:
             dumps(output)
         except InvalidMessageError as exc:
             return self._reply(
                 request,
-                "error",
+                ReplyStatus.ERROR,
                 error=ErrorInfo(
                     type="InvalidOutputError", message=f"handler returned a non-JSON output: {exc}"
                 ),
             )
-        return self._reply(request, "ok", output=output)
+        return self._reply(request, ReplyStatus.OK, output=output)

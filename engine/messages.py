@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sasflow.errors import ConfigurationError, InvalidMessageError
-from sasflow.store.commands import NewRun, OutcomeKind, StepOutcome, StoredError
+from sasflow.states import ReplyStatus
+from sasflow.store.commands import NewRun, StepOutcome, StoredError
 from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
 
 PROTOCOL_VERSION = 1
@@ -159,7 +160,7 @@ class Reply(_Message):
     v: Literal[1] = 1
     step_id: int = Field(ge=1)
     attempt: int = Field(ge=1)
-    status: Literal["ok", "error", "failed", "deferred"]
+    status: ReplyStatus
     """ok: done; error: permanent failure; failed: transient failures outlasted the agent's
     retries before the deadline (counts one failure now); deferred: a dependency's breaker is
     open, try again after defer_seconds without counting a failure."""
@@ -170,18 +171,18 @@ class Reply(_Message):
 
     @model_validator(mode="after")
     def _status_fields(self) -> Reply:
-        if self.status in ("error", "failed") and self.error is None:
-            raise ValueError(f"an {self.status!r} reply needs an 'error' object")
-        if self.status == "deferred" and self.defer_seconds is None:
+        if self.status in (ReplyStatus.ERROR, ReplyStatus.FAILED) and self.error is None:
+            raise ValueError(f"an {self.status.value!r} reply needs an 'error' object")
+        if self.status is ReplyStatus.DEFERRED and self.defer_seconds is None:
             raise ValueError("a 'deferred' reply needs 'defer_seconds'")
         return self
 
     def outcome(self) -> StepOutcome:
-        """What this reply tells the store (the statuses map one to one)."""
+        """What this reply tells the store (its status is the outcome's kind)."""
         return StepOutcome(
             step_id=self.step_id,
             attempt=self.attempt,
-            kind=OutcomeKind(self.status),
+            kind=self.status,
             output=self.output,
             error=self.error.stored() if self.error else None,
             defer_seconds=self.defer_seconds,

@@ -1,4 +1,5 @@
-"""The state machine's vocabulary: the states of runs and steps, and the named sets of them.
+"""The state machine's vocabulary: the states of runs and steps, the named sets of them, and
+the statuses of agents' replies that move steps between them.
 
 `RunState` and `StepState` are `StrEnum`s, so a member *is* its string: it goes into SQL, JSON
 and the `events` table unchanged, and a state read back from the database compares equal to
@@ -59,6 +60,21 @@ class OnFailure(StrEnum):
 
     ERROR = "error"
     COMPENSATE = "compensate"
+
+
+class ReplyStatus(StrEnum):
+    """How an attempt ended, as an agent's reply says it (`Reply.status`, docs/protocol.md) and
+    the store records it (`StepOutcome.kind`; the value is the reason of the step's event)."""
+
+    OK = "ok"
+    """Done: the step is processed with its output."""
+    ERROR = "error"
+    """A permanent failure: the step goes to error (no retry)."""
+    FAILED = "failed"
+    """Transient failures outlasted the agent's retries: one failure is counted now."""
+    DEFERRED = "deferred"
+    """A dependency is unavailable (open breaker): try again later, no failure counted while
+    the step is younger than its give-up age."""
 
 
 class CallbackState(StrEnum):

@@ -54,7 +54,9 @@ class Step:
     input: InputBuilder = _default_input
     policy: StepPolicy = field(default_factory=StepPolicy)
     compensate: str | None = None
-    """Action of the same agent that undoes this step (run by compensation, issue-3 supervisor)."""
+    """Action of the same agent that undoes this step once processed, when its run is
+    compensated (it failed and its workflow compensates, or an operator cancelled it with
+    compensation)."""
     pool: str | None = None
     """The agent pool that must run it (`sasflow agent --pool NAME`); None: the run's pool,
     else the agent's shared queue."""

@@ -30,6 +30,7 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sasflow.hooks import Headers, Hooks
+from sasflow.states import ReplyStatus
 from sasflow.store import traces
 
 if TYPE_CHECKING:
@@ -265,7 +266,7 @@ class Tracing(Hooks):
                     "messaging.message.conversation_id": delivery.correlation_id or "",
                     "sasflow.step_id": reply.step_id,
                     "sasflow.attempt": reply.attempt,
-                    "sasflow.reply.status": reply.status,
+                    "sasflow.reply.status": reply.status.value,
                     "sasflow.reply.dropped": (reply.step_id, reply.attempt) in dropped,
                 },
             )
@@ -365,8 +366,8 @@ class Tracing(Hooks):
         self._handling.current = None
         if breaker is not None:
             span.set_attribute("sasflow.breaker.state", breaker)
-        span.set_attribute("sasflow.reply.status", reply.status if reply else "silent")
-        if reply is not None and reply.status in ("error", "failed"):
+        span.set_attribute("sasflow.reply.status", reply.status.value if reply else "silent")
+        if reply is not None and reply.status in (ReplyStatus.ERROR, ReplyStatus.FAILED):
             span.set_status(StatusCode.ERROR, reply.error.message if reply.error else "")
         headers = None
         if reply is not None:

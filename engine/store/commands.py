@@ -1,15 +1,16 @@
 """What the store is asked to record, in its own terms: a new run, the outcome of a step's
-attempt, an error. The wire messages (`sasflow.messages`) are translated into these at the
-edge, so the store knows nothing of AMQP bodies and a scheduler fails a step without
-fabricating a reply. Plain Python: no SQLAlchemy here.
+attempt, a step's or a run's error. The wire messages (`sasflow.messages`) are translated into
+these at the edge, so the store knows nothing of AMQP bodies and a scheduler fails a step
+without fabricating a reply. Plain Python: no SQLAlchemy here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
+
+from sasflow.states import ReplyStatus
 
 
 @dataclass(frozen=True)
@@ -25,18 +26,56 @@ class StoredError:
         return {"type": self.type, "message": self.message, **self.extra}
 
 
-class OutcomeKind(StrEnum):
-    """How an attempt ended. The value is recorded as the reason of the step's event."""
+@dataclass(frozen=True)
+class RunError:
+    """Why a run failed, as the run stores it (the `error` column, JSON; docs/protocol.md 7.3):
+    the error of the step that failed, stored as `{"step": name, "error": <the step's error>}`
+    (with `"compensation": true` between them when a compensating step failed), or an error of
+    the run itself (an output builder failed, the workflow is not loaded, an operator
+    cancelled), stored as that error's JSON."""
 
-    OK = "ok"
-    """Done: the step is processed with its output."""
-    ERROR = "error"
-    """A permanent failure: the step goes to error (no retry)."""
-    FAILED = "failed"
-    """Transient failures outlasted the agent's retries: one failure is counted now."""
-    DEFERRED = "deferred"
-    """A dependency is unavailable (open breaker): try again later, no failure counted while
-    the step is younger than its give-up age."""
+    error: Any
+    """The failed step's error as the step stores it, or the run's own error (JSON)."""
+    step: str | None = None
+    """The step that failed; None for an error of the run itself."""
+    compensation: bool = False
+    """The step that failed was a compensating step (the run is `compensation_failed`)."""
+
+    @classmethod
+    def of_run(cls, error: StoredError) -> RunError:
+        """An error of the run itself."""
+        return cls(error.to_json())
+
+    def to_json(self) -> Any:
+        if self.step is None:
+            return self.error
+        if self.compensation:
+            return {"step": self.step, "compensation": True, "error": self.error}
+        return {"step": self.step, "error": self.error}
+
+    @classmethod
+    def from_json(cls, value: Any) -> RunError | None:
+        """What a run stores (None for no error). A value `to_json` does not write for a step is
+        kept whole as an error of the run, so `to_json` gives back exactly what was read."""
+        if value is None:
+            return None
+        if isinstance(value, dict) and isinstance(value.get("step"), str):
+            if value.keys() == {"step", "error"}:
+                return cls(value["error"], value["step"])
+            if value.keys() == {"step", "compensation", "error"} and value["compensation"] is True:
+                return cls(value["error"], value["step"], compensation=True)
+        return cls(value)
+
+    def describe(self) -> str:
+        """The error for an alert's message: `Type: message`, else the stored JSON as text."""
+        if isinstance(self.error, dict) and "message" in self.error:
+            return f"{self.error.get('type', 'Error')}: {self.error['message']}"
+        return str(self.to_json())
+
+
+OutcomeKind = ReplyStatus
+"""How an attempt ended: the reply statuses, one to one. The store's name for
+`sasflow.states.ReplyStatus`, still used by `store.apply` and the scheduler."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +85,7 @@ class StepOutcome:
 
     step_id: int
     attempt: int
-    kind: OutcomeKind
+    kind: ReplyStatus
     output: Any = None
     error: StoredError | None = None
     defer_seconds: float | None = None

@@ -5,6 +5,9 @@ compensating action), chained so that each waits for the one before: the steps a
 reverse topological order of the workflow. They are claimed, dispatched, deadlined and
 supervised like any step; the run goes `compensating` -> `compensated`, or
 `compensation_failed` (with an alert) when one of them fails for good.
+
+This module says which records the chain is made of (`store.decide` asks for them); the store
+inserts them when it applies the decision (`store.advance`).
 """
 
 from __future__ import annotations
@@ -12,26 +15,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert
-
 from sasflow.states import StepKind, StepState
-from sasflow.store.schema import steps
+from sasflow.store.records import StepRecord
 from sasflow.store.step_rows import POLICY_COLUMNS, step_row
 
 
-def reverse_topological(rows: Sequence[Any]) -> list[Any]:
-    """Forward step rows ordered so that every step comes before the steps it depends on."""
-    by_name = {r.name: r for r in rows}
+def reverse_topological(records: Sequence[StepRecord]) -> list[StepRecord]:
+    """Forward steps ordered so that every step comes before the steps it depends on."""
+    by_name = {r.name: r for r in records}
     done: set[str] = set()
-    order: list[Any] = []
-    pending = list(rows)
+    order: list[StepRecord] = []
+    pending = list(records)
     while pending:
         progressed = False
-        for row in list(pending):
-            if all(d in done or d not in by_name for d in row.depends_on):
-                order.append(row)
-                done.add(row.name)
-                pending.remove(row)
+        for record in list(pending):
+            if all(d in done or d not in by_name for d in record.depends_on):
+                order.append(record)
+                done.add(record.name)
+                pending.remove(record)
                 progressed = True
         if not progressed:  # a stored cycle cannot exist (definitions are validated)
             order.extend(pending)
@@ -39,23 +40,22 @@ def reverse_topological(rows: Sequence[Any]) -> list[Any]:
     return list(reversed(order))
 
 
-def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dict[str, Any]]:
-    """Insert the compensation steps of `run`'s processed steps; returns the rows inserted."""
-    to_undo = [
-        r
-        for r in reverse_topological(forward)
-        if r.state == StepState.PROCESSED and r.compensate_action
-    ]
-    rows: list[dict[str, Any]] = []
+def chain(run_id: int, forward: Sequence[StepRecord]) -> list[dict[str, Any]]:
+    """The compensation step records (step_rows.step_row values) that undo the processed steps
+    of run `run_id`, first to run first; empty when nothing is to undo."""
+    records: list[dict[str, Any]] = []
     previous: str | None = None
-    for step in to_undo:
-        rows.append(
+    for step in reverse_topological(forward):
+        action = step.compensate_action
+        if step.state != StepState.PROCESSED or not action:
+            continue
+        records.append(
             step_row(
-                run_id=run.id,
+                run_id=run_id,
                 name=step.name,
                 kind=StepKind.COMPENSATION,
                 agent=step.agent,
-                action=step.compensate_action,
+                action=action,
                 depends_on=[previous] if previous else [],
                 priority=step.priority,
                 input={"input": step.input, "output": step.output},
@@ -64,10 +64,4 @@ def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dic
             )
         )
         previous = step.name
-    if rows:
-        ids = conn.execute(
-            insert(steps).returning(steps.c.id, steps.c.name, sort_by_parameter_order=True), rows
-        ).all()
-        for row, inserted in zip(rows, ids, strict=True):
-            row["id"] = inserted.id
-    return rows
+    return records

@@ -10,6 +10,8 @@ import pytest
 
 from sasflow.errors import InvalidMessageError
 from sasflow.messages import ErrorInfo, Reply, Request, Submission, dumps, parse
+from sasflow.states import ReplyStatus
+from sasflow.store.commands import OutcomeKind
 
 
 def _body(**fields: Any) -> bytes:
@@ -103,6 +105,33 @@ def test_parse_valid_replies(fields: dict[str, Any], expected: tuple[Any, ...]) 
     reply = parse(Reply, _body(step_id=1, attempt=1, **fields))
 
     assert expected == (reply.status, reply.output, reply.error, reply.defer_seconds)
+
+
+@pytest.mark.parametrize("status", list(ReplyStatus))
+def test_a_reply_status_is_the_enum_member_and_travels_as_its_string(
+    status: ReplyStatus,
+) -> None:
+    """A parsed status is the ReplyStatus member; encoded, it is the plain string it came as,
+    and the store's outcome kind is the same member."""
+    fields: dict[str, Any] = {"error": {"type": "T", "message": "m"}, "defer_seconds": 1.0}
+    body = _body(step_id=1, attempt=1, status=status.value, **fields)
+
+    reply = parse(Reply, body)
+
+    assert status is reply.status
+    assert f'"status":"{status.value}"' in reply.encode().decode()
+    assert status is reply.outcome().kind
+    assert OutcomeKind is ReplyStatus
+
+
+def test_an_unknown_reply_status_is_named_with_the_known_ones() -> None:
+    """A misspelt status is refused with the four that exist, in the dead-letter reason."""
+    with pytest.raises(InvalidMessageError) as info:
+        parse(Reply, _body(step_id=1, attempt=1, status="okay"))
+
+    assert str(info.value) == (
+        "Reply: status: Input should be 'ok', 'error', 'failed' or 'deferred'"
+    )
 
 
 def test_non_utf8_body_is_invalid() -> None:

@@ -1,0 +1,96 @@
+"""The statements that apply what advancing a run decided (`store.advance`), each named, each
+with the index that serves it; the reads it starts from are `queries.runs_by_id`,
+`queries.lock_runs_of_steps` and `queries.steps_of_runs`.
+
+They run on every reply that changes a run, so each builder is cached like those of
+`store.queries` (built once per process; SQLAlchemy caches the compiled form). A step's
+transition names the state it leaves, so a step that changed meanwhile is not touched.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import Insert, Update, bindparam, insert, update
+
+from sasflow.states import NOT_STARTED_STEP_STATES, StepState
+from sasflow.store.schema import runs, steps
+from sasflow.store.sqltime import now
+
+
+@cache
+def make_ready() -> Update:
+    """A waiting step becomes pending now, with its input :b_input (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(
+            state=StepState.PENDING, input=bindparam("b_input"), not_before=now(), updated_at=now()
+        )
+    )
+
+
+@cache
+def release_waiting() -> Update:
+    """A waiting compensation step becomes pending now; its input came with the chain (primary
+    key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(state=StepState.PENDING, not_before=now(), updated_at=now())
+    )
+
+
+@cache
+def fail_waiting() -> Update:
+    """A waiting step whose input could not be built goes to error with :b_error (primary
+    key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(state=StepState.ERROR, error=bindparam("b_error"), updated_at=now())
+    )
+
+
+@cache
+def skip() -> Update:
+    """A step not started is skipped; no row when a scheduler claimed it meanwhile (primary
+    key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state.in_(NOT_STARTED_STEP_STATES))
+        .values(state=StepState.SKIPPED, locked_by=None, updated_at=now())
+    )
+
+
+@cache
+def set_run_state() -> Update:
+    """A run goes on in state :b_state with the error :b_error (primary key)."""
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"))
+        .values(state=bindparam("b_state"), error=bindparam("b_error"), updated_at=now())
+    )
+
+
+@cache
+def finish_run() -> Update:
+    """A run ends in state :b_state with its output and error (primary key)."""
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"))
+        .values(
+            state=bindparam("b_state"),
+            output=bindparam("b_output"),
+            error=bindparam("b_error"),
+            updated_at=now(),
+            finished_at=now(),
+        )
+    )
+
+
+@cache
+def insert_steps() -> Insert:
+    """New step records (a compensation chain), with their ids in the order given (primary
+    key)."""
+    return insert(steps).returning(steps.c.id, steps.c.name, sort_by_parameter_order=True)

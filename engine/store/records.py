@@ -1,0 +1,101 @@
+"""The rows advancing a run reads, as frozen types: the run (`queries.runs_by_id` and
+`queries.lock_runs_of_steps`) and its steps (`queries.steps_of_runs`).
+
+`from_row` takes a row's mapping (`row._mapping`) and names each column it keeps, so a column
+the statement stops reading is a KeyError where the row is read, not an AttributeError deep in
+a decision. States, kinds and errors are converted once, here. Plain Python: no SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sasflow.states import OnFailure, RunState, StepKind, StepState
+from sasflow.store.commands import RunError
+
+
+class Columns(Protocol):
+    """A row read by column name: a SQLAlchemy row's `_mapping`, or a dict."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as advancing it needs it."""
+
+    id: int
+    workflow: str
+    version: int
+    business_key: str
+    input: Any
+    state: RunState
+    on_failure: OnFailure
+    error: RunError | None
+
+    @classmethod
+    def from_row(cls, row: Columns) -> RunRecord:
+        return cls(
+            id=row["id"],
+            workflow=row["workflow"],
+            version=row["version"],
+            business_key=row["business_key"],
+            input=row["input"],
+            state=RunState(row["state"]),
+            on_failure=OnFailure(row["on_failure"]),
+            error=RunError.from_json(row["error"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step as advancing its run needs it; the policy columns (step_rows.POLICY_COLUMNS)
+    travel to the compensation step that undoes it."""
+
+    id: int
+    run_id: int
+    name: str
+    kind: StepKind
+    state: StepState
+    depends_on: tuple[str, ...]
+    attempt: int
+    agent: str
+    compensate_action: str | None
+    priority: int
+    pool: str | None
+    input: Any
+    output: Any
+    error: Any
+    """As the step stores it (JSON): a StoredError's JSON for every error sasflow writes."""
+    timeout_s: float
+    max_failures: int
+    backoff_initial_s: float
+    backoff_multiplier: float
+    backoff_max_s: float
+    give_up_s: float
+
+    @classmethod
+    def from_row(cls, row: Columns) -> StepRecord:
+        return cls(
+            id=row["id"],
+            run_id=row["run_id"],
+            name=row["name"],
+            kind=StepKind(row["kind"]),
+            state=StepState(row["state"]),
+            depends_on=tuple(row["depends_on"]),
+            attempt=row["attempt"],
+            agent=row["agent"],
+            compensate_action=row["compensate_action"],
+            priority=row["priority"],
+            pool=row["pool"],
+            input=row["input"],
+            output=row["output"],
+            error=row["error"],
+            timeout_s=row["timeout_s"],
+            max_failures=row["max_failures"],
+            backoff_initial_s=row["backoff_initial_s"],
+            backoff_multiplier=row["backoff_multiplier"],
+            backoff_max_s=row["backoff_max_s"],
+            give_up_s=row["give_up_s"],
+        )

@@ -1,0 +1,445 @@
+"""Advancing a run, decided from its rows without a database (store.decide): what becomes ready,
+when a run completes, its failure policy and its compensation chain."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from sasflow.states import OnFailure, RunState, StepKind, StepState
+from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
+from sasflow.store.commands import RunError, StoredError
+from sasflow.store.decide import (
+    CreateChain,
+    FailWaiting,
+    Finish,
+    MakeReady,
+    NotLoaded,
+    RaiseAlert,
+    Release,
+    Skip,
+    StartCompensation,
+    Transition,
+    decide,
+)
+from sasflow.store.records import RunRecord, StepRecord
+from sasflow.workflow import Step, StepContext, Workflow
+
+BOOM = StoredError("Boom", "no").to_json()
+
+
+def _run(
+    state: RunState = RunState.RUNNING,
+    on_failure: OnFailure = OnFailure.ERROR,
+    error: RunError | None = None,
+) -> RunRecord:
+    return RunRecord(
+        id=7,
+        workflow="order",
+        version=1,
+        business_key="A-1",
+        input={"n": 1},
+        state=state,
+        on_failure=on_failure,
+        error=error,
+    )
+
+
+_ids = iter(range(100, 10_000))
+
+
+def _step(
+    name: str,
+    state: StepState,
+    *depends_on: str,
+    kind: StepKind = StepKind.FORWARD,
+    attempt: int = 0,
+    output: Any = None,
+    error: Any = None,
+    compensate: str | None = None,
+) -> StepRecord:
+    return StepRecord(
+        id=next(_ids),
+        run_id=7,
+        name=name,
+        kind=kind,
+        state=state,
+        depends_on=depends_on,
+        attempt=attempt,
+        agent="svc",
+        compensate_action=compensate,
+        priority=0,
+        pool=None,
+        input={"in": name},
+        output=output,
+        error=error,
+        timeout_s=30.0,
+        max_failures=3,
+        backoff_initial_s=1.0,
+        backoff_multiplier=2.0,
+        backoff_max_s=300.0,
+        give_up_s=3600.0,
+    )
+
+
+def _diamond(**options: Any) -> Workflow:
+    return Workflow(
+        "order",
+        [
+            Step("a", "svc", "go", input=lambda ctx: {"from": "run", **ctx.run_input}),
+            Step("b", "svc", "go", after=("a",), input=lambda ctx: ctx.outputs["a"]),
+            Step("c", "svc", "go", after=("a",)),
+            Step("d", "svc", "go", after=("b", "c")),
+        ],
+        **options,
+    )
+
+
+def _kinds(transitions: list[Transition]) -> list[tuple[str, str | None]]:
+    """Each transition's type and the step it moves (None for the run's own)."""
+    named = ((type(t).__name__, getattr(t, "step", None)) for t in transitions)
+    return [(kind, step.name if step is not None else None) for kind, step in named]
+
+
+# -- the forward flow -----------------------------------------------------------------------
+
+
+def test_successors_of_a_processed_step_become_ready_with_their_input() -> None:
+    """Waiting steps whose dependencies are all processed get their input built from the
+    outputs; a fan-in whose other branch is not done keeps waiting."""
+    a = _step("a", StepState.PROCESSED, output={"x": 1})
+    b, c = _step("b", StepState.WAITING, "a"), _step("c", StepState.WAITING, "a")
+    d = _step("d", StepState.WAITING, "b", "c")
+
+    transitions = decide(_run(), [a, b, c, d], _diamond())
+
+    assert [MakeReady(b, {"x": 1}), MakeReady(c, {"n": 1})] == transitions
+
+
+def test_a_run_whose_steps_are_all_processed_completes_with_the_workflow_output() -> None:
+    """The run's output is the workflow's (the terminal steps' outputs by default)."""
+    steps = [_step(n, StepState.PROCESSED, output={"step": n}) for n in "abcd"]
+
+    assert [Finish(RunState.COMPLETED, output={"d": {"step": "d"}})] == decide(
+        _run(), steps, _diamond()
+    )
+
+
+def test_a_run_with_a_step_still_processing_waits() -> None:
+    steps = [
+        _step("a", StepState.PROCESSED, output={}),
+        _step("b", StepState.PROCESSING, "a", attempt=1),
+        _step("c", StepState.PROCESSED, "a", output={}),
+        _step("d", StepState.WAITING, "b", "c"),
+    ]
+
+    assert decide(_run(), steps, _diamond()) == []
+
+
+def test_without_a_registry_no_input_is_built_but_a_done_run_completes() -> None:
+    """The supervisor and operators advance runs without definitions: a done run completes
+    with the processed steps' outputs as they are."""
+    a = _step("a", StepState.PROCESSED, output={"x": 1})
+    b = _step("b", StepState.SKIPPED, "a")
+
+    assert decide(_run(), [a, _step("b", StepState.WAITING, "a")], None) == []
+    assert [Finish(RunState.COMPLETED, output={"a": {"x": 1}})] == decide(_run(), [a, b], None)
+
+
+def test_runs_that_are_neither_active_nor_compensating_are_left_alone() -> None:
+    steps = [_step("a", StepState.ERROR, error=BOOM)]
+    for state in (RunState.ERROR, RunState.COMPLETED, RunState.CANCELLED, RunState.COMPENSATED):
+        assert decide(_run(state), steps, _diamond()) == []
+
+
+# -- failures -------------------------------------------------------------------------------
+
+
+def test_a_failed_step_fails_the_run_skips_what_did_not_start_and_raises_an_alert() -> None:
+    """Steps in flight are left to finish; the run's error names the step and keeps its error."""
+    a = _step("a", StepState.PROCESSED, output={})
+    b = _step("b", StepState.ERROR, "a", attempt=3, error=BOOM)
+    c = _step("c", StepState.PROCESSING, "a", attempt=1)
+    d = _step("d", StepState.WAITING, "b", "c")
+
+    transitions = decide(_run(), [a, b, c, d], _diamond())
+
+    error = RunError(BOOM, "b")
+    assert [
+        Skip(d, StepState.WAITING, "run failed"),
+        Finish(RunState.ERROR, error=error),
+        RaiseAlert(
+            Alert(
+                STEP_FAILED,
+                str(b.id),
+                "run 7 of order (key A-1) failed at step 'b': Boom: no",
+                run_id=7,
+                step_id=b.id,
+                detail={"step": "b", "error": BOOM},
+            )
+        ),
+    ] == transitions
+
+
+def test_an_input_builder_that_raises_fails_its_step_then_the_run() -> None:
+    """The step goes to error with InvalidInputError; a sibling just made ready is skipped."""
+
+    def explode(ctx: StepContext) -> Any:
+        raise ValueError("bad input")
+
+    workflow = Workflow(
+        "order",
+        [
+            Step("a", "svc", "go"),
+            Step("b", "svc", "go", after=("a",), input=explode),
+            Step("c", "svc", "go", after=("a",)),
+        ],
+    )
+    a = _step("a", StepState.PROCESSED, output={})
+    b, c = _step("b", StepState.WAITING, "a"), _step("c", StepState.WAITING, "a")
+
+    transitions = decide(_run(), [a, b, c], workflow)
+
+    message = "step 'b': input builder raised ValueError: bad input"
+    error = StoredError("InvalidInputError", message)
+    assert _kinds(transitions) == [
+        ("FailWaiting", "b"),
+        ("MakeReady", "c"),
+        ("Skip", "c"),
+        ("Finish", None),
+        ("RaiseAlert", None),
+    ]
+    assert FailWaiting(b, error) == transitions[0]
+    assert Skip(c, StepState.PENDING, "run failed") == transitions[2]
+    assert Finish(RunState.ERROR, error=RunError(error.to_json(), "b")) == transitions[3]
+
+
+def test_a_run_output_builder_that_raises_fails_the_run_itself() -> None:
+    def explode(ctx: StepContext) -> Any:
+        raise KeyError("total")
+
+    steps = [_step(n, StepState.PROCESSED, output={}) for n in "abcd"]
+
+    transitions = decide(_run(), steps, _diamond(output=explode))
+
+    error = RunError.of_run(
+        StoredError("InvalidOutputError", "run output builder raised KeyError: 'total'")
+    )
+    assert Finish(RunState.ERROR, error=error) == transitions[0]
+    alert = transitions[1]
+    assert isinstance(alert, RaiseAlert)
+    assert (f"run-{7}", None, error.to_json()) == (
+        alert.alert.subject,
+        alert.alert.step_id,
+        alert.alert.detail,
+    )
+
+
+def test_a_workflow_version_that_is_not_loaded_fails_the_run() -> None:
+    """The scheduler that lacks the version says so, and the steps not started are skipped."""
+    steps = [_step("a", StepState.PROCESSED, output={}), _step("b", StepState.WAITING, "a")]
+
+    transitions = decide(_run(), steps, NotLoaded("scheduler-1"))
+
+    error = StoredError(
+        "UnknownWorkflowError",
+        "workflow 'order' version 1 is not loaded by scheduler-1; deploy it to every "
+        "scheduler, then resubmit the run",
+    )
+    assert _kinds(transitions) == [("Skip", "b"), ("Finish", None), ("RaiseAlert", None)]
+    assert Finish(RunState.ERROR, error=RunError.of_run(error)) == transitions[1]
+
+
+def test_a_compensating_workflow_skips_what_did_not_start_and_starts_compensation() -> None:
+    """A retry of an attempt with an unknown outcome is not skipped: it must finish first.
+    Starting compensation ends the decision."""
+    a = _step("a", StepState.PROCESSED, output={}, compensate="undo")
+    b = _step("b", StepState.ERROR, "a", attempt=3, error=BOOM)
+    c = _step("c", StepState.PENDING, "a", attempt=1)
+    d = _step("d", StepState.WAITING, "b", "c")
+    run = _run(on_failure=OnFailure.COMPENSATE)
+
+    transitions = decide(run, [a, b, c, d], _diamond(on_failure=OnFailure.COMPENSATE))
+
+    assert [
+        Skip(d, StepState.WAITING, "run failed"),
+        StartCompensation(RunError(BOOM, "b")),
+    ] == transitions
+
+
+# -- compensation ---------------------------------------------------------------------------
+
+
+def _compensating(error: RunError | None = None) -> RunRecord:
+    return _run(RunState.COMPENSATING, OnFailure.COMPENSATE, error or RunError(BOOM, "c"))
+
+
+def test_compensation_waits_for_forward_steps_in_flight() -> None:
+    """Processing, or pending to retry an attempt with an unknown outcome."""
+    a = _step("a", StepState.PROCESSED, output={}, compensate="undo")
+    for in_flight in (
+        _step("b", StepState.PROCESSING, "a", attempt=1),
+        _step("b", StepState.PENDING, "a", attempt=2),
+    ):
+        assert decide(_compensating(), [a, in_flight], None) == []
+
+
+def test_the_chain_undoes_processed_steps_with_an_action_in_reverse_order() -> None:
+    """Each compensation step waits for the one before it; its input is the step's input and
+    output, its policy and agent the step's."""
+    a = _step("a", StepState.PROCESSED, output={"a": 1}, compensate="undo_a")
+    b = _step("b", StepState.PROCESSED, "a", output={"b": 1}, compensate="undo_b")
+    c = _step("c", StepState.PROCESSED, "a", output={"c": 1})
+    d = _step("d", StepState.ERROR, "b", "c", error=BOOM)
+
+    transitions = decide(_compensating(), [a, b, c, d], None)
+
+    assert len(transitions) == 1
+    created = transitions[0]
+    assert isinstance(created, CreateChain)
+    seen = [
+        (r["name"], r["action"], r["state"], r["depends_on"], r["input"], r["kind"])
+        for r in created.steps
+    ]
+    assert [row[:5] for row in seen] == [
+        ("b", "undo_b", StepState.PENDING, [], {"input": {"in": "b"}, "output": {"b": 1}}),
+        ("a", "undo_a", StepState.WAITING, ["b"], {"input": {"in": "a"}, "output": {"a": 1}}),
+    ]
+    assert {StepKind.COMPENSATION} == {row[5] for row in seen}
+    assert (
+        created.steps[0]["timeout_s"],
+        created.steps[0]["max_failures"],
+        created.steps[0]["agent"],
+    ) == (30.0, 3, "svc")
+
+
+def test_nothing_to_undo_compensates_the_run_at_once_keeping_its_error() -> None:
+    cancelled = RunError.of_run(StoredError("Cancelled", "why", {"by": "ops"}))
+    steps = [_step("a", StepState.PROCESSED, output={}), _step("b", StepState.SKIPPED, "a")]
+
+    assert [Finish(RunState.COMPENSATED, error=cancelled)] == decide(
+        _compensating(cancelled), steps, None
+    )
+
+
+def _chain(*states: StepState, error: Any = None) -> list[StepRecord]:
+    names = ["undo_b", "undo_a", "undo_0"][: len(states)]
+    return [
+        _step(
+            name,
+            state,
+            *([names[i - 1]] if i else []),
+            kind=StepKind.COMPENSATION,
+            error=error if state == StepState.ERROR else None,
+        )
+        for i, (name, state) in enumerate(zip(names, states, strict=False))
+    ]
+
+
+def test_the_chain_releases_its_next_step_once_the_one_before_is_processed() -> None:
+    forward = [_step("a", StepState.PROCESSED, output={}, compensate="undo")]
+    chain = _chain(StepState.PROCESSED, StepState.WAITING, StepState.WAITING)
+
+    assert [Release(chain[1])] == decide(_compensating(), [*forward, *chain], None)
+
+
+def test_a_processed_chain_compensates_the_run_keeping_why_it_was_compensated() -> None:
+    error = RunError(BOOM, "c")
+    chain = _chain(StepState.PROCESSED, StepState.PROCESSED)
+
+    assert [Finish(RunState.COMPENSATED, error=error)] == decide(_compensating(error), chain, None)
+
+
+def test_a_failed_compensation_step_skips_the_rest_and_needs_an_operator() -> None:
+    chain = _chain(StepState.ERROR, StepState.WAITING, error=BOOM)
+
+    transitions = decide(_compensating(), chain, None)
+
+    error = RunError(BOOM, "undo_b", compensation=True)
+    assert [
+        Skip(chain[1], StepState.WAITING, "compensation failed"),
+        Finish(RunState.COMPENSATION_FAILED, error=error),
+        RaiseAlert(
+            Alert(
+                COMPENSATION_FAILED,
+                str(chain[0].id),
+                "run 7 of order (key A-1): compensating step 'undo_b' failed (Boom: no); the "
+                "run needs an operator",
+                run_id=7,
+                step_id=chain[0].id,
+                detail={"step": "undo_b", "compensation": True, "error": BOOM},
+            )
+        ),
+    ] == transitions
+
+
+# -- the run's error as stored --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "stored"),
+    [
+        (RunError(BOOM, "charge"), {"step": "charge", "error": BOOM}),
+        (
+            RunError(BOOM, "undo", compensation=True),
+            {"step": "undo", "compensation": True, "error": BOOM},
+        ),
+        (
+            RunError.of_run(StoredError("InvalidOutputError", "m")),
+            StoredError("InvalidOutputError", "m").to_json(),
+        ),
+        (
+            RunError.of_run(StoredError("Cancelled", "why", {"by": "ops"})),
+            {"type": "Cancelled", "message": "why", "by": "ops"},
+        ),
+    ],
+)
+def test_a_run_error_is_stored_as_before_and_read_back_equal(error: RunError, stored: Any) -> None:
+    """The `runs.error` JSON keeps its shapes (docs/protocol.md 7.3), key order included."""
+    assert list(stored.items()) == list(error.to_json().items())
+    assert error == RunError.from_json(stored)
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        None,
+        "text",
+        [1, 2],
+        {"step": "a"},
+        {"step": 3, "error": BOOM},
+        {"step": "a", "error": BOOM, "more": 1},
+        {"step": "a", "compensation": False, "error": BOOM},
+        {"error": BOOM},
+    ],
+)
+def test_any_stored_run_error_is_written_back_unchanged(stored: Any) -> None:
+    """A run's error of an unexpected shape is kept whole (as an error of the run itself)."""
+    read = RunError.from_json(stored)
+
+    assert stored == (read.to_json() if read is not None else None)
+
+
+def test_a_run_error_describes_its_error_for_alert_messages() -> None:
+    assert [
+        RunError(BOOM, "a").describe(),
+        RunError({"message": "m"}).describe(),
+        RunError(BOOM, "a", compensation=True).describe(),
+        RunError(None, "a").describe(),
+        RunError("oops").describe(),
+    ] == [
+        "Boom: no",
+        "Error: m",
+        "Boom: no",
+        "{'step': 'a', 'error': None}",
+        "oops",
+    ]
+
+
+def test_rows_are_frozen() -> None:
+    """A decision never changes the rows it was given."""
+    step = _step("a", StepState.WAITING)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        step.state = StepState.PENDING  # type: ignore[misc]
