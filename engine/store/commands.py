@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sasflow.errors import InvalidInputError, UnknownWorkflowError
+
 
 @dataclass(frozen=True)
 class StoredError:
@@ -82,3 +84,15 @@ class SubmitResult:
     business_key: str
     created: bool
     state: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A submission not recorded, and why: its workflow is unknown, its input is not JSON or a
+    first step's input cannot be built, or the database refused its data."""
+
+    error: UnknownWorkflowError | InvalidInputError
+
+    @property
+    def reason(self) -> str:
+        return str(self.error)

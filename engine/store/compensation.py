@@ -16,7 +16,7 @@ from sqlalchemy import Connection, insert
 
 from sasflow.states import StepKind, StepState
 from sasflow.store.schema import steps
-from sasflow.store.step_rows import POLICY_COLUMNS, step_row
+from sasflow.store.step_rows import POLICY_COLUMNS, defined_columns, step_row
 
 
 def reverse_topological(rows: Sequence[Any]) -> list[Any]:
@@ -51,15 +51,18 @@ def create_chain(conn: Connection, run: Any, forward: Sequence[Any]) -> list[dic
     for step in to_undo:
         rows.append(
             step_row(
+                defined_columns(
+                    name=step.name,
+                    kind=StepKind.COMPENSATION,
+                    agent=step.agent,
+                    action=step.compensate_action,
+                    depends_on=[previous] if previous else [],
+                    policy={column: getattr(step, column) for column in POLICY_COLUMNS},
+                    pool=step.pool,
+                ),
                 run_id=run.id,
-                name=step.name,
-                kind=StepKind.COMPENSATION,
-                agent=step.agent,
-                action=step.compensate_action,
-                depends_on=[previous] if previous else [],
                 priority=step.priority,
                 input={"input": step.input, "output": step.output},
-                policy={column: getattr(step, column) for column in POLICY_COLUMNS},
                 pool=step.pool,
             )
         )
