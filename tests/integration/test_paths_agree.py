@@ -7,6 +7,7 @@ capabilities are `portable()` (store.dialect.with_capabilities)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import fields, replace
 from typing import Any
 
@@ -50,6 +51,9 @@ registry = Registry([everything], [basic.echo])
 RUNS = 10
 """Runs per path: a claim of their first steps records 30 events and their replies 20, past
 events.COPY_FROM, so the events of both go in with COPY on the fast path."""
+
+UUID4_HEX = re.compile(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}")
+"""What step_rows.new_idempotency_key draws (and its SQL twin)."""
 
 VOLATILE = {"id", "run_id", "step_id", "idempotency_key", "business_key"}
 """Columns that differ from run to run whatever the path (and every timestamp)."""
@@ -146,3 +150,7 @@ def test_fast_and_portable_paths_write_the_same_rows(engine: Engine) -> None:
         ("last", "processed", "big"),
     ]
     assert done["callbacks"] == [("https://example.com/done", "pending")]
+    with engine.connect() as conn:
+        keys = conn.execute(select(steps.c.idempotency_key)).scalars().all()
+    assert len(keys) == 2 * 3 * RUNS
+    assert all(UUID4_HEX.fullmatch(k) for k in keys), "both paths draw keys of one form"
