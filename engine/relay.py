@@ -29,7 +29,7 @@ from sasflow.store.db import (
     transaction,
     translated,
 )
-from sasflow.store.dialect import POSTGRESQL
+from sasflow.store.dialect import capabilities
 from sasflow.transport.base import AsyncPublisher, Outgoing, PublishTicket, Transport
 from sasflow.transport.topology import Names
 
@@ -156,7 +156,7 @@ class Relay:
         self._max_in_flight = min(self.MAX_IN_FLIGHT, pool_capacity(engine) - 1)
         self._async = (
             isinstance(transport, AsyncPublisher)
-            and engine.dialect.name == POSTGRESQL
+            and capabilities(engine).relay_in_flight
             and self._max_in_flight > 0
         )
         self._in_flight: deque[_InFlight] = deque()

@@ -1,9 +1,9 @@
 """The submitter role: turn messages on `<ns>.submit` into runs, idempotently.
 
-A batch of deliveries is recorded in one transaction and acked after the commit. On
-PostgreSQL its runs take one statement (store.submit_many); when the database refuses the data
-of that statement, the batch is recorded again with each submission in its own savepoint, so
-the bad one is dead-lettered with its reason without undoing the others.
+A batch of deliveries is recorded in one transaction (store.submit.record_runs: on
+PostgreSQL its runs take one statement) and acked after the commit. When the database refuses
+the data of one submission, the batch is recorded again with each submission in its own
+savepoint, so the bad one is dead-lettered with its reason without undoing the others.
 """
 
 from __future__ import annotations
@@ -12,16 +12,15 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
+from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store import submit_many
-from sasflow.store.commands import NewRun, SubmitResult
-from sasflow.store.db import Connection, Engine, transaction
-from sasflow.store.submit import submit
+from sasflow.store.commands import NewRun, Refused, SubmitResult
+from sasflow.store.db import Engine, transaction
+from sasflow.store.submit import record_runs
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
 
@@ -104,27 +103,30 @@ class Submitter:
                 parsed.append((delivery, self._new_run(delivery)))
             except InvalidMessageError as exc:
                 rejected.append((delivery, str(exc)))
+        news = [new for _, new in parsed]
         try:
             try:
-                results = self._record_batch(parsed, rejected)
-            except _BatchRefusedError as exc:
+                answers = self._record(news, isolate=False)
+            except InvalidInputError as exc:
                 log.info(
                     "%s: batch refused (%s): recording it one submission at a time", self.id, exc
                 )
-                results = self._record_each(parsed, rejected)
+                answers = self._record(news, isolate=True)
         except Exception:
             self._held = held + self._held  # nothing committed: keep them unacked, retry
             raise
-        for result in results:
-            if result.created:
+        for (delivery, new), answer in zip(parsed, answers, strict=True):
+            if isinstance(answer, Refused):
+                rejected.append((delivery, answer.reason))
+            elif answer.created:
                 self.stats.created += 1
             else:
                 self.stats.duplicates += 1
                 log.info(
                     "duplicate submission %s/%s -> run %s",
-                    result.workflow,
-                    result.business_key,
-                    result.run_id,
+                    new.workflow,
+                    answer.business_key,
+                    answer.run_id,
                 )
         for delivery, reason in rejected:
             self._transport.dead_letter(
@@ -147,84 +149,14 @@ class Submitter:
             submission = submission.model_copy(update={"key": f"msg:{delivery.message_id}"[:200]})
         return submission.new_run(self._hooks.submission_received(delivery))
 
-    def _record_batch(
-        self, parsed: list[tuple[Delivery, NewRun]], rejected: list[tuple[Delivery, str]]
-    ) -> list[_Recorded]:
-        """Record the batch in one transaction: the runs of one-statement workflows in one
-        statement (submit_many), the others one at a time in a savepoint each. Raises
-        _BatchRefusedError, having rolled back, when the database refuses the data of the one
-        statement: which submission it was is then found by `_record_each`. Appends to
-        `rejected` the submissions refused before the database saw them."""
-        refused: list[tuple[Delivery, str]] = []
-        ready: list[submit_many.Prepared] = []
-        generic: list[tuple[Delivery, NewRun]] = []
-        results: list[_Recorded] = []
-        for delivery, new in parsed:
-            try:
-                prepared = submit_many.prepare(self._registry, new)
-            except (UnknownWorkflowError, InvalidInputError) as exc:
-                refused.append((delivery, str(exc)))
-                continue
-            if submit_many.one_statement(self._engine, prepared.workflow):
-                ready.append(prepared)
-            else:
-                generic.append((delivery, new))
+    def _record(self, news: list[NewRun], *, isolate: bool) -> list[SubmitResult | Refused]:
+        """Record the batch in one transaction (see store.submit.record_runs)."""
         with transaction(self._engine) as conn:
-            if ready:
-                try:
-                    done = submit_many.insert(
-                        conn, ready, actor=self.id, namespace=self._names.namespace
-                    )
-                except InvalidInputError as exc:
-                    raise _BatchRefusedError(str(exc)) from exc
-                results.extend(
-                    _Recorded.of(p.workflow.name, r) for p, r in zip(ready, done, strict=True)
-                )
-            results.extend(self._submit_each(conn, generic, refused))
-        rejected.extend(refused)
-        return results
-
-    def _record_each(
-        self, parsed: list[tuple[Delivery, NewRun]], rejected: list[tuple[Delivery, str]]
-    ) -> list[_Recorded]:
-        """Record the batch in one transaction, each submission in its own savepoint, so that
-        a bad one is dead-lettered without undoing the others."""
-        with transaction(self._engine) as conn:
-            return self._submit_each(conn, parsed, rejected)
-
-    def _submit_each(
-        self,
-        conn: Connection,
-        parsed: list[tuple[Delivery, NewRun]],
-        rejected: list[tuple[Delivery, str]],
-    ) -> list[_Recorded]:
-        results: list[_Recorded] = []
-        for delivery, new in parsed:
-            try:
-                with conn.begin_nested():
-                    result = submit(
-                        conn, self._registry, new, namespace=self._names.namespace, actor=self.id
-                    )
-            except (UnknownWorkflowError, InvalidInputError) as exc:
-                rejected.append((delivery, str(exc)))
-                continue
-            results.append(_Recorded.of(new.workflow, result))
-        return results
-
-
-class _BatchRefusedError(Exception):
-    """The database refused the data of a batch's one statement."""
-
-
-@dataclass(frozen=True)
-class _Recorded:
-    """A recorded submission: its workflow and what the store answered."""
-
-    workflow: str
-    run_id: int
-    business_key: str
-    created: bool
-
-    @classmethod
-    def of(cls, workflow: str, result: SubmitResult) -> _Recorded:
-        return cls(workflow, result.run_id, result.business_key, result.created)
+            return record_runs(
+                conn,
+                self._registry,
+                news,
+                namespace=self._names.namespace,
+                actor=self.id,
+                isolate=isolate,
+            )

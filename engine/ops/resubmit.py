@@ -17,7 +17,6 @@ keep growing, so a late reply of an attempt from before the resubmission is fenc
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from sasflow.store.db import Connection, rehearse
 from sasflow.store.inspect import RunFilter
 from sasflow.store.notify import notify_ready
 from sasflow.store.operator import StepReset
+from sasflow.store.step_rows import new_idempotency_key
 from sasflow.store.submit import build_step_input
 from sasflow.workflow import StepContext
 
@@ -139,7 +139,7 @@ def _reset(row: Any, deps_done: bool, step_input: Any = None) -> StepReset:
         step_id=row.id,
         kind=StepKind(row.kind),
         to_state=StepState.PENDING if deps_done else StepState.WAITING,
-        idempotency_key=row.idempotency_key if _outcome_unknown(row) else uuid.uuid4().hex,
+        idempotency_key=row.idempotency_key if _outcome_unknown(row) else new_idempotency_key(),
         input=step_input,
     )
 

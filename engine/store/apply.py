@@ -16,7 +16,7 @@ from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
 from sasflow.store.commands import OutcomeKind, StepOutcome, StoredError
-from sasflow.store.dialect import POSTGRESQL
+from sasflow.store.dialect import capabilities
 from sasflow.store.notify import notify_ready
 
 log = logging.getLogger(__name__)
@@ -124,11 +124,12 @@ def apply_outcomes(
 def _complete_together(
     conn: Connection, outcomes: Sequence[StepOutcome]
 ) -> dict[int, Row[Any] | None]:
-    """On PostgreSQL, apply the `ok` outcomes of a batch with one statement
-    (queries.complete_steps): step id -> its row, or None when the fence dropped it. Only the
-    steps with one outcome in the batch: a step's duplicates are applied one by one, in order,
-    as before. Empty when there is nothing to gain (one outcome, or SQLite)."""
-    if len(outcomes) < 2 or conn.dialect.name != POSTGRESQL:
+    """Where the database can (`Capabilities.batched_complete`), apply the `ok` outcomes of a
+    batch with one statement (queries.complete_steps): step id -> its row, or None when the
+    fence dropped it. Only the steps with one outcome in the batch: a step's duplicates are
+    applied one by one, in order, as before. Empty when there is nothing to gain (one
+    outcome) or on the portable path."""
+    if len(outcomes) < 2 or not capabilities(conn).batched_complete:
         return {}
     counts = Counter(o.step_id for o in outcomes)
     ok = [o for o in outcomes if o.kind is OutcomeKind.OK and counts[o.step_id] == 1]

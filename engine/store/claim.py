@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from sasflow.states import RunState, StepState
 from sasflow.store import events, queries
-from sasflow.store.dialect import POSTGRESQL
+from sasflow.store.dialect import capabilities
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def claim(
     skipping = bool(skip_agents)
     if skipping:
         values["b_skip_agents"] = list(skip_agents)
-    merged = conn.dialect.name == POSTGRESQL
+    merged = capabilities(conn).merged_claim
     statement = (
         queries.claim_and_start(skipping=skipping)
         if merged
@@ -87,8 +87,8 @@ def claim(
 
 
 def _start_and_record(conn: Connection, claimed: Sequence[ClaimedStep], locked_by: str) -> None:
-    """What `queries.claim_and_start` does besides claiming, for databases without
-    data-modifying CTEs (SQLite)."""
+    """What `queries.claim_and_start` does besides claiming, on the portable path (SQLite has
+    no data-modifying CTEs)."""
     started = (
         conn.execute(queries.start_runs(), {"b_run_ids": sorted({c.run_id for c in claimed})})
         .scalars()

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.errors import InvalidInputError, UnknownWorkflowError
 from sasflow.states import ReplyStatus
 
 
@@ -121,3 +122,15 @@ class SubmitResult:
     business_key: str
     created: bool
     state: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A submission not recorded, and why: its workflow is unknown, its input is not JSON or a
+    first step's input cannot be built, or the database refused its data."""
+
+    error: UnknownWorkflowError | InvalidInputError
+
+    @property
+    def reason(self) -> str:
+        return str(self.error)

@@ -17,7 +17,7 @@ from typing import Any
 
 from sasflow.states import StepKind, StepState
 from sasflow.store.records import StepRecord
-from sasflow.store.step_rows import POLICY_COLUMNS, step_row
+from sasflow.store.step_rows import POLICY_COLUMNS, defined_columns, step_row
 
 
 def reverse_topological(records: Sequence[StepRecord]) -> list[StepRecord]:
@@ -51,15 +51,18 @@ def chain(run_id: int, forward: Sequence[StepRecord]) -> list[dict[str, Any]]:
             continue
         records.append(
             step_row(
+                defined_columns(
+                    name=step.name,
+                    kind=StepKind.COMPENSATION,
+                    agent=step.agent,
+                    action=action,
+                    depends_on=[previous] if previous else [],
+                    policy={column: getattr(step, column) for column in POLICY_COLUMNS},
+                    pool=step.pool,
+                ),
                 run_id=run_id,
-                name=step.name,
-                kind=StepKind.COMPENSATION,
-                agent=step.agent,
-                action=action,
-                depends_on=[previous] if previous else [],
                 priority=step.priority,
                 input={"input": step.input, "output": step.output},
-                policy={column: getattr(step, column) for column in POLICY_COLUMNS},
                 pool=step.pool,
             )
         )

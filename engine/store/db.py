@@ -28,6 +28,7 @@ from sasflow.errors import (
 )
 from sasflow.redact import redact_url
 from sasflow.store import sqlite
+from sasflow.store.dialect import capabilities
 
 # Connection and Engine are re-exported: code outside the store names them from here, so the
 # store stays the one door to SQLAlchemy.
@@ -142,7 +143,7 @@ _CONNECTED: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 def has_connected(engine: Engine) -> bool:
     """True once `engine` has opened a connection (SQLite engines: always)."""
-    return engine in _CONNECTED or engine.dialect.name != "postgresql"
+    return engine in _CONNECTED or not capabilities(engine).server
 
 
 def _connect_args(options: EngineOptions) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The one place where PostgreSQL and SQLite differ in the SQL the engine writes.
 
-Statements are written once; what differs is either chosen from the connection's dialect here
-(upserts, notifications) or compiled per dialect (`least`, and the time functions in sqltime).
+Statements are written once; what differs is either chosen here from the engine's
+`Capabilities` (the PostgreSQL fast paths, notifications, upserts), decided once per engine
+from its dialect and driver, or compiled per dialect (`least`, and the time functions in
+sqltime). Nothing else in the engine tests a dialect's name.
 `power()` is the same function on both (sqlite.py registers it where SQLite lacks it).
 `FOR UPDATE SKIP LOCKED` needs no SQLite form: SQLAlchemy leaves it out there, and every SQLite
 transaction starts with `BEGIN IMMEDIATE` (see sqlite.py), which serialises writers instead.
@@ -9,6 +11,8 @@ transaction starts with `BEGIN IMMEDIATE` (see sqlite.py), which serialises writ
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -40,6 +44,83 @@ POLL_RESCAN_INTERVAL = 0.05
 (an idle claim there is one indexed statement on a local file)."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine's database lets the engine's statements do, decided once per engine from
+    its dialect and driver (`capabilities`). Each fast path has a portable twin that every
+    database runs and that writes the same rows (tests/integration/test_paths_agree.py)."""
+
+    notifications: bool
+    """LISTEN/NOTIFY wakes schedulers (PostgreSQL); without it they rescan often."""
+    server: bool
+    """A database server reached over a connection (PostgreSQL), whose refusals after a first
+    connection are an outage to wait out (`db.has_connected`); SQLite is a local file."""
+    one_statement_submit: bool
+    """Runs recorded in one statement (store.submit_many): PostgreSQL through psycopg, whose
+    parameter style the statement is written in; else a few statements per run
+    (store.submit.insert_generic)."""
+    merged_claim: bool
+    """A claim, the runs it starts and the events of both in one statement with data-modifying
+    CTEs (queries.claim_and_start); else queries.claim_ready, then queries.start_runs and
+    events.record."""
+    batched_complete: bool
+    """A reply batch's `ok` outcomes applied in one statement over arrays
+    (queries.complete_steps); else one queries.complete_step each."""
+    copy_events: bool
+    """Large batches of events written with COPY through psycopg; else one executemany."""
+    relay_in_flight: bool
+    """A relay may keep batches awaiting their confirms while it takes the next: row locks
+    (SKIP LOCKED) let its transactions write side by side (SQLite has one writer)."""
+
+    def portable(self) -> Capabilities:
+        """The same database taken through the portable paths only (the ones SQLite takes),
+        what the fast paths are compared with."""
+        return replace(
+            self,
+            one_statement_submit=False,
+            merged_claim=False,
+            batched_complete=False,
+            copy_events=False,
+            relay_in_flight=False,
+        )
+
+
+def _detect(engine: Engine) -> Capabilities:
+    postgres = engine.dialect.name == POSTGRESQL
+    psycopg = postgres and engine.dialect.driver == "psycopg"
+    return Capabilities(
+        notifications=postgres,
+        server=postgres,
+        one_statement_submit=psycopg,
+        merged_claim=postgres,
+        batched_complete=postgres,
+        copy_events=psycopg,
+        relay_in_flight=postgres,
+    )
+
+
+_CAPABILITIES: weakref.WeakKeyDictionary[Engine, Capabilities] = weakref.WeakKeyDictionary()
+"""Each engine's capabilities, decided at its first use (or given by `with_capabilities`)."""
+
+
+def capabilities(bind: Connection | Engine) -> Capabilities:
+    """The capabilities of `bind`'s engine (decided once per engine)."""
+    engine = bind.engine
+    try:
+        return _CAPABILITIES[engine]
+    except KeyError:
+        decided = _CAPABILITIES[engine] = _detect(engine)
+        return decided
+
+
+def with_capabilities(engine: Engine, chosen: Capabilities) -> Engine:
+    """An engine sharing `engine`'s pool whose statements take the paths `chosen` allows, e.g.
+    `capabilities(engine).portable()` to take the portable paths on PostgreSQL."""
+    derived = engine.execution_options()
+    _CAPABILITIES[derived] = chosen
+    return derived
+
+
 def upsert_insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
     """An INSERT with the `on_conflict_do_nothing` / `on_conflict_do_update` API of the
     connection's database (both dialects spell them the same way)."""
@@ -50,7 +131,7 @@ def upsert_insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.
 
 def has_notifications(bind: Connection | Engine) -> bool:
     """True when the database can wake schedulers with LISTEN/NOTIFY (PostgreSQL)."""
-    return bind.dialect.name == POSTGRESQL
+    return capabilities(bind).notifications
 
 
 def rescan_interval(bind: Connection | Engine) -> float:

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 
 from sasflow.states import QUIET_STEP_STATES, TERMINAL_RUN_STATES, AgentState, RunState, StepState
 from sasflow.store import callbacks, queries
-from sasflow.store.dialect import POSTGRESQL
+from sasflow.store.dialect import capabilities
 from sasflow.store.schema import events
 
 
@@ -135,7 +135,7 @@ def record(
     their locks) anyway; the others are not looked up again."""
     if not batch:
         return
-    if len(batch) >= COPY_FROM and conn.dialect.name == POSTGRESQL:
+    if len(batch) >= COPY_FROM and capabilities(conn).copy_events:
         _copy(conn, batch)
     else:
         conn.execute(insert(events), [e.row() for e in batch])

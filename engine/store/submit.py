@@ -1,30 +1,148 @@
-"""Insert a run and its step records in one transaction, idempotently on (workflow, key).
+"""Record runs: the one door (`record_runs`) that `submit_run`, the submitter and schedule
+firing take, and the portable path.
 
-On PostgreSQL most runs take one statement (submit_many); this module's generic path serves
-SQLite and the workflows whose first step builds its own input in Python."""
+A run and its step records are inserted in the caller's transaction, idempotently on
+(workflow, key). Where the engine's capabilities allow it, runs take one statement
+(submit_many); the others, and every run on SQLite, take the portable path here
+(`insert_portable`): a few statements per run.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Executable, insert, select
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
-from sasflow.states import RunState, StepKind
+from sasflow.states import RunState
 from sasflow.store import events, submit_many
-from sasflow.store.commands import NewRun, SubmitResult
+from sasflow.store.commands import NewRun, Refused, SubmitResult
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import runs, steps
-from sasflow.store.step_rows import policy_columns, step_row
+from sasflow.store.step_rows import forward_definition, step_row
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)
+
+
+def record_runs(
+    conn: Connection,
+    registry: Registry,
+    submissions: Sequence[NewRun],
+    *,
+    namespace: str,
+    actor: str,
+    notify: bool = True,
+    isolate: bool = False,
+) -> list[SubmitResult | Refused]:
+    """Record `submissions` in the caller's transaction on `conn`: one answer per submission,
+    in order. A submission whose workflow is unknown or whose input is not JSON is `Refused`
+    before the database sees it. The others are recorded:
+
+    - together (`isolate` False): the runs of workflows `submit_many.one_statement` accepts
+      in one statement, then the others on the portable path, one at a time, no savepoints.
+      When the database refuses the data of one (`db.is_message_fault`), or a first step's
+      input cannot be built, InvalidInputError is raised and the caller's transaction can only
+      be rolled back: record the submissions again with `isolate` to find which one it was.
+    - each in a savepoint of its own (`isolate`): one that cannot be recorded is `Refused`,
+      without undoing the others.
+
+    With `notify`, listening schedulers are woken at commit when a run was created; without
+    it the caller wakes them itself (once for a batch). Any other database error is raised as
+    is (the database cannot take it now, or a bug), never blamed on a submission.
+    """
+    answers: list[SubmitResult | Refused | None] = []
+    # (the answer's index, the run, whether it takes the one statement)
+    entries: list[tuple[int, submit_many.Prepared, bool]] = []
+    for new in submissions:
+        try:
+            prepared = submit_many.prepare(registry, new)
+        except (UnknownWorkflowError, InvalidInputError) as exc:
+            answers.append(Refused(exc))
+            continue
+        entries.append((len(answers), prepared, submit_many.one_statement(conn, prepared.workflow)))
+        answers.append(None)
+    woken = False
+    if isolate:
+        for i, prepared, one_statement in entries:
+            try:
+                with conn.begin_nested():
+                    answers[i] = _record_one(
+                        conn,
+                        prepared,
+                        one_statement=one_statement,
+                        actor=actor,
+                        namespace=namespace,
+                    )
+            except InvalidInputError as exc:
+                answers[i] = Refused(exc)
+    else:
+        fast = [(i, prepared) for i, prepared, one_statement in entries if one_statement]
+        if fast:
+            done = submit_many.insert(
+                conn, [p for _, p in fast], actor=actor, namespace=namespace, notify=notify
+            )
+            for (i, _), result in zip(fast, done, strict=True):
+                answers[i] = result
+                woken = woken or result.created
+        for i, prepared, one_statement in entries:
+            if not one_statement:
+                answers[i] = insert_portable(conn, prepared, actor=actor)
+    recorded = [a for a in answers if a is not None]
+    if len(recorded) != len(answers):
+        raise RuntimeError("record_runs left a submission unanswered")
+    if notify and not woken and any(isinstance(a, SubmitResult) and a.created for a in recorded):
+        notify_ready(conn, namespace)
+    return recorded
+
+
+def _record_one(
+    conn: Connection,
+    prepared: submit_many.Prepared,
+    *,
+    one_statement: bool,
+    actor: str,
+    namespace: str,
+) -> SubmitResult:
+    """One run on its path, the schedulers not woken."""
+    if one_statement:
+        [result] = submit_many.insert(
+            conn, [prepared], actor=actor, namespace=namespace, notify=False
+        )
+        return result
+    return insert_portable(conn, prepared, actor=actor)
+
+
+def submit(
+    conn: Connection,
+    registry: Registry,
+    submission: NewRun,
+    *,
+    namespace: str,
+    actor: str,
+    notify: bool = True,
+) -> SubmitResult:
+    """Record one run inside the caller's transaction on `conn` (commit or roll back with it):
+    `record_runs` for one submission. With `notify` False the caller wakes the schedulers
+    itself (once for a batch).
+
+    Raises UnknownWorkflowError for an unregistered workflow, and InvalidInputError when the
+    input is not JSON, a first step's input cannot be built, or the database refuses the data
+    the submission carries (`db.is_message_fault`); any other database error is raised as is.
+    """
+    [answer] = record_runs(
+        conn, registry, [submission], namespace=namespace, actor=actor, notify=notify
+    )
+    if isinstance(answer, Refused):
+        raise answer.error
+    return answer
 
 
 def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> Any:
@@ -39,40 +157,6 @@ def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> An
             f"step {step_name!r}: input builder raised {type(exc).__name__}: {exc}"
         ) from exc
     return value
-
-
-def submit(
-    conn: Connection,
-    registry: Registry,
-    submission: NewRun,
-    *,
-    namespace: str,
-    actor: str,
-    notify: bool = True,
-) -> SubmitResult:
-    """Record a run inside the caller's transaction on `conn` (commit or roll back with it).
-    With `notify` False the caller wakes the schedulers itself (once for a batch).
-
-    Raises UnknownWorkflowError for an unregistered workflow, and InvalidInputError when the
-    input is not JSON, a first step's input cannot be built, or the database refuses the data
-    the submission carries (`db.is_message_fault`); any other database error is raised as is
-    (the database cannot take it now, or a bug), never blamed on the submission.
-    """
-    prepared = submit_many.prepare(registry, submission)
-    try:
-        if submit_many.one_statement(conn, prepared.workflow):
-            [result] = submit_many.insert(
-                conn, [prepared], actor=actor, namespace=namespace, notify=notify
-            )
-            return result
-        result = insert_generic(conn, prepared, actor=actor)
-    except DBAPIError as exc:
-        if is_message_fault(exc):
-            raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
-        raise
-    if result.created and notify:
-        notify_ready(conn, namespace)
-    return result
 
 
 _RUN_INSERTS: dict[str, Executable] = {}
@@ -94,8 +178,24 @@ def _run_insert(conn: Connection) -> Executable:
     return statement
 
 
-def insert_generic(conn: Connection, prepared: submit_many.Prepared, *, actor: str) -> SubmitResult:
-    """One run in a few statements, any database and any workflow (no NOTIFY)."""
+def insert_portable(
+    conn: Connection, prepared: submit_many.Prepared, *, actor: str
+) -> SubmitResult:
+    """One run in a few statements, any database and any workflow (no NOTIFY). Raises
+    InvalidInputError when a first step's input cannot be built or the database refuses the
+    data (`db.is_message_fault`): the caller's transaction must then be rolled back (or its
+    savepoint)."""
+    try:
+        return _insert_portable(conn, prepared, actor=actor)
+    except DBAPIError as exc:
+        if is_message_fault(exc):
+            raise InvalidInputError(f"database rejected the submission: {exc.orig}") from exc
+        raise
+
+
+def _insert_portable(
+    conn: Connection, prepared: submit_many.Prepared, *, actor: str
+) -> SubmitResult:
     workflow, submission, key = prepared.workflow, prepared.new, prepared.key
     run_id = conn.execute(
         _run_insert(conn),
@@ -132,21 +232,14 @@ def insert_generic(conn: Connection, prepared: submit_many.Prepared, *, actor: s
     ctx = StepContext(run_input=submission.input, outputs={}, run_id=run_id, business_key=key)
     rows: list[dict[str, Any]] = []
     for name in workflow.order:
-        step = workflow.step(name)
-        deps = workflow.dependencies[name]
+        root = not workflow.dependencies[name]
         rows.append(
             step_row(
+                forward_definition(workflow, name),
                 run_id=run_id,
-                name=name,
-                kind=StepKind.FORWARD,
-                agent=step.agent,
-                action=step.action,
-                depends_on=deps,
                 priority=submission.priority,
-                input=None if deps else build_step_input(workflow, name, ctx),
-                policy=policy_columns(step.policy),
-                compensate_action=step.compensate,
-                pool=step.pool or submission.pool,
+                input=build_step_input(workflow, name, ctx) if root else None,
+                pool=workflow.step(name).pool or submission.pool,
             )
         )
     conn.execute(_STEPS_INSERT, rows)

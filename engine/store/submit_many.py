@@ -1,16 +1,19 @@
 """Record many runs in one statement on PostgreSQL: the runs, their step records, their first
 events and the schedulers' wake-up, in one round trip whatever the batch's size.
 
-`submit.submit` takes this path for one run, the submitter for a batch of deliveries, and
-schedules for a fire batch. It serves the workflows whose first steps take the run's input as
-it is (the default input builder): their step records need nothing the database has not got.
-A workflow whose first step builds its input in Python (from the run id, say) takes the
-generic path in submit.py instead, and so does SQLite.
+`submit.record_runs` takes this path where the engine's capabilities allow it
+(`Capabilities.one_statement_submit`: PostgreSQL through psycopg), for one run (`submit_run`),
+a submitter's batch of deliveries or a schedule's fire batch. It serves the workflows whose
+first steps take the run's input as it is (the default input builder): their step records
+need nothing the database has not got. A workflow whose first step builds its input in Python
+(from the run id, say) takes the portable path in submit.py instead, and so does SQLite.
 
 The statement (`_SQL`) is one text whatever the batch holds, so psycopg prepares it once per
 connection: the runs and the step templates of their workflows travel as two JSON documents,
 unpacked with `jsonb_to_recordset`, and the step records are the cross product of the runs
-actually inserted (`ON CONFLICT DO NOTHING ... RETURNING`) and their workflow's template.
+actually inserted (`ON CONFLICT DO NOTHING ... RETURNING`) and their workflow's template. The
+template's fields and the step columns the statement writes derive from
+`step_rows.STEP_COLUMNS`, the portable path's description of a step record.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ from sqlalchemy.exc import DBAPIError
 from sasflow.errors import ConflictError, InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
-from sasflow.states import RunState, StepKind, StepState
+from sasflow.states import RunState
 from sasflow.store.commands import NewRun, SubmitResult
 from sasflow.store.db import is_message_fault
-from sasflow.store.dialect import POSTGRESQL
+from sasflow.store.dialect import capabilities
 from sasflow.store.notify import channel
-from sasflow.store.step_rows import policy_columns
+from sasflow.store.step_rows import (
+    DEFINED_COLUMNS,
+    NEW_IDEMPOTENCY_KEY_SQL,
+    STEP_COLUMNS,
+    forward_definition,
+)
 from sasflow.workflow import Workflow
 
 log = logging.getLogger(__name__)
@@ -61,15 +69,11 @@ def prepare(registry: Registry, new: NewRun) -> Prepared:
 
 
 def one_statement(bind: Connection | Engine, workflow: Workflow) -> bool:
-    """True when runs of `workflow` can be recorded here: PostgreSQL through psycopg (the
-    statement is written in its parameter style; an application's `submit_run` on another
-    driver takes the generic path), and every first step takes the run's input as it is."""
-    dialect = bind.dialect
-    return (
-        dialect.name == POSTGRESQL
-        and dialect.driver == "psycopg"
-        and _template(workflow) is not None
-    )
+    """True when runs of `workflow` can be recorded here: the engine's capabilities allow it
+    (`Capabilities.one_statement_submit`; an application's `submit_run` on another driver
+    than psycopg takes the portable path), and every first step takes the run's input as it
+    is."""
+    return capabilities(bind).one_statement_submit and _template(workflow) is not None
 
 
 _TEMPLATES: weakref.WeakKeyDictionary[Workflow, str | None] = weakref.WeakKeyDictionary()
@@ -86,24 +90,10 @@ def _template(workflow: Workflow) -> str | None:
     if all(
         workflow.step(n).takes_run_input for n in workflow.order if not workflow.dependencies[n]
     ):
-        rows = []
-        for i, name in enumerate(workflow.order):
-            step = workflow.step(name)
-            deps = workflow.dependencies[name]
-            rows.append(
-                {
-                    "i": i,
-                    "name": name,
-                    "agent": step.agent,
-                    "action": step.action,
-                    "compensate_action": step.compensate,
-                    "depends_on": list(deps),
-                    "state": StepState.WAITING if deps else StepState.PENDING,
-                    "root": not deps,
-                    "pool": step.pool,
-                    **policy_columns(step.policy),
-                }
-            )
+        rows = [
+            {"i": i, "root": not workflow.dependencies[name], **forward_definition(workflow, name)}
+            for i, name in enumerate(workflow.order)
+        ]
         entry = f"{json.dumps(_template_key(workflow))}:{json.dumps(rows, allow_nan=False)}"
     _TEMPLATES[workflow] = entry
     return entry
@@ -118,12 +108,33 @@ _RUN_FIELDS = (
     "reply_to text, submitted_by text, callback_url text, pool text, trace_parent text, "
     "on_failure text"
 )
-_STEP_FIELDS = (
-    "i int, name text, agent text, action text, compensate_action text, depends_on jsonb, "
-    "state text, root boolean, pool text, timeout_s float8, max_failures int, "
-    "backoff_initial_s float8, backoff_multiplier float8, backoff_max_s float8, give_up_s float8"
+_STEP_FIELDS = ", ".join(
+    ["i int", "root boolean", *(f"{c.name} {c.defined}" for c in DEFINED_COLUMNS)]
 )
-_POLICY = "timeout_s, max_failures, backoff_initial_s, backoff_multiplier, backoff_max_s, give_up_s"
+"""A template's fields: the step's place in definition order, whether it depends on nothing
+(it then takes the run's input), and the columns its definition gives."""
+
+_FROM_RUN = {
+    "run_id": "r.id",
+    "priority": "r.priority",
+    "idempotency_key": NEW_IDEMPOTENCY_KEY_SQL,
+    "input": "CASE WHEN t.root THEN r.input END",
+    "pool": "coalesce(t.pool, r.pool)",
+}
+"""The step columns the statement takes from the run inserted (`r`) or draws, rather than from
+the template (`t`)."""
+
+
+def _step_value(column: str, *, defined: bool) -> str:
+    if column in _FROM_RUN:
+        return _FROM_RUN[column]
+    if not defined:
+        raise TypeError(f"the one-statement submission does not know how to fill steps.{column}")
+    return f"t.{column}"
+
+
+_STEP_COLUMNS = ", ".join(c.name for c in STEP_COLUMNS)
+_STEP_VALUES = ", ".join(_step_value(c.name, defined=c.defined is not None) for c in STEP_COLUMNS)
 
 _SQL = f"""
 WITH b AS (
@@ -137,11 +148,8 @@ WITH b AS (
   ON CONFLICT (workflow, business_key) DO NOTHING
   RETURNING id, workflow, version, business_key, input, priority, pool
 ), s AS (
-  INSERT INTO steps (run_id, name, kind, agent, action, compensate_action, depends_on, state,
-                     priority, idempotency_key, input, pool, {_POLICY})
-  SELECT r.id, t.name, '{StepKind.FORWARD}', t.agent, t.action, t.compensate_action,
-         t.depends_on, t.state, r.priority, replace(gen_random_uuid()::text, '-', ''),
-         CASE WHEN t.root THEN r.input END, coalesce(t.pool, r.pool), {_POLICY}
+  INSERT INTO steps ({_STEP_COLUMNS})
+  SELECT {_STEP_VALUES}
   FROM r CROSS JOIN LATERAL jsonb_to_recordset(
     %(templates)s::jsonb -> (r.workflow || '@' || r.version)) AS t({_STEP_FIELDS})
   ORDER BY r.id, t.i
@@ -155,10 +163,10 @@ WITH b AS (
 )
 SELECT r.id, r.workflow, r.business_key, (SELECT count(*) FROM w) AS woken FROM r
 """
-"""Runs, steps (idempotency keys drawn in the database, as uuid4().hex), the `pending` event
-with reason "received" (events.record writes nothing else for a run that is not terminal) and
-one NOTIFY when anything was inserted (a SELECT in a WITH runs only when referenced: `woken`
-references it; it sends nothing when no run was inserted)."""
+"""Runs, steps (idempotency keys drawn in the database: step_rows.NEW_IDEMPOTENCY_KEY_SQL), the
+`pending` event with reason "received" (events.record writes nothing else for a run that is
+not terminal) and one NOTIFY when anything was inserted (a SELECT in a WITH runs only when
+referenced: `woken` references it; it sends nothing when no run was inserted)."""
 
 
 def insert(
@@ -190,7 +198,7 @@ def insert(
         first[identity] = i
         entry = _template(p.workflow)
         if entry is None:
-            raise ValueError(f"workflow {p.workflow.name!r} needs the generic submission path")
+            raise ValueError(f"workflow {p.workflow.name!r} needs the portable submission path")
         templates[_template_key(p.workflow)] = entry
         new = p.new
         head = json.dumps(

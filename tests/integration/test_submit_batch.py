@@ -1,23 +1,22 @@
 """Set-based submission (store.submit_many): a batch of runs in one statement, and the
-submitter's batches with their fallback to one submission at a time."""
+submitter's batches with their fallback to one submission at a time (store.submit.record_runs).
+That both paths write the same rows: test_paths_agree.py."""
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import Engine, event, func, select
 
-from sasflow import Backoff, Registry, Step, StepContext, StepPolicy, Workflow, submit_run
+from sasflow import Registry, Step, StepContext, Workflow, submit_run
 from sasflow.store import submit_many
 from sasflow.store.commands import NewRun
 from sasflow.store.notify import channel
 from sasflow.store.schema import events, runs, steps
-from sasflow.store.submit import insert_generic
 from sasflow.submitter import Submitter
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import Names, declare_common
@@ -128,7 +127,7 @@ custom = Workflow("custom", [Step("a", "echo", "upper", input=_builds_its_own_in
 registry = Registry([*basic.registry.workflows, custom], [basic.echo])
 
 
-def test_a_first_step_that_builds_its_input_takes_the_generic_path(engine: Engine) -> None:
+def test_a_first_step_that_builds_its_input_takes_the_portable_path(engine: Engine) -> None:
     """The input builder sees the run id, which only exists once the run is inserted."""
     count = 0
 
@@ -142,11 +141,11 @@ def test_a_first_step_that_builds_its_input_takes_the_generic_path(engine: Engin
         event.listen(engine, "before_cursor_execute", counted)
         try:
             result = submit_run(conn, registry, "custom", {}, key="c", namespace="t")
-            generic = count
+            portable = count
             submit_run(conn, registry, "pipeline", {"text": "x"}, key="p", namespace="t")
         finally:
             event.remove(engine, "before_cursor_execute", counted)
-    assert (generic, count - generic) == (4, 1)
+    assert (portable, count - portable) == (4, 1)
     [step] = [s for s in _rows(engine, steps) if s.run_id == result.run_id]
     assert step.input == {"run": result.run_id, "key": "c"}
 
@@ -226,72 +225,3 @@ def test_submitter_batch_the_database_refuses_falls_back_to_one_at_a_time(
     assert "database rejected" in str(dead["reason"])
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(steps)).scalar_one() == 4
-
-
-everything = Workflow(
-    "everything",
-    [
-        Step("first", "echo", "upper", compensate="length", pool="gpu"),
-        Step(
-            "second",
-            "echo",
-            "length",
-            after=(),
-            policy=StepPolicy(
-                timeout=7.5,
-                max_failures=9,
-                backoff=Backoff(initial=0.5, multiplier=3.0, maximum=60.0),
-                give_up_after=1234.0,
-            ),
-        ),
-        Step("last", "echo", "join", after=("first", "second"), input=lambda c: c.outputs),
-    ],
-    version=3,
-    on_failure="compensate",
-)
-
-
-def _recorded(engine: Engine, run_id: int) -> tuple[Any, list[Any], list[Any]]:
-    """A run's row, its steps and its events, without what differs from run to run."""
-    volatile = {"id", "run_id", "idempotency_key", "business_key", "created_at", "updated_at"}
-    volatile |= {"not_before"}
-    with engine.connect() as conn:
-        run = conn.execute(select(runs).where(runs.c.id == run_id)).one()._asdict()
-        step_rows = conn.execute(
-            select(steps).where(steps.c.run_id == run_id).order_by(steps.c.id)
-        ).all()
-        event_rows = conn.execute(
-            select(events).where(events.c.run_id == run_id).order_by(events.c.id)
-        ).all()
-    keep = [{k: v for k, v in r._asdict().items() if k not in volatile} for r in step_rows]
-    kept_events = [{k: v for k, v in e._asdict().items() if k not in volatile} for e in event_rows]
-    return {k: v for k, v in run.items() if k not in volatile}, keep, kept_events
-
-
-def test_one_statement_writes_what_the_generic_path_writes(engine: Engine) -> None:
-    """Every column of the run, its steps and its event: the same on both paths."""
-    new = NewRun(
-        "everything",
-        {"text": "x", "n": [1, 2.5, None]},
-        priority=-3,
-        reply_to="replies",
-        submitted_by="token-a",
-        callback_url="https://example.com/done",
-        pool="big",
-        trace_parent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-    )
-    reg = Registry([everything], [basic.echo])
-    with engine.begin() as conn:
-        fast = submit_many.prepare(reg, replace(new, key="fast"))
-        [one] = submit_many.insert(conn, [fast], actor="a", namespace="t")
-        slow = submit_many.prepare(reg, replace(new, key="slow"))
-        generic = insert_generic(conn, slow, actor="a")
-    assert one.created
-    assert generic.created
-    assert _recorded(engine, one.run_id) == _recorded(engine, generic.run_id)
-    _run, step_rows, _events = _recorded(engine, one.run_id)
-    assert [(s["name"], s["state"], s["pool"]) for s in step_rows] == [
-        ("first", "pending", "gpu"),
-        ("second", "pending", "big"),
-        ("last", "waiting", "big"),
-    ]

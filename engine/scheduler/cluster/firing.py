@@ -16,16 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sasflow.errors import InvalidInputError, UnknownWorkflowError
 from sasflow.registry import Registry
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from sasflow.store import schedules as store
-from sasflow.store import submit_many
-from sasflow.store.commands import NewRun
+from sasflow.store.commands import NewRun, Refused
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
 from sasflow.store.shard import Bounds
-from sasflow.store.submit import submit
+from sasflow.store.submit import record_runs
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ def fire_due(
     """Inside the caller's transaction: fire what is due of up to `limit` schedules `holder`
     holds, at most `tick_budget` ticks (a schedule far behind fires its oldest ticks first and
     the rest in the next transactions: a transaction stays short, whatever the backlog).
-    `isolate`: each tick in a savepoint (see submit_tick). `bounds`: only the schedules whose
+    `isolate`: each tick in a savepoint (see submit_ticks). `bounds`: only the schedules whose
     id is within them (the scope strategy's range, checked by the caller's fence).
 
     Draining (`drain_horizon` given): release each schedule right after its due tick was
@@ -79,7 +77,7 @@ def fire_due(
     report = FireReport()
     moves: list[store.Ticked] = []
     fired: list[dict[str, Any]] = []
-    batch: list[tuple[int, Target, dt.datetime]] = []  # without `isolate`: fired[i]'s tick
+    batch: list[tuple[Target, dt.datetime]] = []  # fired[i]'s tick, submitted after the loop
     draining = drain_horizon is not None
     rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit, bounds=bounds)
     report.more = len(rows) == limit
@@ -113,14 +111,8 @@ def fire_due(
             budget -= len(ticks)
             target = Target.of(row._mapping)
             for tick in ticks:
-                if isolate:
-                    run_id, error = submit_tick(
-                        conn, registry, target, tick, fired_by=fired_by, namespace=namespace
-                    )
-                else:  # submitted together after the loop
-                    run_id, error = None, None
-                    batch.append((len(fired), target, tick))
-                fired.append(tick_row(row.id, tick, run_id, fired_by, error))
+                batch.append((target, tick))
+                fired.append(tick_row(row.id, tick, None, fired_by, None))
                 report.late.append((db_now - tick).total_seconds())
             next_tick_at = timing.next_after(ticks[-1] if behind else db_now)
             release = release and not behind
@@ -129,16 +121,11 @@ def fire_due(
         moves.append(
             store.Ticked(row.id, next_tick_at, ticks[-1] if ticks else None, release=release)
         )
-    if batch:
-        run_ids = submit_ticks(
-            conn,
-            registry,
-            [(t, tick) for _, t, tick in batch],
-            fired_by=fired_by,
-            namespace=namespace,
-        )
-        for (i, _, _), run_id in zip(batch, run_ids, strict=True):
-            fired[i]["run_id"] = run_id
+    submitted = submit_ticks(
+        conn, registry, batch, fired_by=fired_by, namespace=namespace, isolate=isolate
+    )
+    for record, (run_id, error) in zip(fired, submitted, strict=True):
+        record["run_id"], record["error"] = run_id, error
     store.record_ticks(conn, fired)
     store.set_ticked(conn, moves)
     if report.fired:
@@ -161,6 +148,45 @@ class Target:
         return cls(schedule["id"], schedule["name"], schedule["workflow"], schedule["input"])
 
 
+def submit_ticks(
+    conn: Connection,
+    registry: Registry,
+    ticks: Sequence[tuple[Target, dt.datetime]],
+    *,
+    fired_by: str,
+    namespace: str,
+    isolate: bool,
+) -> list[tuple[int | None, str | None]]:
+    """Submit the runs of ticks (store.submit.record_runs; the caller wakes the schedulers):
+    for each its run id, or None and why its run cannot be made (unknown workflow, bad input:
+    the caller records the tick with the error, never retried). Without `isolate` the runs go
+    in together, without savepoints, and data the database refuses raises InvalidInputError:
+    the caller rolls back and fires the batch again with `isolate` (a savepoint per tick)."""
+    answers = record_runs(
+        conn,
+        registry,
+        [NewRun(workflow=t.workflow, input=t.input, key=tick_key(t.id, tick)) for t, tick in ticks],
+        namespace=namespace,
+        actor=fired_by,
+        notify=False,
+        isolate=isolate,
+    )
+    submitted: list[tuple[int | None, str | None]] = []
+    for (schedule, tick), answer in zip(ticks, answers, strict=True):
+        if isinstance(answer, Refused):
+            log.error(
+                "schedule %s (%s): tick %s not submitted: %s",
+                schedule.id,
+                schedule.name,
+                tick,
+                answer.reason,
+            )
+            submitted.append((None, answer.reason))
+        else:
+            submitted.append((answer.run_id, None))
+    return submitted
+
+
 def submit_tick(
     conn: Connection,
     registry: Registry,
@@ -170,62 +196,12 @@ def submit_tick(
     fired_by: str,
     namespace: str,
 ) -> tuple[int | None, str | None]:
-    """Submit the run of one tick in a savepoint: its run id, or None and why when the run
-    cannot be made (unknown workflow, bad input: the caller records the tick with the error,
-    never retried). fire_due's fast path submits its ticks together instead (submit_ticks).
-    """
-    new_run = NewRun(
-        workflow=schedule.workflow, input=schedule.input, key=tick_key(schedule.id, tick)
+    """Submit the run of one tick in a savepoint (`submit_ticks`): its run id, or None and why
+    its run cannot be made."""
+    [submitted] = submit_ticks(
+        conn, registry, [(schedule, tick)], fired_by=fired_by, namespace=namespace, isolate=True
     )
-    error: str | None = None
-    try:
-        with conn.begin_nested():
-            # fire_due's caller wakes the schedulers once per batch (notify=False).
-            result = submit(
-                conn, registry, new_run, namespace=namespace, actor=fired_by, notify=False
-            )
-    except (UnknownWorkflowError, InvalidInputError) as exc:
-        error = str(exc)
-    if error is not None:
-        log.error(
-            "schedule %s (%s): tick %s not submitted: %s", schedule.id, schedule.name, tick, error
-        )
-        return None, error
-    return result.run_id, None
-
-
-def submit_ticks(
-    conn: Connection,
-    registry: Registry,
-    ticks: Sequence[tuple[Target, dt.datetime]],
-    *,
-    fired_by: str,
-    namespace: str,
-) -> list[int]:
-    """Submit the runs of a fire batch's ticks together, without savepoints: the runs of
-    one-statement workflows in one statement (store.submit_many), the others one at a time.
-    A tick whose run cannot be made raises UnknownWorkflowError or InvalidInputError (the data
-    refused by the database too): the caller rolls back and fires the batch with `isolate`.
-    The caller wakes the schedulers."""
-    prepared = [
-        submit_many.prepare(
-            registry,
-            NewRun(workflow=t.workflow, input=t.input, key=tick_key(t.id, tick)),
-        )
-        for t, tick in ticks
-    ]
-    together = [p for p in prepared if submit_many.one_statement(conn, p.workflow)]
-    done = submit_many.insert(conn, together, actor=fired_by, namespace=namespace, notify=False)
-    found = {(p.workflow.name, p.key): r.run_id for p, r in zip(together, done, strict=True)}
-    run_ids: list[int] = []
-    for p in prepared:
-        run_id = found.get((p.workflow.name, p.key))
-        if run_id is None:
-            run_id = submit(
-                conn, registry, p.new, namespace=namespace, actor=fired_by, notify=False
-            ).run_id
-        run_ids.append(run_id)
-    return run_ids
+    return submitted
 
 
 def tick_row(
