@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from sasflow.commands import SubmitResult
 from sasflow.errors import (
     AppLoadError,
     BrokerUnavailableError,
@@ -28,7 +29,6 @@ from sasflow.policy import Backoff, BreakerPolicy, RetryPolicy, StepPolicy
 from sasflow.registry import ExternalAgent, Registry
 from sasflow.schedules.definition import Schedule
 from sasflow.schedules.timing import CatchUp
-from sasflow.store.commands import SubmitResult
 from sasflow.workflow import Step, StepContext, Workflow
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sasflow.commands import NewRun, StepOutcome, StoredError
 from sasflow.errors import ConfigurationError, InvalidMessageError
 from sasflow.states import ReplyStatus
-from sasflow.store.commands import NewRun, StepOutcome, StoredError
 from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
 
 PROTOCOL_VERSION = 1

@@ -12,13 +12,13 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store.commands import NewRun, Refused, SubmitResult
 from sasflow.store.db import Engine, transaction
 from sasflow.store.submit import record_runs
 from sasflow.transport.base import Delivery, Transport

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sasflow.commands import StoredError
 from sasflow.errors import InvalidMessageError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import Fence, parse
@@ -19,7 +20,6 @@ from sasflow.states import StepState
 from sasflow.store import events, sweeps
 from sasflow.store.advance import advance_runs
 from sasflow.store.alerts import STALLED, Alert, raise_alert
-from sasflow.store.commands import StoredError
 from sasflow.store.db import Connection, Engine, run_transaction, transaction
 from sasflow.store.lease import Lease
 from sasflow.store.notify import notify_ready

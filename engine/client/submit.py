@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from sasflow.commands import SubmitResult
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, encode_within
 from sasflow.registry import Registry
-from sasflow.store.commands import SubmitResult
 from sasflow.store.db import Connection
 from sasflow.store.submit import submit
 from sasflow.workflow import JSON

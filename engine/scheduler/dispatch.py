@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import replace
 
+from sasflow.commands import StoredError
 from sasflow.errors import BrokerUnavailableError, PublishError, StoreUnavailableError
 from sasflow.messages import Request, safe_text
 from sasflow.scheduler.context import Context
@@ -25,7 +26,6 @@ from sasflow.scheduler.replies import Replies
 from sasflow.states import StepKind
 from sasflow.store import pools
 from sasflow.store.claim import ClaimedStep, claim, in_flight, release_steps
-from sasflow.store.commands import StoredError
 from sasflow.store.db import transaction
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import declare_agent_queue

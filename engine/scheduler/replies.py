@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import time
 
+from sasflow.commands import StoredError
 from sasflow.errors import InvalidMessageError, StoreUnavailableError
 from sasflow.messages import Limits, Reply, parse, safe_text
 from sasflow.scheduler.context import Context
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.outbox import RelayDuty
+from sasflow.states import ReplyStatus
 from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
-from sasflow.store.commands import OutcomeKind, StoredError
 from sasflow.store.db import transaction
 from sasflow.transport.base import Delivery
 
@@ -150,7 +151,7 @@ class Replies:
     def _apply_instead(self, reply: Reply, exc: Exception) -> bool:
         """The store refused what the reply carries (e.g. a value jsonb cannot hold): fail the
         step with that reason, so the run shows it instead of waiting for its deadline."""
-        if OutcomeKind(reply.status) is OutcomeKind.ERROR:
+        if reply.status is ReplyStatus.ERROR:
             return False
         error = StoredError("InvalidReplyError", safe_text(f"the reply could not be stored: {exc}"))
         try:

@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
+from sasflow.commands import StepOutcome, StoredError
 from sasflow.registry import Registry
-from sasflow.states import RunState, StepState
+from sasflow.states import ReplyStatus, RunState, StepState
 from sasflow.store import events, queries
 from sasflow.store.advance import advance_runs
-from sasflow.store.commands import OutcomeKind, StepOutcome, StoredError
 from sasflow.store.dialect import capabilities
 from sasflow.store.notify import notify_ready
 
@@ -61,14 +61,14 @@ def apply_outcomes(
         if outcome.step_id in completed:  # only `ok` outcomes, one per step
             row = completed.pop(outcome.step_id)
             to_state = StepState.PROCESSED
-        elif outcome.kind is OutcomeKind.OK:
+        elif outcome.kind is ReplyStatus.OK:
             values = {**fence, "b_output": outcome.output}
             row = conn.execute(queries.complete_step(), values).first()
             to_state = StepState.PROCESSED
-        elif outcome.kind is OutcomeKind.ERROR:
+        elif outcome.kind is ReplyStatus.ERROR:
             row = conn.execute(queries.fail_step(), {**fence, "b_error": error}).first()
             to_state = StepState.ERROR
-        elif outcome.kind is OutcomeKind.FAILED:
+        elif outcome.kind is ReplyStatus.FAILED:
             row = conn.execute(queries.count_failure(), {**fence, "b_error": error}).first()
             to_state = StepState(row.state) if row is not None else StepState.PENDING
         else:
@@ -106,7 +106,7 @@ def apply_outcomes(
                 to_state=to_state,
                 attempt=outcome.attempt,
                 actor=actor,
-                reason=outcome.kind if outcome.kind is not OutcomeKind.OK else None,
+                reason=outcome.kind if outcome.kind is not ReplyStatus.OK else None,
                 detail={"error": error, "agent": outcome.agent} if error else None,
             )
         )
@@ -132,7 +132,7 @@ def _complete_together(
     if len(outcomes) < 2 or not capabilities(conn).batched_complete:
         return {}
     counts = Counter(o.step_id for o in outcomes)
-    ok = [o for o in outcomes if o.kind is OutcomeKind.OK and counts[o.step_id] == 1]
+    ok = [o for o in outcomes if o.kind is ReplyStatus.OK and counts[o.step_id] == 1]
     if len(ok) < 2:
         return {}
     rows = conn.execute(
@@ -161,6 +161,6 @@ def fail_step(
     """Fail attempt `attempt` of a step for good (fenced like an agent's error), e.g. when its
     request cannot be dispatched or its reply cannot be stored."""
     failure = StepOutcome(
-        step_id=step_id, attempt=attempt, kind=OutcomeKind.ERROR, error=error, agent=agent
+        step_id=step_id, attempt=attempt, kind=ReplyStatus.ERROR, error=error, agent=agent
     )
     return apply_outcomes(conn, registry, [failure], namespace=namespace, actor=actor)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sasflow.commands import RunError, StoredError
 from sasflow.errors import InvalidInputError
 from sasflow.messages import dumps
 from sasflow.states import (
@@ -30,7 +31,6 @@ from sasflow.states import (
     StepState,
 )
 from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
-from sasflow.store.commands import RunError, StoredError
 from sasflow.store.compensation import chain
 from sasflow.store.records import RunRecord, StepRecord
 from sasflow.store.submit import build_step_input

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sasflow.commands import RunError
 from sasflow.states import OnFailure, RunState, StepKind, StepState
-from sasflow.store.commands import RunError
 
 
 class Columns(Protocol):

@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import Connection, Executable, insert, select
 from sqlalchemy.exc import DBAPIError
 
+from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState
 from sasflow.store import events, submit_many
-from sasflow.store.commands import NewRun, Refused, SubmitResult
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready

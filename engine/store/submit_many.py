@@ -29,11 +29,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from sasflow.commands import NewRun, SubmitResult
 from sasflow.errors import ConflictError, InvalidInputError, InvalidMessageError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState
-from sasflow.store.commands import NewRun, SubmitResult
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import capabilities
 from sasflow.store.notify import channel

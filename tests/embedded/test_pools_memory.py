@@ -6,11 +6,11 @@ from __future__ import annotations
 from sqlalchemy import Engine, select
 
 from sasflow.agents.worker import AgentWorker
+from sasflow.commands import NewRun
 from sasflow.messages import DEFAULT_LIMITS
 from sasflow.ops.submit import submit_run
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.states import RunState, StepState
-from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection, run_transaction
 from sasflow.store.pools import PoolLimits
 from sasflow.store.schema import steps

@@ -10,7 +10,7 @@ import threading
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from sasflow.store.commands import NewRun
+from sasflow.commands import NewRun
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds

@@ -16,12 +16,12 @@ from sqlalchemy import Engine, select
 
 from sasflow.agents.worker import AgentWorker
 from sasflow.api.callbacks import CallbackPolicy, CallbackSender
+from sasflow.commands import NewRun
 from sasflow.messages import DEFAULT_LIMITS
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import submit as submit_ops
 from sasflow.states import CallbackState, RunState, StepState
 from sasflow.store.alerts import AlertKind
-from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection, run_transaction
 from sasflow.store.pools import PoolLimits
 from sasflow.store.schema import alerts, callbacks, events, runs, steps

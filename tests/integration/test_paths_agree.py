@@ -15,9 +15,10 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import Backoff, Registry, Step, StepPolicy, Workflow
+from sasflow.commands import NewRun, StepOutcome, SubmitResult
+from sasflow.states import ReplyStatus
 from sasflow.store import claim
 from sasflow.store.apply import apply_outcomes
-from sasflow.store.commands import NewRun, OutcomeKind, StepOutcome, SubmitResult
 from sasflow.store.dialect import Capabilities, capabilities, with_capabilities
 from sasflow.store.schema import callbacks, events, runs, steps
 from sasflow.store.submit import record_runs
@@ -118,7 +119,7 @@ def _drive(bind: Engine, prefix: str) -> tuple[list[int], list[tuple[int, int]]]
         if not claimed:
             break
         outcomes = [
-            StepOutcome(c.id, c.attempt, OutcomeKind.OK, output={"step": c.name}) for c in claimed
+            StepOutcome(c.id, c.attempt, ReplyStatus.OK, output={"step": c.name}) for c in claimed
         ]
         outcomes.append(outcomes[0])
         with bind.begin() as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow.store.commands import NewRun
+from sasflow.commands import NewRun
 from sasflow.store.db import transaction
 from sasflow.store.schema import events, runs
 from sasflow.store.submit import submit

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from sasflow.commands import RunError, StoredError
 from sasflow.states import OnFailure, RunState, StepKind, StepState
 from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
-from sasflow.store.commands import RunError, StoredError
 from sasflow.store.decide import (
     CreateChain,
     FailWaiting,

@@ -11,13 +11,13 @@ from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.api.models import CancelRequest, ResubmitRequest, RunRequest
+from sasflow.commands import NewRun
 from sasflow.errors import UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
 from sasflow.ops import submit as submit_ops
 from sasflow.states import RunState
-from sasflow.store.commands import NewRun
 from sasflow.store.db import Connection
 from sasflow.store.inspect import RunFilter
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.commands import NewRun, Refused
 from sasflow.registry import Registry
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
 from sasflow.store import schedules as store
-from sasflow.store.commands import NewRun, Refused
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
 from sasflow.store.shard import Bounds

@@ -74,11 +74,6 @@ class RunError:
         return str(self.to_json())
 
 
-OutcomeKind = ReplyStatus
-"""How an attempt ended: the reply statuses, one to one. The store's name for
-`sasflow.states.ReplyStatus`, still used by `store.apply` and the scheduler."""
-
-
 @dataclass(frozen=True)
 class StepOutcome:
     """The outcome of attempt `attempt` of step `step_id`; applied only if the step is still
