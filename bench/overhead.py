@@ -36,7 +36,7 @@ from sasflow.observability import metrics
 from sasflow.observability.build import role_hooks
 from sasflow.settings import Settings
 from sasflow.states import RunState
-from sasflow.store.apply import ApplyReport
+from sasflow.store.runs.apply import ApplyReport
 
 SETTINGS = ("off", "metrics", "tracing", "tracing-10%", "both")
 TARGETS = {"metrics": 0.03, "tracing": 0.10}

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import apps
 from bench.common import processes, scratch, wait_until
 from bench.report import load_line, machine_line, say, verdict
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.schedules.definition import Schedule
 from sasflow.store.db import transaction

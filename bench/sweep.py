@@ -23,9 +23,9 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sasflow.store import migrate
+from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import make_engine
-from sasflow.store.lease import SUPERVISOR_LEASE, Lease
-from sasflow.store.sweeps import SweepReport
+from sasflow.store.runs.sweeps import SweepReport
 from sasflow.supervisor.sweep import sweep_expired
 from tests import services
 

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # types only: agents import this module and must not load the store
     from sasflow.messages import Reply, Request
     from sasflow.states import RunState
-    from sasflow.store.apply import ApplyReport
-    from sasflow.store.claim import ClaimedStep
     from sasflow.store.db import Connection
-    from sasflow.store.sweeps import SweepReport
+    from sasflow.store.runs.apply import ApplyReport
+    from sasflow.store.runs.claim import ClaimedStep
+    from sasflow.store.runs.sweeps import SweepReport
     from sasflow.transport.base import Delivery
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ from typing import Any, cast
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import StatusEvent
-from sasflow.store import events, stream
 from sasflow.store.db import (
     Connection,
     Engine,
@@ -30,6 +29,8 @@ from sasflow.store.db import (
     translated,
 )
 from sasflow.store.dialect import capabilities
+from sasflow.store.outbox import stream
+from sasflow.store.runs import events
 from sasflow.transport.base import AsyncPublisher, Outgoing, PublishTicket, Transport
 from sasflow.transport.topology import Names
 

@@ -9,7 +9,7 @@ one; `docs/concepts.md` draws the transitions.
 
 Only plain Python here: agents and the HTTP face import it without loading SQLAlchemy. The SQL
 SET fragments shared by the statements (e.g. leaving `processing`) live next to those
-statements in `sasflow.store.queries`.
+statements in `sasflow.store.runs.queries`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.store.db import Engine, transaction
-from sasflow.store.submit import record_runs
+from sasflow.store.runs.submit import record_runs
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
 

@@ -33,8 +33,8 @@ from concurrent.futures import Future, wait
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.hooks import Hooks, guarded
-from sasflow.store.alerts import set_notified, take_unnotified
 from sasflow.store.db import Engine, transaction
+from sasflow.store.outbox.alerts import set_notified, take_unnotified
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
 
 log = logging.getLogger(__name__)

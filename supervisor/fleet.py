@@ -8,11 +8,13 @@ per instance) and appends one fleet event (entity "agent") to the history, in on
 from __future__ import annotations
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
-from sasflow.store import events, fleet, stream
-from sasflow.store.alerts import AGENT_LOST, Alert, raise_alert
+from sasflow.store.cluster import fleet
+from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Engine, transaction
-from sasflow.store.lease import Lease
-from sasflow.store.sweeps import SweepReport
+from sasflow.store.outbox import stream
+from sasflow.store.outbox.alerts import AGENT_LOST, Alert, raise_alert
+from sasflow.store.runs import events
+from sasflow.store.runs.sweeps import SweepReport
 
 FORGET_AFTER_S = 7 * 86400.0
 """Seconds a stopped or lost instance stays in the fleet view before it is deleted."""

@@ -12,9 +12,9 @@ from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavaila
 from sasflow.hooks import Hooks, guarded
 from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
 from sasflow.runtime import process_id
+from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import Engine
-from sasflow.store.lease import SUPERVISOR_LEASE, Lease
-from sasflow.store.sweeps import SweepReport
+from sasflow.store.runs.sweeps import SweepReport
 from sasflow.supervisor.fleet import flag_lost_agents
 from sasflow.supervisor.sweep import (
     count_dead_requests,

@@ -17,13 +17,13 @@ from sasflow.errors import InvalidMessageError
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import Fence, parse
 from sasflow.states import StepState
-from sasflow.store import events, sweeps
-from sasflow.store.advance import advance_runs
-from sasflow.store.alerts import STALLED, Alert, raise_alert
+from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Connection, Engine, run_transaction, transaction
-from sasflow.store.lease import Lease
 from sasflow.store.notify import notify_ready
-from sasflow.store.sweeps import SweepReport
+from sasflow.store.outbox.alerts import STALLED, Alert, raise_alert
+from sasflow.store.runs import events, sweeps
+from sasflow.store.runs.advance import advance_runs
+from sasflow.store.runs.sweeps import SweepReport
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
 

@@ -26,8 +26,8 @@ import httpx
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.settings import Settings
-from sasflow.store import callbacks
 from sasflow.store.db import Connection, Engine, run_transaction
+from sasflow.store.outbox import callbacks
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ COMMANDS = {
     "run": "sasflow.cli.run:run_command",
     "runs": "sasflow.cli.runs:runs",
     "scheduler": "sasflow.cli.roles:scheduler",
-    "schedulers": "sasflow.cli.schedulers:schedulers",
+    "schedulers": "sasflow.cli.registrations:schedulers",
     "schedules": "sasflow.cli.schedules:schedules",
     "submit": "sasflow.cli.submit:submit_command",
     "submitter": "sasflow.cli.roles:submitter",

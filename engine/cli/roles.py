@@ -19,7 +19,7 @@ from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.scheduler.cluster.member import ClusterOptions
 from sasflow.scheduler.cluster.strategy import ASSIGNMENTS
 from sasflow.store.db import Engine
-from sasflow.store.pools import PoolLimits
+from sasflow.store.runs.pools import PoolLimits
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
 
 

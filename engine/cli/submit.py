@@ -13,7 +13,7 @@ from sasflow.cli.context import CliContext, fail
 from sasflow.errors import InvalidMessageError, SasflowError
 from sasflow.messages import Limits, Submission, encode_within, loads
 from sasflow.store.db import transaction
-from sasflow.store.submit import submit
+from sasflow.store.runs.submit import submit
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import declare_common
 

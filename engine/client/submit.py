@@ -9,7 +9,7 @@ from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, encode_within
 from sasflow.registry import Registry
 from sasflow.store.db import Connection
-from sasflow.store.submit import submit
+from sasflow.store.runs.submit import submit
 from sasflow.workflow import JSON
 
 

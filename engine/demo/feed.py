@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from sasflow.demo.services import Happenings
 from sasflow.states import RunState
-from sasflow.store import inspect
 from sasflow.store.db import Engine
+from sasflow.store.operator import inspect
 
 STEP_NEWS = {
     "failed": "failed: retries exhausted; tried again after a backoff",

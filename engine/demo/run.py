@@ -26,7 +26,7 @@ from sasflow.messages import Submission
 from sasflow.scheduler import SchedulerOptions
 from sasflow.states import TERMINAL_RUN_STATES
 from sasflow.store.db import Engine
-from sasflow.store.inspect import runs_by_state
+from sasflow.store.operator.inspect import runs_by_state
 from sasflow.supervisor.service import SupervisorOptions
 from sasflow.supervisor.sinks import LogSink
 from sasflow.transport.base import Outgoing

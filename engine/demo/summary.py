@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sasflow.states import TERMINAL_RUN_STATES, RunState
-from sasflow.store import inspect
 from sasflow.store.db import Engine
+from sasflow.store.operator import inspect
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from sasflow.observability.metrics import ApiMetrics, MetricsServer
     from sasflow.store.db import Engine
-    from sasflow.store.gauges import StateCounts
+    from sasflow.store.operator.gauges import StateCounts
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
 
 
 def _state_reader(engine: Engine) -> Callable[[], StateCounts]:
-    from sasflow.store import gauges  # noqa: PLC0415
+    from sasflow.store.cluster.lease import SUPERVISOR_LEASE  # noqa: PLC0415
     from sasflow.store.db import transaction  # noqa: PLC0415
-    from sasflow.store.lease import SUPERVISOR_LEASE  # noqa: PLC0415
+    from sasflow.store.operator import gauges  # noqa: PLC0415
 
     def read() -> StateCounts:
         with transaction(engine) as conn:

@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 
     from sasflow.messages import Reply, Request
     from sasflow.states import RunState
-    from sasflow.store.apply import ApplyReport
-    from sasflow.store.claim import ClaimedStep
     from sasflow.store.db import Connection
-    from sasflow.store.gauges import StateCounts
-    from sasflow.store.sweeps import SweepReport
+    from sasflow.store.operator.gauges import StateCounts
+    from sasflow.store.runs.apply import ApplyReport
+    from sasflow.store.runs.claim import ClaimedStep
+    from sasflow.store.runs.sweeps import SweepReport
     from sasflow.transport.base import Delivery
 
 log = logging.getLogger(__name__)

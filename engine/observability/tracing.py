@@ -31,14 +31,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from sasflow.hooks import Headers, Hooks
 from sasflow.states import ReplyStatus
-from sasflow.store import traces
+from sasflow.store.runs import traces
 
 if TYPE_CHECKING:
     from sasflow.messages import Reply, Request
     from sasflow.states import RunState
-    from sasflow.store.apply import ApplyReport
-    from sasflow.store.claim import ClaimedStep
     from sasflow.store.db import Connection
+    from sasflow.store.runs.apply import ApplyReport
+    from sasflow.store.runs.claim import ClaimedStep
     from sasflow.transport.base import Delivery
     from sasflow.transport.topology import Names
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
-from sasflow.store import operator
 from sasflow.store.db import Connection
+from sasflow.store.operator import transitions as operator
 
 
 def lock_run(conn: Connection, run_id: int) -> Any:

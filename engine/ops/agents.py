@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
-from sasflow.store import fleet
+from sasflow.store.cluster import fleet
 from sasflow.store.db import Connection
 
 

@@ -9,8 +9,8 @@ from sasflow.errors import (
     AlertNotFoundError,
     InvalidAcknowledgementError,
 )
-from sasflow.store import alerts as store
 from sasflow.store.db import Connection
+from sasflow.store.outbox import alerts
 
 ACTOR_MAX = 200
 
@@ -23,14 +23,14 @@ def list_alerts(
     limit: int = 100,
 ) -> list[dict[str, Any]]:
     """Alerts, newest first: open ones only unless `include_acknowledged`."""
-    return store.find_alerts(
+    return alerts.find_alerts(
         conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
     )
 
 
 def show_alert(conn: Connection, alert_id: int) -> dict[str, Any]:
     """Every column of one alert."""
-    alert = store.alert_by_id(conn, alert_id)
+    alert = alerts.alert_by_id(conn, alert_id)
     if alert is None:
         raise AlertNotFoundError(f"no alert with id {alert_id}")
     return alert
@@ -42,7 +42,7 @@ def acknowledge(conn: Connection, alert_id: int, *, actor: str, reason: str) -> 
     if not reason.strip() or not actor.strip() or len(actor) > ACTOR_MAX:
         raise InvalidAcknowledgementError
     # Locked: two operators acknowledging at once, the second is told who was first.
-    alert = store.alert_by_id(conn, alert_id, lock=True)
+    alert = alerts.alert_by_id(conn, alert_id, lock=True)
     if alert is None:
         raise AlertNotFoundError(f"no alert with id {alert_id}")
     if alert["acknowledged"]:
@@ -52,4 +52,4 @@ def acknowledge(conn: Connection, alert_id: int, *, actor: str, reason: str) -> 
             f"alert {alert_id} is already acknowledged (by {alert['acknowledged_by']} at {when}: "
             f"{alert['acknowledge_reason']})"
         )
-    return store.set_acknowledged(conn, alert_id, actor=actor, reason=reason)
+    return alerts.set_acknowledged(conn, alert_id, actor=actor, reason=reason)

@@ -15,10 +15,11 @@ from sasflow.commands import StoredError
 from sasflow.errors import InvalidActionError
 from sasflow.ops.actions import close_alerts, lock_run
 from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, StepState
-from sasflow.store import events, operator
-from sasflow.store.advance import advance_runs
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
+from sasflow.store.operator import transitions as operator
+from sasflow.store.runs import events
+from sasflow.store.runs.advance import advance_runs
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sasflow.errors import DeadLetterNotFoundError, InvalidActionError
-from sasflow.store import audit
 from sasflow.store.db import Connection
+from sasflow.store.operator import audit
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import (
     DEAD_AT_HEADER,

@@ -31,13 +31,15 @@ from sasflow.states import (
     StepKind,
     StepState,
 )
-from sasflow.store import events, inspect, operator
 from sasflow.store.db import Connection, rehearse
-from sasflow.store.inspect import RunFilter
 from sasflow.store.notify import notify_ready
-from sasflow.store.operator import StepReset
-from sasflow.store.step_rows import new_idempotency_key
-from sasflow.store.submit import build_step_input
+from sasflow.store.operator import inspect
+from sasflow.store.operator import transitions as operator
+from sasflow.store.operator.inspect import RunFilter
+from sasflow.store.operator.transitions import StepReset
+from sasflow.store.runs import events
+from sasflow.store.runs.step_rows import new_idempotency_key
+from sasflow.store.runs.submit import build_step_input
 from sasflow.workflow import StepContext
 
 

@@ -24,9 +24,9 @@ from typing import IO, Any
 from sasflow.errors import InvalidActionError
 from sasflow.settings import Settings
 from sasflow.states import TERMINAL_RUN_STATES, RunState
-from sasflow.store import audit, retention
 from sasflow.store.db import Connection, Engine, run_transaction, transaction
-from sasflow.store.retention import RetentionRule
+from sasflow.store.operator import audit, retention
+from sasflow.store.operator.retention import RetentionRule
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
-from sasflow.store import inspect
 from sasflow.store.db import Connection
-from sasflow.store.inspect import RunFilter
+from sasflow.store.operator import inspect
+from sasflow.store.operator.inspect import RunFilter
 
 __all__ = ["RunFilter", "get_run", "list_runs", "overview", "runs_page", "show_run"]
 

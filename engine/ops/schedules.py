@@ -13,20 +13,19 @@ from sasflow.registry import Registry
 from sasflow.scheduler.cluster.firing import Target, submit_tick, tick_row, timing_of
 from sasflow.scheduler.cluster.sync import new_row
 from sasflow.schedules.definition import Schedule
-from sasflow.store import schedulers as registrations
-from sasflow.store import schedules as store
-from sasflow.store.audit import AuditRecord, database_now, record
+from sasflow.store.cluster import registrations, schedules
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
+from sasflow.store.operator.audit import AuditRecord, database_now, record
 
 SHOWN_TICKS = 10
 
 
 def find(conn: Connection, ref: str, *, lock: bool = False) -> dict[str, Any]:
     """The schedule whose id (digits) or name is `ref`."""
-    found = store.by_id(conn, int(ref), lock=lock) if ref.isdigit() else None
+    found = schedules.by_id(conn, int(ref), lock=lock) if ref.isdigit() else None
     if found is None:
-        found = store.by_name(conn, ref, lock=lock)
+        found = schedules.by_name(conn, ref, lock=lock)
     if found is None:
         raise ScheduleNotFoundError(f"no schedule with id or name {ref!r}")
     return found
@@ -52,17 +51,17 @@ def add(
 ) -> dict[str, Any]:
     """Add a schedule (its workflow must be in `registry`); it starts at its next tick."""
     registry.workflow(schedule.workflow)  # UnknownWorkflowError names it
-    row = store.insert_schedule(conn, new_row(schedule, source="cli", now=database_now(conn)))
+    row = schedules.insert_schedule(conn, new_row(schedule, source="cli", now=database_now(conn)))
     if row is None:
         raise InvalidActionError(f"a schedule named {schedule.name!r} exists already")
     _audit(conn, "add", row, actor, reason)
-    store.notify_changed(conn, namespace)
+    schedules.notify_changed(conn, namespace)
     return row
 
 
 def list_schedules(conn: Connection) -> list[dict[str, Any]]:
     """Every schedule, with its owner's name and whether that owner is live."""
-    return store.all_schedules(conn)
+    return schedules.all_schedules(conn)
 
 
 def show(conn: Connection, ref: str, *, ticks: int = SHOWN_TICKS) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def show(conn: Connection, ref: str, *, ticks: int = SHOWN_TICKS) -> dict[str, A
     owner = next((r for r in registrations.cluster(conn) if r["id"] == schedule["owner"]), None)
     schedule["owner_name"] = None if owner is None else owner["name"]
     schedule["owner_live"] = owner is not None and bool(owner["live"])
-    schedule["ticks"] = store.recent_ticks(conn, schedule["id"], limit=ticks)
+    schedule["ticks"] = schedules.recent_ticks(conn, schedule["id"], limit=ticks)
     schedule["timing"] = timing_of(schedule).describe()
     return schedule
 
@@ -87,9 +86,9 @@ def set_paused(
         state = "paused" if paused else "not paused"
         raise InvalidActionError(f"schedule {schedule['name']!r} is {state} already")
     next_tick_at = timing_of(schedule).next_after(database_now(conn))
-    store.set_paused(conn, schedule["id"], paused=paused, next_tick_at=next_tick_at)
+    schedules.set_paused(conn, schedule["id"], paused=paused, next_tick_at=next_tick_at)
     _audit(conn, "pause" if paused else "resume", schedule, actor, reason)
-    store.notify_changed(conn, namespace)
+    schedules.notify_changed(conn, namespace)
     return find(conn, str(schedule["id"]))
 
 
@@ -98,9 +97,9 @@ def remove(
 ) -> dict[str, Any]:
     """Delete a schedule and its tick history (the runs it made stay)."""
     schedule = find(conn, ref, lock=True)
-    store.delete_schedule(conn, schedule["id"])
+    schedules.delete_schedule(conn, schedule["id"])
     _audit(conn, "remove", schedule, actor, reason)
-    store.notify_changed(conn, namespace)
+    schedules.notify_changed(conn, namespace)
     return schedule
 
 
@@ -109,10 +108,10 @@ def release(
 ) -> dict[str, Any]:
     """Free a schedule from its owner for any scheduler to acquire (manual balancing)."""
     schedule = find(conn, ref, lock=True)
-    if not store.release(conn, schedule["id"]):
+    if not schedules.release(conn, schedule["id"]):
         raise InvalidActionError(f"schedule {schedule['name']!r} is not held by any scheduler")
     _audit(conn, "release", schedule, actor, reason)
-    store.notify_changed(conn, namespace)
+    schedules.notify_changed(conn, namespace)
     return schedule
 
 
@@ -132,11 +131,11 @@ def trigger(
     run_id, error = submit_tick(
         conn, registry, Target.of(schedule), now, fired_by=actor, namespace=namespace
     )
-    store.record_ticks(conn, [tick_row(schedule["id"], now, run_id, actor, error)])
+    schedules.record_ticks(conn, [tick_row(schedule["id"], now, run_id, actor, error)])
     if run_id is not None:
         notify_ready(conn, namespace)
     _audit(conn, "trigger", schedule, actor, reason)
-    tick = store.recent_ticks(conn, schedule["id"], limit=1)
+    tick = schedules.recent_ticks(conn, schedule["id"], limit=1)
     return {
         "schedule_id": schedule["id"],
         "name": schedule["name"],

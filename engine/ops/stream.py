@@ -18,9 +18,9 @@ from typing import Any
 from sasflow.errors import RunNotFoundError, StaleStreamError, SubscriberNotFoundError
 from sasflow.ops.cancel import cancel
 from sasflow.states import CANCELLABLE_RUN_STATES
-from sasflow.store import stream
 from sasflow.store.db import Connection
-from sasflow.store.stream import Subscriber
+from sasflow.store.outbox import stream
+from sasflow.store.outbox.stream import Subscriber
 
 RECONCILE_LIMIT = 10_000
 """At most this many runs answer one RECONCILE of all active runs (oldest first)."""

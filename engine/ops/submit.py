@@ -9,7 +9,7 @@ from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import Limits, Submission, encode_within
 from sasflow.registry import Registry
 from sasflow.store.db import Connection
-from sasflow.store.submit import submit
+from sasflow.store.runs.submit import submit
 
 
 def submit_run(

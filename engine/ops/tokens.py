@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sasflow.errors import InvalidTokenError, TokenNotFoundError
-from sasflow.store import audit, tokens
 from sasflow.store.db import Connection
+from sasflow.store.operator import audit, tokens
 
 SCOPES = ("submit", "read", "operate", "admin")
 """submit: POST runs; read: GET runs and alerts; operate: cancel, resubmit, acknowledge;

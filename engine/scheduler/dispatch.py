@@ -24,9 +24,9 @@ from sasflow.scheduler.outbox import RelayDuty
 from sasflow.scheduler.pools import PoolGate
 from sasflow.scheduler.replies import Replies
 from sasflow.states import StepKind
-from sasflow.store import pools
-from sasflow.store.claim import ClaimedStep, claim, in_flight, release_steps
 from sasflow.store.db import transaction
+from sasflow.store.runs import pools
+from sasflow.store.runs.claim import ClaimedStep, claim, in_flight, release_steps
 from sasflow.transport.base import Outgoing
 from sasflow.transport.topology import declare_agent_queue
 

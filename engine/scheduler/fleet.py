@@ -16,7 +16,7 @@ import logging
 from sasflow.errors import InvalidMessageError
 from sasflow.fleet_messages import AgentHeartbeat
 from sasflow.messages import parse
-from sasflow.store import fleet
+from sasflow.store.cluster import fleet
 from sasflow.store.db import Engine, transaction
 from sasflow.transport.base import Transport
 from sasflow.transport.topology import Names

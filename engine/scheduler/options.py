@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.scheduler.cluster.member import ClusterOptions
-from sasflow.store import pools
+from sasflow.store.runs import pools
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sasflow.store.claim import ClaimedStep
+from sasflow.store.runs.claim import ClaimedStep
 from sasflow.transport.base import Transport
 from sasflow.transport.topology import Names, declare_agent_queue
 

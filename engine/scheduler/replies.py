@@ -17,8 +17,8 @@ from sasflow.scheduler.context import Context
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.outbox import RelayDuty
 from sasflow.states import ReplyStatus
-from sasflow.store.apply import ApplyReport, apply_outcomes, fail_step
 from sasflow.store.db import transaction
+from sasflow.store.runs.apply import ApplyReport, apply_outcomes, fail_step
 from sasflow.transport.base import Delivery
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from sasflow.runtime import Reconnect
+from sasflow.store.cluster.schedules import channel as schedules_channel
 from sasflow.store.notify import channel
-from sasflow.store.schedules import channel as schedules_channel
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from bench import apps
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.scheduler.cluster.plan import even_ranges
 from sasflow.schedules.definition import Schedule

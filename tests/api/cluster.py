@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from sasflow.ops import schedules as schedule_ops
 from sasflow.registry import Registry
 from sasflow.schedules.definition import Schedule
-from sasflow.store import schedulers as scheduler_store
+from sasflow.store.cluster import registrations as scheduler_store
 from sasflow.store.db import run_transaction
 
 

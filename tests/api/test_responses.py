@@ -17,9 +17,9 @@ from sasflow.api.app import create_app
 from sasflow.api.context import ApiContext
 from sasflow.registry import Registry
 from sasflow.settings import Settings
-from sasflow.store import alerts as alert_store
-from sasflow.store import inspect
 from sasflow.store.db import make_engine
+from sasflow.store.operator import inspect
+from sasflow.store.outbox import alerts as alert_store
 from sasflow.store.schema import alerts, runs
 
 ROWS: list[tuple[type[BaseModel], Iterable[ColumnElement[Any]]]] = [

@@ -19,8 +19,8 @@ from sqlalchemy import Engine, select
 from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
 from sasflow.messages import Reply, Submission
-from sasflow.store.alerts import STEP_FAILED
 from sasflow.store.db import make_engine
+from sasflow.store.outbox.alerts import STEP_FAILED
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import REASON_HEADER, Names

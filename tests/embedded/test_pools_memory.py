@@ -12,7 +12,7 @@ from sasflow.ops.submit import submit_run
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.states import RunState, StepState
 from sasflow.store.db import Connection, run_transaction
-from sasflow.store.pools import PoolLimits
+from sasflow.store.runs.pools import PoolLimits
 from sasflow.store.schema import steps
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.topology import Names

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from sasflow.states import StepState
-from sasflow.store.claim import ClaimedStep, claim_steps, in_flight
 from sasflow.store.db import make_engine, run_transaction, transaction
+from sasflow.store.runs.claim import ClaimedStep, claim_steps, in_flight
 from sasflow.store.schema import events, steps
 from sasflow.store.sqltime import now, plus_seconds
 from tests.embedded.runs import submit_pipelines

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, func, select, update
 
 from sasflow.commands import NewRun
 from sasflow.store.db import transaction
+from sasflow.store.runs.submit import submit
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
-from sasflow.store.submit import submit
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
 from tests import harness, services

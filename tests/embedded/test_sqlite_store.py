@@ -25,12 +25,13 @@ from sasflow.cli.main import cli
 from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.states import StepState
-from sasflow.store import migrate, queries, sqlite
-from sasflow.store.alerts import Alert, raise_alert
-from sasflow.store.apply import apply_outcomes
-from sasflow.store.claim import claim_steps
+from sasflow.store import migrate, sqlite
+from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import make_engine, run_transaction, transaction
-from sasflow.store.lease import Lease
+from sasflow.store.outbox.alerts import Alert, raise_alert
+from sasflow.store.runs import queries
+from sasflow.store.runs.apply import apply_outcomes
+from sasflow.store.runs.claim import claim_steps
 from sasflow.store.schema import leases, runs, schedulers, steps
 from sasflow.store.sqltime import now, plus_seconds
 from tests.apps import basic

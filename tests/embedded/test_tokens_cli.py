@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 
 from sasflow.cli.main import cli
 from sasflow.ops import tokens
-from sasflow.store import audit
 from sasflow.store.db import run_transaction
+from sasflow.store.operator import audit
 
 
 def _sasflow(sqlite_url: str, *args: str) -> tuple[int, str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from sasflow import submit_run
-from sasflow.store import traces
+from sasflow.store.runs import traces
 from tests.apps.basic import registry
 
 FIRST = f"00-{'a' * 32}-{'b' * 16}-01"

@@ -21,8 +21,8 @@ from pika.exchange_type import ExchangeType
 from sqlalchemy import Engine, select
 
 from sasflow.cli.main import cli
-from sasflow.store.alerts import Alert, raise_alert
 from sasflow.store.db import make_engine
+from sasflow.store.outbox.alerts import Alert, raise_alert
 from sasflow.store.schema import alerts
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.sinks import (

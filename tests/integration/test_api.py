@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow.store.alerts import Alert, raise_alert
 from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.outbox.alerts import Alert, raise_alert
 from sasflow.store.schema import events, runs
 from sasflow.transport.topology import Names
 from tests import services

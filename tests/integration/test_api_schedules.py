@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow.schedules.definition import Schedule
-from sasflow.store import fleet
+from sasflow.store.cluster import fleet
 from sasflow.store.db import make_engine, run_transaction
 from sasflow.store.schema import audit, runs
 from sasflow.transport.topology import Names

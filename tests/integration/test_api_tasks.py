@@ -21,9 +21,9 @@ from sasflow.messages import DEFAULT_LIMITS
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import submit as submit_ops
 from sasflow.states import CallbackState, RunState, StepState
-from sasflow.store.alerts import AlertKind
 from sasflow.store.db import Connection, run_transaction
-from sasflow.store.pools import PoolLimits
+from sasflow.store.outbox.alerts import AlertKind
+from sasflow.store.runs.pools import PoolLimits
 from sasflow.store.schema import alerts, callbacks, events, runs, steps
 from sasflow.transport.topology import Names
 from tests import harness, services

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from sasflow import submit_run
-from sasflow.store.claim import ClaimedStep, claim_steps
 from sasflow.store.db import transaction
+from sasflow.store.runs.claim import ClaimedStep, claim_steps
 from sasflow.store.schema import steps
 from tests.apps import basic
 

@@ -12,8 +12,8 @@ from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.ops.resubmit import resubmit
-from sasflow.store.apply import apply_outcomes
-from sasflow.store.claim import claim_steps
+from sasflow.store.runs.apply import apply_outcomes
+from sasflow.store.runs.claim import claim_steps
 from sasflow.store.schema import alerts, runs
 from sasflow.transport.topology import Names
 from tests import harness

@@ -21,8 +21,9 @@ from sasflow.cli.main import cli
 from sasflow.fleet_messages import AgentHeartbeat
 from sasflow.ops import stream as stream_ops
 from sasflow.ops.agents import list_agents
-from sasflow.store import fleet, stream
+from sasflow.store.cluster import fleet
 from sasflow.store.db import transaction
+from sasflow.store.outbox import stream
 from sasflow.store.schema import alerts, events
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names

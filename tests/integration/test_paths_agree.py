@@ -17,11 +17,11 @@ from sqlalchemy import Engine, select
 from sasflow import Backoff, Registry, Step, StepPolicy, Workflow
 from sasflow.commands import NewRun, StepOutcome, SubmitResult
 from sasflow.states import ReplyStatus
-from sasflow.store import claim
-from sasflow.store.apply import apply_outcomes
 from sasflow.store.dialect import Capabilities, capabilities, with_capabilities
+from sasflow.store.runs import claim
+from sasflow.store.runs.apply import apply_outcomes
+from sasflow.store.runs.submit import record_runs
 from sasflow.store.schema import callbacks, events, runs, steps
-from sasflow.store.submit import record_runs
 from tests.apps import basic
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ from sqlalchemy import Engine, select
 
 from sasflow.commands import NewRun
 from sasflow.store.db import transaction
+from sasflow.store.runs.submit import submit
 from sasflow.store.schema import events, runs
-from sasflow.store.submit import submit
 from sasflow.transport.topology import Names
 from tests import harness, services
 from tests.apps import basic

@@ -14,8 +14,8 @@ from sqlalchemy import Engine, select
 from sasflow import Registry, submit_run
 from sasflow.relay import Relay, relay_events
 from sasflow.states import RunState
-from sasflow.store import events as store_events
 from sasflow.store.db import EngineOptions, make_engine, transaction
+from sasflow.store.runs import events as store_events
 from sasflow.store.schema import events
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common

@@ -11,9 +11,9 @@ from sqlalchemy import Engine, select, update
 from sasflow import SubmitResult, submit_run
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.scheduler import Scheduler
-from sasflow.store.apply import apply_outcomes
-from sasflow.store.claim import claim_steps
 from sasflow.store.db import transaction
+from sasflow.store.runs.apply import apply_outcomes
+from sasflow.store.runs.claim import claim_steps
 from sasflow.store.schema import events, steps
 from sasflow.transport.topology import SOURCE_HEADER, Names
 from tests import harness

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select, update
 
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.registry import Registry
 from sasflow.scheduler.cluster.firing import fire_due
 from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions
 from sasflow.schedules.definition import Schedule
-from sasflow.store import schedules as store
+from sasflow.store.cluster import schedules as store
 from sasflow.store.db import transaction
 from sasflow.store.schema import alerts, runs, schedule_ticks, schedules
 from tests import harness

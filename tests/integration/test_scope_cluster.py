@@ -16,7 +16,7 @@ from sqlalchemy import Engine, func, text, update
 
 from sasflow.cli.main import cli
 from sasflow.errors import AssignmentConflictError
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations as scheduler_ops
 from sasflow.registry import Registry
 from sasflow.scheduler.cluster.firing import fire_due
 from sasflow.scheduler.cluster.member import ClusterMember, ClusterOptions

@@ -13,8 +13,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sasflow import submit_run
 from sasflow.errors import ConflictError
 from sasflow.states import RunState, StepState
-from sasflow.store import events, queries
 from sasflow.store.db import is_disconnect, transaction, translated
+from sasflow.store.runs import events, queries
 from sasflow.store.schema import events as events_table
 from tests.apps import basic
 

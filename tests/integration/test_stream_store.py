@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 
 from sasflow.errors import StaleStreamError
 from sasflow.ops import stream as ops
-from sasflow.store import stream
 from sasflow.store.db import transaction
+from sasflow.store.outbox import stream
 from sasflow.transport.topology import Names
 from tests.stream_feed import Feed, feeding
 

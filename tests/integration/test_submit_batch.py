@@ -14,8 +14,8 @@ from sqlalchemy import Engine, event, func, select
 
 from sasflow import Registry, Step, StepContext, Workflow, submit_run
 from sasflow.commands import NewRun
-from sasflow.store import submit_many
 from sasflow.store.notify import channel
+from sasflow.store.runs import submit_many
 from sasflow.store.schema import events, runs, steps
 from sasflow.submitter import Submitter
 from sasflow.transport.base import Outgoing

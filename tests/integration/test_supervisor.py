@@ -17,11 +17,11 @@ from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
 from sasflow.errors import LeaseLostError
 from sasflow.states import RunState, StepState
-from sasflow.store import queries
+from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import transaction
-from sasflow.store.lease import SUPERVISOR_LEASE, Lease
+from sasflow.store.runs import queries
+from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.schema import alerts, events, runs, steps
-from sasflow.store.sweeps import SweepReport
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import LogSink, WebhookSink

@@ -16,8 +16,8 @@ from sqlalchemy import Engine, select
 from sasflow import submit_run
 from sasflow.schedules.definition import Schedule
 from sasflow.states import RunState
-from sasflow.store.alerts import Alert, AlertKind, raise_alert
 from sasflow.store.db import run_transaction
+from sasflow.store.outbox.alerts import Alert, AlertKind, raise_alert
 from sasflow.store.schema import audit, events
 from sasflow.transport.topology import Names
 from tests import harness, services

@@ -12,9 +12,9 @@ from sqlalchemy import create_engine
 
 from sasflow import Step, Workflow
 from sasflow.states import StepKind
-from sasflow.store import submit_many
 from sasflow.store.dialect import Capabilities, capabilities, with_capabilities
-from sasflow.store.step_rows import (
+from sasflow.store.runs import submit_many
+from sasflow.store.runs.step_rows import (
     DEFINED_COLUMNS,
     STEP_COLUMNS,
     forward_definition,

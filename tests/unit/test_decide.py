@@ -10,8 +10,8 @@ import pytest
 
 from sasflow.commands import RunError, StoredError
 from sasflow.states import OnFailure, RunState, StepKind, StepState
-from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
-from sasflow.store.decide import (
+from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
+from sasflow.store.runs.decide import (
     CreateChain,
     FailWaiting,
     Finish,
@@ -24,7 +24,7 @@ from sasflow.store.decide import (
     Transition,
     decide,
 )
-from sasflow.store.records import RunRecord, StepRecord
+from sasflow.store.runs.records import RunRecord, StepRecord
 from sasflow.workflow import Step, StepContext, Workflow
 
 BOOM = StoredError("Boom", "no").to_json()

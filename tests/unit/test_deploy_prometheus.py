@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from sasflow.observability import metrics
-from sasflow.store.gauges import StateCounts
+from sasflow.store.operator.gauges import StateCounts
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 ALERTS = {

@@ -8,7 +8,7 @@ from sasflow.errors import InvalidActionError
 from sasflow.ops.retention import DAY, FAILED_RUN_STATES, RetentionPolicy
 from sasflow.settings import Settings
 from sasflow.states import RunState
-from sasflow.store.retention import RetentionRule
+from sasflow.store.operator.retention import RetentionRule
 
 
 def test_settings_give_completed_and_failed_rules_in_days() -> None:

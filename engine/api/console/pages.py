@@ -24,8 +24,8 @@ from sasflow.api.context import ApiContext, get_context
 from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
+from sasflow.ops import registrations
 from sasflow.ops import runs as run_ops
-from sasflow.ops import schedulers as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.states import (
     CANCELLABLE_RUN_STATES,
@@ -176,7 +176,7 @@ def schedulers_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse
     """The scheduler cluster: per scheduler its state, K/S/N/X/M and lease age (leader,
     epoch and range under the scope strategy); drain and undrain."""
     view, plan = ctx.transaction(
-        lambda conn: (scheduler_ops.cluster_view(conn), scheduler_ops.plan_view(conn))
+        lambda conn: (registrations.cluster_view(conn), registrations.plan_view(conn))
     )
     scoped = any(s["assignment"] == "scope" for s in view)
     return render(

@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from sasflow.api.auth import Principal
 from sasflow.api.console.views import PREFIX, Visitor, act, local, operator, redirect
 from sasflow.api.context import ApiContext, get_context
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations
 from sasflow.ops import schedules as schedule_ops
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -81,7 +81,7 @@ def drain_or_undrain(
     reason: Reason = "",
 ) -> RedirectResponse:
     who, principal = acting
-    change = scheduler_ops.drain if action == "drain" else scheduler_ops.undrain
+    change = registrations.drain if action == "drain" else registrations.undrain
     why = reason.strip() or None
     act(
         ctx,

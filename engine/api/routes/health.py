@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
-from sasflow.store import audit
+from sasflow.store.operator import audit
 
 router = APIRouter(tags=["health"])
 

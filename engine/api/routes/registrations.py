@@ -13,7 +13,7 @@ from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import OperatorActionRequest
 from sasflow.ops import agents as agent_ops
-from sasflow.ops import schedulers as scheduler_ops
+from sasflow.ops import registrations
 
 router = APIRouter(tags=["schedulers", "agents"])
 
@@ -29,8 +29,8 @@ def list_schedulers(
     strategy its leadership, epoch and range, and the plan."""
     return ctx.transaction(
         lambda conn: {
-            "schedulers": scheduler_ops.cluster_view(conn),
-            "plan": scheduler_ops.plan_view(conn),
+            "schedulers": registrations.cluster_view(conn),
+            "plan": registrations.plan_view(conn),
         }
     )
 
@@ -47,12 +47,12 @@ def drain_or_undrain_scheduler(
     (404 for a name never registered, 409 if on the list already); `undrain`: take it off,
     it may acquire again (409 if not on the list). Its name and the scheduler as the cluster
     view shows it afterwards."""
-    change = scheduler_ops.drain if action == "drain" else scheduler_ops.undrain
+    change = registrations.drain if action == "drain" else registrations.undrain
     reason = body.reason if body else None
     ctx.transaction(
         lambda conn: change(conn, name, actor=who.name, reason=reason, namespace=ctx.namespace)
     )
-    view = ctx.transaction(scheduler_ops.cluster_view)
+    view = ctx.transaction(registrations.cluster_view)
     return {"name": name, "scheduler": next((s for s in view if s["name"] == name), None)}
 
 

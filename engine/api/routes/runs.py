@@ -19,7 +19,7 @@ from sasflow.ops import runs as run_ops
 from sasflow.ops import submit as submit_ops
 from sasflow.states import RunState
 from sasflow.store.db import Connection
-from sasflow.store.inspect import RunFilter
+from sasflow.store.operator.inspect import RunFilter
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.recordio import encode
-from sasflow.store import stream
 from sasflow.store.db import Connection, Engine, run_transaction
 from sasflow.store.dialect import has_notifications
 from sasflow.store.listen import ReadyListener
+from sasflow.store.outbox import stream
 
 log = logging.getLogger(__name__)
 

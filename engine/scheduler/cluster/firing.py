@@ -19,11 +19,11 @@ from typing import Any
 from sasflow.commands import NewRun, Refused
 from sasflow.registry import Registry
 from sasflow.schedules.timing import CatchUp, Timing, tick_key, ticks_to_fire
-from sasflow.store import schedules as store
+from sasflow.store.cluster import schedules
+from sasflow.store.cluster.shard import Bounds
 from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
-from sasflow.store.shard import Bounds
-from sasflow.store.submit import record_runs
+from sasflow.store.runs.submit import record_runs
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,13 @@ def fire_due(
     the others stay held until their tick.
     """
     report = FireReport()
-    moves: list[store.Ticked] = []
+    moves: list[schedules.Ticked] = []
     fired: list[dict[str, Any]] = []
     batch: list[tuple[Target, dt.datetime]] = []  # fired[i]'s tick, submitted after the loop
     draining = drain_horizon is not None
-    rows, db_now = store.lock_owned(conn, holder, due_only=not draining, limit=limit, bounds=bounds)
+    rows, db_now = schedules.lock_owned(
+        conn, holder, due_only=not draining, limit=limit, bounds=bounds
+    )
     report.more = len(rows) == limit
     budget = tick_budget
     for row in rows:
@@ -119,15 +121,15 @@ def fire_due(
         report.fired += len(ticks)
         report.released += int(release)
         moves.append(
-            store.Ticked(row.id, next_tick_at, ticks[-1] if ticks else None, release=release)
+            schedules.Ticked(row.id, next_tick_at, ticks[-1] if ticks else None, release=release)
         )
     submitted = submit_ticks(
         conn, registry, batch, fired_by=fired_by, namespace=namespace, isolate=isolate
     )
     for record, (run_id, error) in zip(fired, submitted, strict=True):
         record["run_id"], record["error"] = run_id, error
-    store.record_ticks(conn, fired)
-    store.set_ticked(conn, moves)
+    schedules.record_ticks(conn, fired)
+    schedules.set_ticked(conn, moves)
     if report.fired:
         notify_ready(conn, namespace)
     return report
@@ -157,7 +159,7 @@ def submit_ticks(
     namespace: str,
     isolate: bool,
 ) -> list[tuple[int | None, str | None]]:
-    """Submit the runs of ticks (store.submit.record_runs; the caller wakes the schedulers):
+    """Submit the runs of ticks (schedules.submit.record_runs; the caller wakes the schedulers):
     for each its run id, or None and why its run cannot be made (unknown workflow, bad input:
     the caller records the tick with the error, never retried). Without `isolate` the runs go
     in together, without savepoints, and data the database refuses raises InvalidInputError:
@@ -207,7 +209,7 @@ def submit_tick(
 def tick_row(
     schedule_id: int, tick: dt.datetime, run_id: int | None, fired_by: str, error: str | None
 ) -> dict[str, Any]:
-    """A `schedule_ticks` row (store.record_ticks)."""
+    """A `schedule_ticks` row (schedules.record_ticks)."""
     return {
         "schedule_id": schedule_id,
         "tick_at": tick,

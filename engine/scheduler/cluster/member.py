@@ -27,9 +27,11 @@ from sasflow.scheduler.cluster.firing import FireReport, fire_due
 from sasflow.scheduler.cluster.limits import Load
 from sasflow.scheduler.cluster.strategy import AssignmentStrategy, make_strategy
 from sasflow.scheduler.cluster.sync import sync_app_schedules
-from sasflow.store import alerts, schedulers, schedules, shard
+from sasflow.store.cluster import registrations as schedulers
+from sasflow.store.cluster import schedules, shard
+from sasflow.store.cluster.registrations import Registration
 from sasflow.store.db import Connection, Engine, transaction
-from sasflow.store.schedulers import Registration
+from sasflow.store.outbox import alerts
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """The `scope` assignment strategy: range sharding with a leader (docs/cluster.md).
 
-- **Leader**: at each scan every scheduler competes for the `shard-leader` lease (store/lease.py:
-  database clock, fencing token; TTL = its registration's lease TTL). The holder renews it at
-  each scan (at least every second), so another takes over within TTL + 1 s of its death.
+- **Leader**: at each scan every scheduler competes for the `shard-leader` lease
+  (store/cluster/lease.py: database clock, fencing token; TTL = its registration's lease
+  TTL). The holder renews it at each scan (at least every second), so another takes over
+  within TTL + 1 s of its death.
 - **Resharding**: the leader computes the plan from the rows (live schedulers not on the
   offline list, by address; active schedules by id) and compares it with the published one.
   When they differ (a scheduler joined, left or died; a schedule was added, removed, paused
@@ -24,11 +25,12 @@ from typing import Any
 from sasflow.errors import LeaseLostError
 from sasflow.scheduler.cluster.limits import Load
 from sasflow.scheduler.cluster.plan import EvenRanges, Member, PlannedRange, Planner
-from sasflow.store import schedulers, schedules, shard
+from sasflow.store.cluster import registrations as schedulers
+from sasflow.store.cluster import schedules, shard
+from sasflow.store.cluster.lease import Lease
+from sasflow.store.cluster.registrations import Registration
+from sasflow.store.cluster.shard import Bounds
 from sasflow.store.db import Connection, Engine, transaction
-from sasflow.store.lease import Lease
-from sasflow.store.schedulers import Registration
-from sasflow.store.shard import Bounds
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,11 @@ from typing import Protocol
 from sasflow.errors import ConfigurationError
 from sasflow.scheduler.cluster.limits import Load, hold_limit
 from sasflow.scheduler.cluster.scope import ScopeStrategy
-from sasflow.store import schedulers, schedules
+from sasflow.store.cluster import registrations as schedulers
+from sasflow.store.cluster import schedules
+from sasflow.store.cluster.registrations import Registration
+from sasflow.store.cluster.shard import Bounds
 from sasflow.store.db import Connection, Engine
-from sasflow.store.schedulers import Registration
-from sasflow.store.shard import Bounds
 
 ASSIGNMENTS = ("acquire", "scope")
 """The names `--assignment` accepts."""

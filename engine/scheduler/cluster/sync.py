@@ -8,9 +8,9 @@ from typing import Any
 
 from sasflow.registry import Registry
 from sasflow.schedules.definition import Schedule
-from sasflow.store import schedules as store
-from sasflow.store.audit import database_now
+from sasflow.store.cluster import schedules
 from sasflow.store.db import Connection
+from sasflow.store.operator.audit import database_now
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,12 @@ def sync_app_schedules(conn: Connection, registry: Registry) -> int:
     changed = 0
     now = database_now(conn)
     for schedule in registry.schedules:
-        existing = store.by_name(conn, schedule.name, lock=True)
+        existing = schedules.by_name(conn, schedule.name, lock=True)
         if existing is None:
-            if store.insert_schedule(conn, new_row(schedule, source="app", now=now)) is not None:
+            if (
+                schedules.insert_schedule(conn, new_row(schedule, source="app", now=now))
+                is not None
+            ):
                 changed += 1
             continue
         wanted = definition_columns(schedule)
@@ -67,7 +70,7 @@ def sync_app_schedules(conn: Connection, registry: Registry) -> int:
             continue
         if any(existing[c] != wanted[c] for c in TIMING_COLUMNS):
             wanted["next_tick_at"] = schedule.timing.next_after(now)
-        store.update_definition(conn, existing["id"], wanted)
+        schedules.update_definition(conn, existing["id"], wanted)
         log.info("schedule %s updated from the app's definition", schedule.name)
         changed += 1
     return changed

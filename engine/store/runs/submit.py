@@ -21,12 +21,12 @@ from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkfl
 from sasflow.messages import dumps
 from sasflow.registry import Registry
 from sasflow.states import RunState
-from sasflow.store import events, submit_many
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
+from sasflow.store.runs import events, submit_many
+from sasflow.store.runs.step_rows import forward_definition, step_row
 from sasflow.store.schema import runs, steps
-from sasflow.store.step_rows import forward_definition, step_row
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from sasflow.states import RunState, StepState
-from sasflow.store import events, queries
 from sasflow.store.dialect import capabilities
+from sasflow.store.runs import events, queries
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The supervisor sweep's statements: expired steps, dead-lettered attempts, stalled agents.
 
-Most are the engine's hot statements (`sasflow.store.queries`); these functions run them with
+Most are the engine's hot statements (`sasflow.store.runs.queries`); these functions run them with
 their parameters, so the sweep (`sasflow.supervisor.sweep`)
 decides what to do and names no table.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Select, select
 
-from sasflow.store import queries
 from sasflow.store.dialect import one_of
+from sasflow.store.runs import queries
 from sasflow.store.schema import steps
 
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, func, update
 
 from sasflow.states import StepState
-from sasflow.store.claim import record_handed_back
 from sasflow.store.dialect import one_of
-from sasflow.store.queries import leave_processing
+from sasflow.store.runs.claim import record_handed_back
+from sasflow.store.runs.queries import leave_processing
 from sasflow.store.schema import steps
 from sasflow.store.sqltime import now, plus_seconds
 

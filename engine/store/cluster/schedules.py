@@ -21,10 +21,10 @@ from sqlalchemy import (
     update,
 )
 
+from sasflow.store.cluster.registrations import owner_is_live, registration_is_live
+from sasflow.store.cluster.shard import Bounds
 from sasflow.store.dialect import has_notifications, upsert_insert
-from sasflow.store.schedulers import owner_is_live, registration_is_live
 from sasflow.store.schema import schedule_ticks, schedulers, schedules
-from sasflow.store.shard import Bounds
 from sasflow.store.sqltime import now
 
 

@@ -20,9 +20,9 @@ from sqlalchemy import Connection, Row
 from sasflow.errors import SasflowError
 from sasflow.registry import Registry
 from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
-from sasflow.store import advance_queries, queries
-from sasflow.store.alerts import raise_alert
-from sasflow.store.decide import (
+from sasflow.store.outbox.alerts import raise_alert
+from sasflow.store.runs import advance_queries, queries
+from sasflow.store.runs.decide import (
     CreateChain,
     Definition,
     FailWaiting,
@@ -36,8 +36,8 @@ from sasflow.store.decide import (
     Transition,
     decide,
 )
-from sasflow.store.events import Event, step_event
-from sasflow.store.records import RunRecord, StepRecord
+from sasflow.store.runs.events import Event, step_event
+from sasflow.store.runs.records import RunRecord, StepRecord
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, insert, select, update
 
 from sasflow.states import CallbackState
-from sasflow.store.alerts import Alert, AlertKind, raise_alert
+from sasflow.store.outbox.alerts import Alert, AlertKind, raise_alert
 from sasflow.store.schema import callbacks, runs
 from sasflow.store.sqltime import now, plus_seconds
 

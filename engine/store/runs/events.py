@@ -12,8 +12,9 @@ from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.states import QUIET_STEP_STATES, TERMINAL_RUN_STATES, AgentState, RunState, StepState
-from sasflow.store import callbacks, queries
 from sasflow.store.dialect import capabilities
+from sasflow.store.outbox import callbacks
+from sasflow.store.runs import queries
 from sasflow.store.schema import events
 
 

@@ -37,7 +37,7 @@ from sasflow.states import RunState
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import capabilities
 from sasflow.store.notify import channel
-from sasflow.store.step_rows import (
+from sasflow.store.runs.step_rows import (
     DEFINED_COLUMNS,
     NEW_IDEMPOTENCY_KEY_SQL,
     STEP_COLUMNS,

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, insert, select, update
 
+from sasflow.store.cluster.registrations import live
 from sasflow.store.dialect import upsert_insert
-from sasflow.store.schedulers import live
 from sasflow.store.schema import scheduler_offline, schedulers, schedules, shard_plan, shard_ranges
 from sasflow.store.sqltime import now
 

@@ -30,10 +30,10 @@ from sasflow.states import (
     StepKind,
     StepState,
 )
-from sasflow.store.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
-from sasflow.store.compensation import chain
-from sasflow.store.records import RunRecord, StepRecord
-from sasflow.store.submit import build_step_input
+from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
+from sasflow.store.runs.compensation import chain
+from sasflow.store.runs.records import RunRecord, StepRecord
+from sasflow.store.runs.submit import build_step_input
 from sasflow.workflow import StepContext, Workflow
 
 

@@ -7,7 +7,7 @@ import click
 from sasflow.cli.context import CliContext
 from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
 from sasflow.cli.schedules import BY, REASON
-from sasflow.ops import schedulers as ops
+from sasflow.ops import registrations
 
 
 @click.group()
@@ -21,7 +21,7 @@ def schedulers() -> None:
 def list_command(obj: CliContext, output: str) -> None:
     """Per scheduler: name, address, state, K, S, N, X, M and lease age; with the scope
     strategy also the leader (*), the plan epoch and each scheduler's range."""
-    found = obj.in_transaction(ops.cluster_view)
+    found = obj.in_transaction(registrations.cluster_view)
     if output == "json":
         click.echo(to_json(found))
         return
@@ -54,7 +54,7 @@ def list_command(obj: CliContext, output: str) -> None:
 def plan_command(obj: CliContext, output: str) -> None:
     """The scope strategy's current plan: epoch, leader, and each scheduler's range of the
     schedules ordered by id (positions and ids)."""
-    plan = obj.in_transaction(ops.plan_view)
+    plan = obj.in_transaction(registrations.plan_view)
     if output == "json":
         click.echo(to_json(plan))
         return
@@ -70,7 +70,7 @@ def plan_command(obj: CliContext, output: str) -> None:
                 r["position"],
                 r["name"],
                 r["address"],
-                ops.range_text(r["first"], r["last"]),
+                registrations.range_text(r["first"], r["last"]),
                 r["size"],
                 f"{r['lo_id'] or '..'}-{r['hi_id'] or '..'}",
             ]
@@ -88,7 +88,7 @@ def drain_command(obj: CliContext, name: str, reason: str | None, actor: str) ->
     """Put scheduler NAME on the offline list: it stops acquiring and releases each schedule
     once its due tick is submitted; `drained` in the list means it is safe to stop."""
     obj.in_transaction(
-        lambda conn: ops.drain(
+        lambda conn: registrations.drain(
             conn, name, actor=actor, reason=reason, namespace=obj.names.namespace
         )
     )
@@ -103,7 +103,7 @@ def drain_command(obj: CliContext, name: str, reason: str | None, actor: str) ->
 def undrain_command(obj: CliContext, name: str, reason: str | None, actor: str) -> None:
     """Take scheduler NAME off the offline list: it may acquire again, then acquires."""
     obj.in_transaction(
-        lambda conn: ops.undrain(
+        lambda conn: registrations.undrain(
             conn, name, actor=actor, reason=reason, namespace=obj.names.namespace
         )
     )

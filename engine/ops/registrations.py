@@ -9,11 +9,10 @@ from typing import Any
 
 from sasflow.errors import InvalidActionError, SchedulerNotFoundError
 from sasflow.scheduler.cluster.limits import hold_limit
-from sasflow.store import schedulers as store
-from sasflow.store import schedules, shard
-from sasflow.store.audit import AuditRecord, record
+from sasflow.store.cluster import registrations, schedules, shard
+from sasflow.store.cluster.lease import live_holder
 from sasflow.store.db import Connection
-from sasflow.store.lease import live_holder
+from sasflow.store.operator.audit import AuditRecord, record
 
 
 class SchedulerState(StrEnum):
@@ -38,7 +37,7 @@ def plan_view(conn: Connection) -> dict[str, Any]:
     for, and per scheduler its positions first..last, size and the ids it covers."""
     state = shard.plan_state(conn)
     holder = live_holder(conn, LEADER_LEASE)
-    names = {row["id"]: row["name"] for row in store.cluster(conn)}
+    names = {row["id"]: row["name"] for row in registrations.cluster(conn)}
     if state is None:
         return {"epoch": None, "state": "none", "leader": names.get(holder or ""), "ranges": []}
     ranges = shard.plan_ranges(conn, state["epoch"]) if state["ready"] else []
@@ -75,11 +74,11 @@ def cluster_view(conn: Connection) -> list[dict[str, Any]]:
     scope strategy also whether it leads, the plan epoch and its range (N is then the size of
     its range). Names on the offline list with no registration are shown drained."""
     active = schedules.count_active(conn)
-    live = store.count_live(conn)
+    live = registrations.count_live(conn)
     plan = plan_view(conn)
     ranges = {r["name"]: r for r in plan["ranges"]}
     view: list[dict[str, Any]] = []
-    for row in store.cluster(conn):
+    for row in registrations.cluster(conn):
         scope = row["assignment"] == "scope"
         planned = ranges.get(row["name"]) if row["live"] else None
         if not row["live"]:
@@ -130,7 +129,7 @@ def cluster_view(conn: Connection) -> list[dict[str, Any]]:
             "epoch": None,
             "range": None,
         }
-        for entry in store.offline_list(conn)
+        for entry in registrations.offline_list(conn)
         if entry["name"] not in registered
     )
     return view
@@ -144,9 +143,9 @@ def _range_of(plan: dict[str, Any], planned: dict[str, Any] | None) -> str:
 
 def drain(conn: Connection, name: str, *, actor: str, reason: str | None, namespace: str) -> None:
     """Put `name` on the offline list: it stops acquiring and releases what it holds."""
-    if not store.name_known(conn, name):
+    if not registrations.name_known(conn, name):
         raise SchedulerNotFoundError(f"no scheduler named {name!r} is registered")
-    if not store.set_offline(conn, name, actor=actor, reason=reason):
+    if not registrations.set_offline(conn, name, actor=actor, reason=reason):
         raise InvalidActionError(f"scheduler {name!r} is on the offline list already")
     record(conn, AuditRecord(actor, "schedulers.drain", reason, {"name": name}))
     schedules.notify_changed(conn, namespace)
@@ -155,7 +154,7 @@ def drain(conn: Connection, name: str, *, actor: str, reason: str | None, namesp
 def undrain(conn: Connection, name: str, *, actor: str, reason: str | None, namespace: str) -> None:
     """Take `name` off the offline list: it may acquire again, then acquires (at its next
     wake-up, which this commit's notification causes)."""
-    if not store.clear_offline(conn, name):
+    if not registrations.clear_offline(conn, name):
         raise InvalidActionError(f"scheduler {name!r} is not on the offline list")
     record(conn, AuditRecord(actor, "schedulers.undrain", reason, {"name": name}))
     schedules.notify_changed(conn, namespace)

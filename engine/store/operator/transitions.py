@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, select, update
 
 from sasflow.states import RunState, StepKind, StepState
-from sasflow.store.queries import leave_processing
+from sasflow.store.runs.queries import leave_processing
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sasflow.states import StepKind, StepState
-from sasflow.store.records import StepRecord
-from sasflow.store.step_rows import POLICY_COLUMNS, defined_columns, step_row
+from sasflow.store.runs.records import StepRecord
+from sasflow.store.runs.step_rows import POLICY_COLUMNS, defined_columns, step_row
 
 
 def reverse_topological(records: Sequence[StepRecord]) -> list[StepRecord]:

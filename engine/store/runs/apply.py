@@ -14,10 +14,10 @@ from sqlalchemy import Connection, Row
 from sasflow.commands import StepOutcome, StoredError
 from sasflow.registry import Registry
 from sasflow.states import ReplyStatus, RunState, StepState
-from sasflow.store import events, queries
-from sasflow.store.advance import advance_runs
 from sasflow.store.dialect import capabilities
 from sasflow.store.notify import notify_ready
+from sasflow.store.runs import events, queries
+from sasflow.store.runs.advance import advance_runs
 
 log = logging.getLogger(__name__)
 
