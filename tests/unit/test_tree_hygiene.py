@@ -94,3 +94,26 @@ def test_no_tracked_file_names_a_path_of_a_developers_machine() -> None:
         if lines:
             found[path] = lines
     assert found == {}
+
+
+TRACKER_NUMBER = re.compile(r"\bissues?[- ]?#?\d+\b", re.IGNORECASE)
+SHIPPED = ("engine", "agents", "supervisor", "alembic")
+
+
+def test_a_tracker_number_is_caught() -> None:
+    """The check itself: our tracker's numbers, not an upstream bug's."""
+    assert TRACKER_NUMBER.search("`acquire` (issue 12) takes unowned schedules")
+    assert TRACKER_NUMBER.search("run by compensation, issue-3 supervisor")
+    assert not TRACKER_NUMBER.search("can update more rows than the limit (PostgreSQL bug #15715)")
+
+
+def test_shipped_code_names_no_tracker_number() -> None:
+    """Shipped code says what it does and why; which issue asked for it is in git's history."""
+    found = [
+        f"{path}:{number}: {line.strip()}"
+        for path in _git("ls-files", "-z", *SHIPPED).split("\0")
+        if path.endswith(".py")
+        for number, line in enumerate((REPO / path).read_text(encoding="utf-8").splitlines(), 1)
+        if TRACKER_NUMBER.search(line)
+    ]
+    assert found == []
