@@ -205,7 +205,9 @@ class AgentWorker:
     def run(self) -> None:
         self._options.children.reap_orphans()
         try:
-            serve_forever(self.id, self._serve, self._stop, Reconnect())
+            serve_forever(
+                self.id, self._serve, self._stop, Reconnect(), self._hooks.consumer_cancelled
+            )
         finally:
             for job in self._jobs.values():
                 job.call.cancelled.set()

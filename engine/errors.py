@@ -50,6 +50,17 @@ class BrokerUnavailableError(SasflowError):
     """The message broker cannot be reached."""
 
 
+class ConsumerCancelledError(BrokerUnavailableError):
+    """The broker cancelled a consumer of this connection (its queue deleted, or its node lost)."""
+
+    def __init__(self, queues: tuple[str, ...]) -> None:
+        listed = ", ".join(repr(q) for q in queues)
+        super().__init__(f"the broker cancelled the consumer of {listed} (queue gone or node lost)")
+        self.queues = queues
+        """The queues whose consumers the broker cancelled; handled as a lost connection (the
+        role connects, declares its queues and consumes again)."""
+
+
 class PublishError(SasflowError):
     """The broker did not accept a message (unroutable or negatively confirmed)."""
 

@@ -98,6 +98,10 @@ class Hooks:
     def dead_lettered(self, queue: str, reason: str) -> None:
         """A message taken from `queue` was dead-lettered with `reason`."""
 
+    def consumer_cancelled(self, queue: str) -> None:
+        """The broker cancelled the role's consumer of `queue` (the queue deleted, or its node
+        lost); the role reconnects, declares its queues and consumes again (loop thread)."""
+
     # -- supervisor -----------------------------------------------------------------------
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
@@ -192,6 +196,9 @@ class HookChain(Hooks):
 
     def dead_lettered(self, queue: str, reason: str) -> None:
         self._each("dead_lettered", lambda h: h.dead_lettered(queue, reason))
+
+    def consumer_cancelled(self, queue: str) -> None:
+        self._each("consumer_cancelled", lambda h: h.consumer_cancelled(queue))
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         self._each("steps_expired", lambda h: h.steps_expired(conn, rows, reason))

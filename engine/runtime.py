@@ -15,6 +15,7 @@ from types import FrameType
 from sasflow.errors import (
     BrokerRefusedError,
     BrokerUnavailableError,
+    ConsumerCancelledError,
     StoreRefusedError,
     StoreUnavailableError,
 )
@@ -61,14 +62,20 @@ class Reconnect:
 
 
 def serve_forever(
-    name: str, serve: Callable[[], None], stop: threading.Event, reconnect: Reconnect | None = None
+    name: str,
+    serve: Callable[[], None],
+    stop: threading.Event,
+    reconnect: Reconnect | None = None,
+    on_cancelled: Callable[[str], None] | None = None,
 ) -> None:
     """Call `serve` until `stop` is set, reconnecting after the broker or database went away.
 
     A refusal (wrong credentials, no such database or virtual host) before the process ever
     connected is raised: it is a configuration to fix, and retrying would log it for ever.
     After a first connection it is retried like an outage (credentials being rotated, a
-    database being restored), logged as an error."""
+    database being restored), logged as an error. A consumer the broker cancelled is one
+    more way to lose the connection: `serve` connects, declares and consumes again, and
+    `on_cancelled` hears of each queue (the role's `Hooks.consumer_cancelled`)."""
     reconnect = reconnect or Reconnect()
     while not stop.is_set():
         started = time.monotonic()
@@ -78,6 +85,9 @@ def serve_forever(
             refused = isinstance(exc, BrokerRefusedError | StoreRefusedError)
             if isinstance(exc, BrokerRefusedError | StoreRefusedError) and exc.never_connected:
                 raise
+            if isinstance(exc, ConsumerCancelledError) and on_cancelled is not None:
+                for queue in exc.queues:
+                    on_cancelled(queue)
             if time.monotonic() - started > HEALTHY_SECONDS:
                 reconnect.reset()  # it served well before this outage: start over quickly
             delay = reconnect.next_delay()

@@ -70,7 +70,9 @@ class Submitter:
 
     def run(self) -> None:
         try:
-            serve_forever(self.id, self._serve, self._stop, Reconnect())
+            serve_forever(
+                self.id, self._serve, self._stop, Reconnect(), self._hooks.consumer_cancelled
+            )
         finally:
             self._transport.close()
         log.info("%s stopped: %s", self.id, self.stats)

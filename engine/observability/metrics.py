@@ -60,7 +60,7 @@ def new_registry() -> CollectorRegistry:
     return registry
 
 
-class _DeadLetters(Hooks):
+class _Consuming(Hooks):
     """What every role that consumes counts."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -70,12 +70,22 @@ class _DeadLetters(Hooks):
             ["queue"],
             registry=registry,
         )
+        self.consumers_cancelled = Counter(
+            "sasflow_consumer_cancellations",
+            "Consumers of this process the broker cancelled (queue deleted or its node lost), "
+            "by queue; each is followed by a reconnect that declares and consumes it again.",
+            ["queue"],
+            registry=registry,
+        )
 
     def dead_lettered(self, queue: str, reason: str) -> None:
         self.dead_letters.labels(queue).inc()
 
+    def consumer_cancelled(self, queue: str) -> None:
+        self.consumers_cancelled.labels(queue).inc()
 
-class _Relay(_DeadLetters):
+
+class _Relay(_Consuming):
     """What the roles that consume and relay the outbox (scheduler, submitter) count."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -203,7 +213,7 @@ class SchedulerMetrics(_Relay, _RunsFinished):
         self.apply_seconds.observe(seconds)
 
 
-class AgentMetrics(_DeadLetters):
+class AgentMetrics(_Consuming):
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
         self.duration = Histogram(

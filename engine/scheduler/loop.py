@@ -64,13 +64,14 @@ class Scheduler:
         self._database_url = database_url
         self._wake = threading.Event()
         self.stats = SchedulerStats()
+        self._hooks = guarded(hooks)
         ctx = Context(
             id=self.id,
             engine=engine,
             transport=transport,
             registry=registry,
             names=names,
-            hooks=guarded(hooks),
+            hooks=self._hooks,
             stats=self.stats,
             wake=self._wake,
         )
@@ -131,7 +132,9 @@ class Scheduler:
             )
             listener.start()
         try:
-            serve_forever(self.id, self._serve, self._stop, Reconnect())
+            serve_forever(
+                self.id, self._serve, self._stop, Reconnect(), self._hooks.consumer_cancelled
+            )
         finally:
             if listener is not None:
                 listener.stop()

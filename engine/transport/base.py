@@ -75,10 +75,17 @@ class Transport(Protocol):
         ...
 
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
-        """Start delivering `queue` to `handler` (called on the owner thread from `process`)."""
+        """Start delivering `queue` to `handler` (called on the owner thread from `process`).
+
+        When the broker cancels the consumer (the queue deleted, or its node lost while the
+        connection stays up), the next `process` raises ConsumerCancelledError, a
+        BrokerUnavailableError: the owner handles it as a lost connection (connect, declare,
+        consume again)."""
         ...
 
-    def cancel_consumers(self) -> None: ...
+    def cancel_consumers(self) -> None:
+        """Stop every consumer of this connection (a cancel by the broker is then not raised)."""
+        ...
 
     def get(self, queue: str) -> Delivery | None:
         """Take one message from `queue` without a consumer (to be acked), or None if empty."""
@@ -108,7 +115,9 @@ class Transport(Protocol):
         ...
 
     def process(self, time_limit: float) -> None:
-        """Deliver messages and thread-safe callbacks for up to `time_limit` seconds."""
+        """Deliver messages and thread-safe callbacks for up to `time_limit` seconds; then
+        raise ConsumerCancelledError if the broker cancelled a consumer meanwhile (after the
+        deliveries that arrived before the cancel)."""
         ...
 
     def call_threadsafe(self, callback: Callable[[], None]) -> None:

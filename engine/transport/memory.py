@@ -5,7 +5,8 @@ default, direct, topic and fanout exchanges; idempotent declarations (different 
 the channel with PRECONDITION_FAILED, as RabbitMQ does); dead-letter exchanges with `x-death`;
 per-message expiration (at the head of the queue); `max_length` with drop-head; mandatory
 publishing; per-consumer prefetch; tags per connection, `multiple` acks, and redelivery
-(`redelivered=True`) of what a closed connection left unacked. Nothing survives the process.
+(`redelivered=True`) of what a closed connection left unacked; a deleted queue cancels its
+consumers, which `process` raises as ConsumerCancelledError. Nothing survives the process.
 
 Every mutation happens under the broker's one lock; each connection waits on its own condition
 of that lock, so a publish wakes exactly the consumers it concerns and nobody polls.
@@ -23,7 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
+from sasflow.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    ConsumerCancelledError,
+    PublishError,
+)
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory_model import (
     EXCHANGE_KINDS,
@@ -51,7 +57,8 @@ class MemoryBroker:
     """Queues, exchanges and bindings shared by every MemoryTransport of one process.
 
     Create one per process and hand it to whoever builds the transports; there is no global
-    instance. `disconnect_all` simulates an outage for tests of the reconnect paths.
+    instance. `disconnect_all` simulates an outage and `delete_queue` a queue deleted under
+    its consumers, for tests of the reconnect paths.
     """
 
     def __init__(self) -> None:
@@ -78,6 +85,30 @@ class MemoryBroker:
         """Accept connections again after `disconnect_all(stay_down=True)`."""
         with self._lock:
             self._reachable = True
+
+    def delete_queue(self, name: str) -> int:
+        """Delete `name` as `rabbitmqctl delete_queue` does: its messages are gone (held unacked
+        ones too, though acking them still works), its bindings too, and each consumer's
+        connection raises ConsumerCancelledError from `process`. Returns the messages it held
+        ready; a queue that does not exist is no error (as in RabbitMQ)."""
+        with self._lock:
+            queue = self._queues.pop(name, None)
+            if queue is None:
+                return 0
+            for exchange in self._exchanges.values():
+                for binding in [b for b in exchange.bindings if b[0] == name]:
+                    del exchange.bindings[binding]
+            for consumer in list(queue.consumers):
+                self._remove_consumer(consumer)
+                channel = consumer.channel
+                channel.consumers.remove(consumer)
+                channel.cancelled.append(name)
+                channel.wake.notify()
+            for message in queue.ready:
+                message.queued = False
+            dropped = len(queue.ready)
+            queue.ready.clear()
+            return dropped
 
     def depth(self, queue: str) -> int:
         """Messages ready in `queue` (not counting unacked ones), as `rabbitmqctl list_queues`."""
@@ -120,7 +151,8 @@ class MemoryBroker:
         for item in held:
             if item.consumer is not None:
                 item.consumer.unacked -= 1
-            by_queue.setdefault(item.queue.name, []).append(item)
+            if self._queues.get(item.queue.name) is item.queue:  # else deleted: the message too
+                by_queue.setdefault(item.queue.name, []).append(item)
         for items in by_queue.values():
             queue = items[0].queue
             for item in reversed(items):
@@ -366,6 +398,7 @@ class MemoryBroker:
             for consumer in channel.consumers:
                 self._remove_consumer(consumer)
             channel.consumers.clear()
+            channel.cancelled.clear()  # consuming stops anyway
             pending = [channel.unacked.pop(d.tag) for _, d in channel.inbox]
             channel.inbox.clear()
             self._requeue(pending)
@@ -469,7 +502,7 @@ class MemoryBroker:
                 now = time.monotonic()
                 self._expire_due(now)
                 pending = len(channel.callbacks) + len(channel.inbox)
-                if pending or now >= deadline:
+                if pending or channel.cancelled or now >= deadline:
                     return pending
                 # Wake to expire messages even if nobody else calls the broker.
                 expiry = self._next_expiry()
@@ -485,6 +518,12 @@ class MemoryBroker:
                 consumer, delivery = channel.inbox.popleft()
                 return partial(consumer.handler, delivery)
             return None
+
+    def _take_cancelled(self, channel: Channel) -> tuple[str, ...]:
+        with self._lock:
+            cancelled = tuple(channel.cancelled)
+            channel.cancelled.clear()
+            return cancelled
 
 
 class MemoryTransport:
@@ -587,8 +626,11 @@ class MemoryTransport:
         for _ in range(pending):
             work = self._broker._next_work(channel)
             if work is None:
-                return
+                break
             work()
+        # After the deliveries that arrived before it, as pika dispatches a Basic.Cancel.
+        if cancelled := self._broker._take_cancelled(channel):
+            raise ConsumerCancelledError(cancelled)
 
     def call_threadsafe(self, callback: Callable[[], None]) -> None:
         self._broker._call_threadsafe(self._chan(), callback)

@@ -92,6 +92,8 @@ class Channel:
     inbox: deque[tuple[Consumer, Delivery]] = field(default_factory=deque)
     callbacks: deque[Callable[[], None]] = field(default_factory=deque)
     consumers: list[Consumer] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    """Queues whose consumer the broker cancelled (queue deleted), raised by `process`."""
 
 
 def topic_matches(pattern: str, routing_key: str) -> bool:

@@ -24,6 +24,7 @@ from sasflow.errors import (
     BrokerRefusedError,
     BrokerUnavailableError,
     ConfigurationError,
+    ConsumerCancelledError,
     PublishError,
 )
 from sasflow.redact import redact_url
@@ -210,6 +211,11 @@ class RabbitMQTransport:
         self._serial = False
         """After the broker closed the channel over one unknown message of a batch, the next
         batch is published one message at a time so that message gets its own error."""
+        self._consumers: dict[str, str] = {}
+        """Consumer tag -> queue, of the channel that watches for the broker's cancels."""
+        self._watched: BlockingChannel | None = None
+        self._cancelled: list[str] = []
+        """Queues whose consumer the broker cancelled, raised by the next `process`."""
 
     @property
     def generation(self) -> int:
@@ -334,8 +340,27 @@ class RabbitMQTransport:
 
         with _translated():
             channel = self._chan()
+            self._watch_cancels(channel)
             channel.basic_qos(prefetch_count=prefetch)
-            channel.basic_consume(queue, on_message, auto_ack=False)
+            self._consumers[channel.basic_consume(queue, on_message, auto_ack=False)] = queue
+
+    def _watch_cancels(self, channel: BlockingChannel) -> None:
+        """Once per channel: note the consumers the broker cancels (RabbitMQ's Basic.Cancel,
+        sent when the queue is deleted or its node is lost), so that `process` raises."""
+        if self._watched is channel:
+            return
+        self._watched, self._consumers, self._cancelled = channel, {}, []
+
+        def on_cancel(frame: Any) -> None:
+            # pika calls this on the owner thread, from process_data_events, with the Method
+            # frame (its stubs say the Basic.Cancel inside). A tag not found here is one that
+            # `cancel_consumers` cancelled already.
+            method = getattr(frame, "method", frame)
+            queue = self._consumers.pop(str(method.consumer_tag), None)
+            if queue is not None:
+                self._cancelled.append(queue)
+
+        channel.add_on_cancel_callback(on_cancel)
 
     def get(self, queue: str) -> Delivery | None:
         with _translated():
@@ -345,11 +370,13 @@ class RabbitMQTransport:
         return self._delivery(queue, method, props, body if isinstance(body, bytes) else b"")
 
     def cancel_consumers(self) -> None:
+        self._cancelled.clear()  # consuming stops anyway: a cancel by the broker changes nothing
         if self._channel is None or not self._channel.is_open:
             return
         with _translated():
             for tag in list(self._channel.consumer_tags):
                 self._channel.basic_cancel(tag)
+                self._consumers.pop(tag, None)
 
     def publish(self, message: Outgoing) -> None:
         (result,) = self.publish_many([message])
@@ -503,6 +530,11 @@ class RabbitMQTransport:
         with _translated():
             # pika takes fractions of a second; the third-party stubs say int.
             self._connection.process_data_events(time_limit=time_limit)  # type: ignore[arg-type]
+        if self._cancelled:
+            # A consumer the broker cancelled is handled like a lost connection: the role
+            # connects again, declares its queues and consumes them (docs/architecture.md).
+            cancelled, self._cancelled = tuple(self._cancelled), []
+            raise ConsumerCancelledError(cancelled)
 
     def call_threadsafe(self, callback: Callable[[], None]) -> None:
         connection = self._connection

@@ -17,6 +17,8 @@ class Bus:
     kind: str
     names: Names
     make: Callable[[str], Transport]
+    delete_queue: Callable[[str], None]
+    """Delete a queue from outside the transports under test (an operator, a node lost)."""
     opened: list[Transport] = field(default_factory=list)
     named: list[str] = field(default_factory=list)
 

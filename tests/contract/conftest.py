@@ -35,13 +35,20 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
 
         def make(role: str) -> Transport:
             return RabbitMQTransport(services.broker_url(), process_name=f"contract-{role}")
+
+        def delete_queue(queue: str) -> None:
+            with services.broker_channel() as channel:
+                channel.queue_delete(queue)
     else:
         broker = MemoryBroker()
 
         def make(role: str) -> Transport:
             return MemoryTransport(broker, process_name=f"contract-{role}")
 
-    bus = Bus(request.param, names, make)
+        def delete_queue(queue: str) -> None:
+            broker.delete_queue(queue)
+
+    bus = Bus(request.param, names, make, delete_queue)
     try:
         yield bus
     finally:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.errors import BrokerUnavailableError, ConsumerCancelledError, PublishError
 from sasflow.transport.base import Delivery, Outgoing, Transport
 from sasflow.transport.topology import (
     DEAD_AT_HEADER,
@@ -420,6 +420,49 @@ def test_cancelled_consumer_gets_nothing_new_but_can_ack_what_it_holds(bus: Bus)
     assert [d.body for d in got] == [b"1"]
     assert transport.ack(got[0]) is True
     assert [d.body for d in take_all(transport, names.replies)] == [b"2"]
+
+
+def test_a_queue_deleted_under_its_consumer_is_raised_as_a_lost_connection(bus: Bus) -> None:
+    """The broker cancels the consumer of a deleted queue: `process` raises
+    ConsumerCancelledError (a BrokerUnavailableError) naming the queue, once; connecting,
+    declaring and consuming again delivers what is published next."""
+    names = bus.names
+    agent = setup(bus, "echo")
+    queue = names.agent("echo")
+    got: list[Delivery] = []
+    agent.consume(queue, got.append, prefetch=4)
+    agent.publish(to_queue(queue, b"before"))
+    pump([agent], lambda: len(got) == 1)
+
+    bus.delete_queue(queue)
+    with pytest.raises(ConsumerCancelledError) as raised:
+        settle([agent], seconds=5.0)
+    assert isinstance(raised.value, BrokerUnavailableError)
+    assert raised.value.queues == (queue,)
+    settle([agent])  # raised once per cancel
+
+    agent.connect()
+    declare_agent_queue(agent, names, "echo")
+    agent.consume(queue, got.append, prefetch=4)
+    agent.publish(to_queue(queue, b"after", mandatory=True))
+    pump([agent], lambda: len(got) == 2)
+    assert [d.body for d in got] == [b"before", b"after"]
+
+
+def test_a_queue_deleted_after_its_consumer_was_cancelled_raises_nothing(bus: Bus) -> None:
+    names = bus.names
+    transport = setup(bus)
+    other = bus.transport("other")
+    own = bus.name("own")
+    other.declare_queue(own, dead_letter_exchange=None)
+    transport.consume(own, lambda _delivery: None, prefetch=1)
+    other.consume(names.replies, lambda _delivery: None, prefetch=1)
+    transport.cancel_consumers()
+
+    bus.delete_queue(own)
+    settle([transport, other])  # neither the cancelled consumer nor another queue's raises
+
+    assert transport.consumer_count(names.replies) == 1
 
 
 def test_competing_consumers_share_a_queue(bus: Bus) -> None:
