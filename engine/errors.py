@@ -65,6 +65,10 @@ class PublishError(SasflowError):
     """The broker did not accept a message (unroutable or negatively confirmed)."""
 
 
+class UnroutableError(PublishError):
+    """The broker had no queue for the message (NO_ROUTE): the queue it names does not exist."""
+
+
 class LeaseLostError(SasflowError):
     """Another holder has the lease now; this one must stop acting on its behalf."""
 

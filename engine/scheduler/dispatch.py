@@ -15,7 +15,12 @@ import time
 from dataclasses import replace
 
 from sasflow.commands import StoredError
-from sasflow.errors import BrokerUnavailableError, PublishError, StoreUnavailableError
+from sasflow.errors import (
+    BrokerUnavailableError,
+    PublishError,
+    StoreUnavailableError,
+    UnroutableError,
+)
 from sasflow.messages import Request, safe_text
 from sasflow.scheduler.context import Context
 from sasflow.scheduler.inflight import InFlightCap
@@ -108,9 +113,23 @@ class Dispatcher:
             # fenced by its attempt (the re-claim increments it), so its reply is dropped.
             self._release(claimed, f"request not published: {exc}")
             raise
+        unsent = self._settle(claimed, results, claimed_at)
+        if unsent:
+            self._release(unsent, "request not published: the broker closed the channel")
+            raise BrokerUnavailableError("the broker closed the channel while dispatching")
+        return full, due
+
+    def _settle(
+        self, claimed: list[ClaimedStep], results: list[Exception | None], claimed_at: float
+    ) -> list[ClaimedStep]:
+        """Book each request's publish result; returns the steps whose request is not known to
+        have reached the broker (the channel closed first)."""
         unsent: list[ClaimedStep] = []
+        unrouted: list[ClaimedStep] = []
         for step, result in zip(claimed, results, strict=True):
-            if isinstance(result, PublishError):
+            if isinstance(result, UnroutableError):
+                unrouted.append(step)
+            elif isinstance(result, PublishError):
                 # The broker refused this request (e.g. too large): retrying cannot help.
                 self._fail_unpublishable(step, result)
             elif result is None:
@@ -118,11 +137,11 @@ class Dispatcher:
                 self._in_flight.dispatched(step.agent)
             else:
                 unsent.append(step)
-        self._hooks.steps_dispatched(len(claimed) - len(unsent), time.monotonic() - claimed_at)
-        if unsent:
-            self._release(unsent, "request not published: the broker closed the channel")
-            raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return full, due
+        dispatched = len(claimed) - len(unsent) - len(unrouted)
+        self._hooks.steps_dispatched(dispatched, time.monotonic() - claimed_at)
+        if unrouted:
+            self._requeue_unrouted(unrouted)
+        return unsent
 
     def _wait_for_pools(self, claimed: list[ClaimedStep]) -> list[ClaimedStep]:
         """The claimed steps that may be dispatched; those whose pool has no agent wait for
@@ -174,6 +193,21 @@ class Dispatcher:
             mandatory=True,
             headers=self._hooks.request_headers(step),
         )
+
+    def _requeue_unrouted(self, steps: list[ClaimedStep]) -> None:
+        """The agent's queue is gone (deleted by hand, or with a lost node): not the step's
+        fault. Release the steps uncharged and declare the queue again at their next claim, so
+        the requests wait there for an agent instead of failing their runs for good."""
+        agents = sorted({s.agent for s in steps})
+        log.warning(
+            "%s: no queue for agent(s) %s (deleted?): %d step(s) released, their queues are "
+            "declared again at the next claim",
+            self._id,
+            ", ".join(agents),
+            len(steps),
+        )
+        self._declared_agents.difference_update(agents)
+        self._release(steps, "request not routed: the agent's queue was missing; declared again")
 
     def _fail_unpublishable(self, step: ClaimedStep, exc: PublishError) -> None:
         log.error("%s: step %s cannot be dispatched: %s", self._id, step.id, exc)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sasflow.errors import PublishError, UnroutableError
+
 
 @dataclass
 class _Slot:
@@ -28,7 +30,7 @@ class ConfirmTracker:
     def __init__(self) -> None:
         self._last_tag = 0
         self._pending: dict[int, _Slot] = {}
-        self._settled: dict[int, str | None] = {}
+        self._settled: dict[int, PublishError | None] = {}
 
     def sent(self, exchange: str, routing_key: str, body: bytes, *, mandatory: bool) -> int:
         """Record one message handed to the channel; returns its delivery tag."""
@@ -57,17 +59,22 @@ class ConfirmTracker:
             if slot is None:
                 continue
             if nack:
-                self._settled[t] = "nacked by the broker (internal error)"
+                self._settled[t] = PublishError(
+                    "broker refused the message: nacked by the broker (internal error)"
+                )
             elif slot.returned is not None:
-                self._settled[t] = f"unroutable: {slot.returned}"
+                self._settled[t] = UnroutableError(
+                    f"broker refused the message: unroutable: {slot.returned}"
+                )
             else:
                 self._settled[t] = None
 
     def is_settled(self, tags: list[int]) -> bool:
         return all(t in self._settled for t in tags)
 
-    def take(self, tag: int) -> str | None:
-        """Forget a settled tag; returns why it was refused, or None when it was confirmed."""
+    def take(self, tag: int) -> PublishError | None:
+        """Forget a settled tag; returns why it was refused (UnroutableError when it was
+        returned), or None when it was confirmed."""
         return self._settled.pop(tag)
 
     def forget(self, tags: list[int]) -> None:

@@ -29,6 +29,7 @@ from sasflow.errors import (
     ConfigurationError,
     ConsumerCancelledError,
     PublishError,
+    UnroutableError,
 )
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory_model import (
@@ -270,7 +271,7 @@ class MemoryBroker:
                 targets = [] if queue is None else [queue]
             if not targets:
                 if message.mandatory:
-                    raise PublishError(
+                    raise UnroutableError(
                         f"broker refused the message: NO_ROUTE (exchange {message.exchange!r}, "
                         f"routing key {message.routing_key!r})"
                     )

@@ -440,7 +440,7 @@ class RabbitMQTransport:
         for index, tag in ticket.tags.items():
             refused = self._tracker.take(tag)
             if refused is not None:
-                ticket.results[index] = PublishError(f"broker refused the message: {refused}")
+                ticket.results[index] = refused
         return ticket.results
 
     def _chan_open(self) -> bool:
@@ -459,7 +459,7 @@ class RabbitMQTransport:
         for index, tag in tags.items():
             refused = self._tracker.take(tag)
             if refused is not None:
-                results[index] = PublishError(f"broker refused the message: {refused}")
+                results[index] = refused
         return results
 
     def _write(

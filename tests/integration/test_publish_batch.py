@@ -62,8 +62,8 @@ def test_a_batch_is_confirmed_and_delivered_in_order(
 
 
 def test_an_unroutable_message_fails_alone(transport: RabbitMQTransport, names: Names) -> None:
-    """A mandatory message that no queue takes gets its own PublishError; its neighbours,
-    including an identical body sent to a real queue, are delivered."""
+    """A mandatory message that no queue takes gets its own UnroutableError (a PublishError);
+    its neighbours, including an identical body sent to a real queue, are delivered."""
     queue = _queue(transport, names, "routable")
     missing = f"{names.namespace}.nobody-listens"
     batch = [
@@ -78,7 +78,7 @@ def test_an_unroutable_message_fails_alone(transport: RabbitMQTransport, names: 
 
     assert [type(r).__name__ if r else None for r in results] == [
         None,
-        "PublishError",
+        "UnroutableError",
         None,
         None,
         None,
@@ -165,12 +165,13 @@ def test_a_closed_channel_fails_the_batch(transport: RabbitMQTransport, names: N
         transport.publish_many([Outgoing("", queue, b"d")])
 
 
-def test_a_refused_request_fails_its_step_while_the_rest_of_the_batch_is_dispatched(
+def test_an_unroutable_request_waits_again_while_the_rest_of_the_batch_is_dispatched(
     engine: Engine, database_url: str, names: Names
 ) -> None:
     """The scheduler publishes a claimed batch at once: the request the broker cannot route
-    (its agent's queue was deleted) fails its step with a PublishError, and the other requests
-    of the same batch are dispatched and completed."""
+    (its agent's queue was deleted) is not the step's fault: the step is released uncharged,
+    the queue declared again and the request dispatched there, where it waits for an agent;
+    the other requests of the same batch are dispatched and completed."""
     here, gone = Agent("here"), Agent("gone")
 
     @here.handler("work")
@@ -203,8 +204,11 @@ def test_a_refused_request_fails_its_step_while_the_rest_of_the_batch_is_dispatc
                 )
             submit_run(conn, registry, "to-gone", {}, key="gone", namespace=names.namespace)
         harness.wait_for(
-            harness.all_runs_in(engine, {"completed", "error"}, 5), what="all five runs finish"
+            lambda: list(harness.run_states(engine).values()).count("completed") == 4,
+            what="the four reachable runs finish",
         )
+        harness.wait_for(lambda: _declared(names, "gone"), what="the gone queue declared again")
+        harness.wait_for(lambda: _queued(names, "gone") == 1, what="its request waiting there")
     with engine.connect() as conn:
         states = dict(conn.execute(select(runs.c.business_key, runs.c.state)).all())
     assert states == {
@@ -212,12 +216,12 @@ def test_a_refused_request_fails_its_step_while_the_rest_of_the_batch_is_dispatc
         "here-1": "completed",
         "here-2": "completed",
         "here-3": "completed",
-        "gone": "error",
+        "gone": "running",
     }
-    (refused,) = [s for s in harness.step_rows(engine) if s.agent == "gone"]
-    assert refused.error["type"] == "PublishError"
-    assert "unroutable" in refused.error["message"]
-    assert scheduler.stats.dispatched == 4
+    (waiting,) = [s for s in harness.step_rows(engine) if s.agent == "gone"]
+    assert (waiting.state, waiting.failure_count, waiting.error) == ("processing", 0, None)
+    assert waiting.attempt == 2  # the unrouted attempt was consumed, not charged
+    assert scheduler.stats.dispatched == 5
 
 
 def _declared(names: Names, agent: str) -> bool:
@@ -227,3 +231,8 @@ def _declared(names: Names, agent: str) -> bool:
         except pika.exceptions.ChannelClosedByBroker:
             return False
     return True
+
+
+def _queued(names: Names, agent: str) -> int:
+    with services.broker_channel() as channel:
+        return int(channel.queue_declare(names.agent(agent), passive=True).method.message_count)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from sasflow.errors import BrokerUnavailableError, PublishError
+from sasflow.errors import BrokerUnavailableError, PublishError, UnroutableError
 from sasflow.transport.base import Outgoing
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.rabbitmq import RabbitMQTransport
@@ -55,7 +55,9 @@ def test_a_return_refuses_the_oldest_matching_message_at_its_ack() -> None:
     tracker.returned("", "gone", b"same", "312 NO_ROUTE")
     tracker.confirmed(third, multiple=True, nack=False)
     assert tracker.take(first) is None
-    assert tracker.take(second) == "unroutable: 312 NO_ROUTE"
+    refused = tracker.take(second)
+    assert isinstance(refused, UnroutableError)
+    assert str(refused) == "broker refused the message: unroutable: 312 NO_ROUTE"
     assert tracker.take(third) is None
 
 
@@ -66,7 +68,7 @@ def test_a_non_mandatory_message_is_never_matched_to_a_return() -> None:
     tracker.returned("", "gone", b"x", "312 NO_ROUTE")
     tracker.confirmed(strict, multiple=True, nack=False)
     assert tracker.take(loose) is None
-    assert tracker.take(strict) == "unroutable: 312 NO_ROUTE"
+    assert isinstance(tracker.take(strict), UnroutableError)
 
 
 def test_forgotten_tags_are_neither_pending_nor_settled() -> None:
