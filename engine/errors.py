@@ -54,6 +54,10 @@ class PublishError(SasflowError):
     """The broker did not accept a message (unroutable or negatively confirmed)."""
 
 
+class UnroutableError(PublishError):
+    """The broker returned a mandatory message: no queue is bound where it was sent."""
+
+
 class LeaseLostError(SasflowError):
     """Another holder has the lease now; this one must stop acting on its behalf."""
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+UNROUTABLE = "unroutable"
+"""How `take` begins the reason of a message the broker returned (basic.return)."""
+
 
 @dataclass
 class _Slot:
@@ -59,7 +62,7 @@ class ConfirmTracker:
             if nack:
                 self._settled[t] = "nacked by the broker (internal error)"
             elif slot.returned is not None:
-                self._settled[t] = f"unroutable: {slot.returned}"
+                self._settled[t] = f"{UNROUTABLE}: {slot.returned}"
             else:
                 self._settled[t] = None
 

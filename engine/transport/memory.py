@@ -23,7 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from sasflow.errors import BrokerUnavailableError, ConfigurationError, PublishError
+from sasflow.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    PublishError,
+    UnroutableError,
+)
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory_model import (
     EXCHANGE_KINDS,
@@ -238,7 +243,7 @@ class MemoryBroker:
                 targets = [] if queue is None else [queue]
             if not targets:
                 if message.mandatory:
-                    raise PublishError(
+                    raise UnroutableError(
                         f"broker refused the message: NO_ROUTE (exchange {message.exchange!r}, "
                         f"routing key {message.routing_key!r})"
                     )
