@@ -91,7 +91,7 @@ def _take_one(queue: str, timeout: float = 20.0) -> dict[str, Any]:
             return False
         with services.broker_channel() as channel:
             method, _props, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
+        if method is not None and isinstance(body, bytes):
             found.append(body)
         return bool(found)
 
