@@ -43,7 +43,9 @@ def broker_urls(text: str) -> tuple[str, ...]:
     for index, entry in enumerate(entries, start=1):
         where = entry_name(entry, index, len(entries))
         if not entry:
-            raise ConfigurationError(f"{where} is empty: remove the extra comma, or give the URL")
+            raise ConfigurationError(
+                f"{where} is empty: give an {ACCEPTED} URL, or remove the extra comma"
+            )
         kind = scheme(entry)
         if kind == MEMORY_SCHEME and len(entries) > 1:
             raise ConfigurationError(
