@@ -21,7 +21,7 @@ from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.resilience import SharedBreaker, retrying
-from sasflow.errors import BrokerUnavailableError, InvalidMessageError
+from sasflow.errors import BrokerUnavailableError, InvalidMessageError, UnroutableError
 from sasflow.hooks import Headers, Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
@@ -56,6 +56,8 @@ class Job:
     call: Call
     done: bool = False
     abandoned: bool = False
+    held: bool = False
+    """Its reply was returned by the broker: kept, and published again (`AgentWorker._hold`)."""
     reply_headers: Headers | None = None
 
 
@@ -189,6 +191,10 @@ class AgentWorker:
             initializer=self._thread_started,
         )
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._held: list[Outcome] = []
+        """Replies the broker returned, published again at `_retry_at` (owner thread)."""
+        self._retry_at = 0.0
+        self._retry_backoff = Reconnect(initial=0.5, maximum=5.0)
         self._jobs: dict[tuple[int, int], Job] = {}
         self.stats = AgentStats()
 
@@ -274,6 +280,8 @@ class AgentWorker:
         if limit is not None:
             deadlines.append(limit)
         deadlines.append(self.fleet.next_heartbeat)
+        if self._held:
+            deadlines.append(self._retry_at)
         until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
         return min(0.5, max(0.0, until))
 
@@ -349,6 +357,11 @@ class AgentWorker:
                 outcomes.append(self._outcomes.get_nowait())
             except queue.Empty:
                 break
+        if self._held and time.monotonic() >= self._retry_at:
+            outcomes += self._held
+            self._held = []
+            for outcome in outcomes:
+                outcome.job.held = False
         if outcomes:
             self._finish(outcomes)
         self.fleet.tick(self._breakers, in_flight=len(self._jobs))
@@ -360,85 +373,128 @@ class AgentWorker:
                 job.call.aborted.set()
                 self.stats.abandoned += 1
                 log.warning(
-                    "step %s attempt %s passed its deadline while running: no reply",
+                    "step %s attempt %s passed its deadline %s: no reply",
                     job.request.step_id,
                     job.request.attempt,
+                    "before its returned reply could be routed" if job.held else "while running",
                 )
                 self._transport.ack(job.delivery)
                 del self._jobs[key]
 
     def _finish(self, outcomes: list[Outcome]) -> None:
-        """Publish the replies of finished jobs as one batch, then ack their requests."""
+        """Publish the replies of finished jobs as one batch, then ack their requests.
+
+        Replies are mandatory: one the broker returns (its queue is gone) is sent again after
+        the namespace's queues are declared again, and if it comes back once more it is held,
+        its request unacked, and retried until the step's deadline (`_hold`)."""
         done: list[Job] = []
-        sending: list[tuple[Job, Reply, bytes]] = []
+        sending: list[Outcome] = []
         for outcome in outcomes:
             job = outcome.job
             if job.abandoned:
                 continue
             done.append(job)
             if outcome.reply is not None and time.monotonic() < job.call.deadline:
-                sending.append((job, outcome.reply, outcome.body))
+                sending.append(outcome)
         try:
             refused = self._send(sending)
+            if any(isinstance(exc, UnroutableError) for _, exc in refused):
+                # `<ns>.replies` was deleted (or lost with its node) since we declared it.
+                declare_common(self._transport, self._names)
+                returned = [o for o, exc in refused if isinstance(exc, UnroutableError)]
+                refused = [r for r in refused if not isinstance(r[1], UnroutableError)]
+                refused += self._send(returned)
             # Refused for good (e.g. too large): report that instead.
             instead = [
-                (
-                    job,
+                Outcome.of(
+                    outcome.job,
                     self._reply(
-                        job.request,
+                        outcome.job.request,
                         ReplyStatus.ERROR,
                         error=ErrorInfo(
                             type="PublishError", message=f"the broker refused the reply: {exc}"
                         ),
                     ),
                 )
-                for job, exc in refused
+                for outcome, exc in refused
+                if not isinstance(exc, UnroutableError)
             ]
-            unsent = self._send([(job, reply, reply.encode()) for job, reply in instead])
+            held = [o for o, exc in refused if isinstance(exc, UnroutableError)]
+            unsent: list[Outcome] = []
+            for outcome, exc in self._send(instead):
+                (held if isinstance(exc, UnroutableError) else unsent).append(outcome)
         except BrokerUnavailableError:
             for outcome in outcomes:
                 self._outcomes.put(outcome)  # publish them on the next connection
             raise
-        for job, exc in unsent:  # not even the error fits: the step's deadline will tell
+        for outcome in unsent:  # not even the error fits: the step's deadline will tell
             log.error(
-                "step %s: the broker refused the error reply too: %s", job.request.step_id, exc
+                "step %s: the broker refused the error reply too", outcome.job.request.step_id
             )
+        self._hold(held)
         # No reply, or finished too late, or refused twice: the pattern says stay silent.
         self.stats.silent += len(done) - len(sending) + len(unsent)
         for job in done:
+            if job.held:
+                continue
             self._jobs.pop((job.request.step_id, job.request.attempt), None)
             self._transport.ack(job.delivery)
 
-    def _send(self, sending: list[tuple[Job, Reply, bytes]]) -> list[tuple[Job, Exception]]:
-        """Publish replies as one batch; count those confirmed, return those refused."""
+    def _hold(self, outcomes: list[Outcome]) -> None:
+        """Keep replies the broker returned even after the queues were declared again (a
+        `reply_to` queue that is not ours, or deleted again): their requests stay unacked,
+        and they are published again after a backoff until the step's deadline, when the
+        pattern's silence applies. Neither is the reply lost nor the handler run again
+        (nacking the request would run it twice), unless this process ends meanwhile."""
+        for outcome in outcomes:
+            outcome.job.held = True
+            self._held.append(outcome)
+            log.error(
+                "step %s attempt %s: the reply to %s was returned (no such queue); keeping the "
+                "request and retrying until its deadline",
+                outcome.job.request.step_id,
+                outcome.job.request.attempt,
+                outcome.job.delivery.reply_to or self._names.replies,
+            )
+        if outcomes:
+            self._retry_at = time.monotonic() + self._retry_backoff.next_delay()
+        elif not self._held:
+            self._retry_backoff.reset()
+
+    def _send(self, sending: list[Outcome]) -> list[tuple[Outcome, Exception]]:
+        """Publish replies as one batch (mandatory); count those confirmed, return those
+        refused (an UnroutableError: returned by the broker)."""
         if not sending:
             return []
         results = self._transport.publish_many(
             [
                 Outgoing(
                     exchange="",
-                    routing_key=job.delivery.reply_to or self._names.replies,
-                    body=body,
-                    correlation_id=job.delivery.correlation_id,
-                    headers=job.reply_headers,
+                    routing_key=outcome.job.delivery.reply_to or self._names.replies,
+                    body=outcome.body,
+                    correlation_id=outcome.job.delivery.correlation_id,
+                    headers=outcome.job.reply_headers,
+                    mandatory=True,
                 )
-                for job, _, body in sending
+                for outcome in sending
             ]
         )
-        refused: list[tuple[Job, Exception]] = []
-        for (job, reply, _), result in zip(sending, results, strict=True):
+        refused: list[tuple[Outcome, Exception]] = []
+        for outcome, result in zip(sending, results, strict=True):
+            reply = outcome.reply
             if isinstance(result, BrokerUnavailableError):
                 raise result  # not sent: every outcome is published again after reconnecting
             if result is None:
-                self._count(reply)
+                if reply is not None:
+                    self._count(reply)
             else:
                 log.error(
                     "step %s: the broker refused the %s reply: %s",
-                    job.request.step_id,
-                    reply.status,
+                    outcome.job.request.step_id,
+                    reply.status if reply is not None else "",
                     result,
                 )
-                refused.append((job, result))
+                refused.append((outcome, result))
         return refused
 
     def _count(self, reply: Reply) -> None:

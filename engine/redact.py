@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import re
 
-# scheme://user:password@host...; the password runs to the last "@" (it may hold / ? #).
+from sasflow.urllist import pieces
+
+# scheme://user:password@host...; the password runs to the entry's last "@" (it may hold
+# / ? # and @ itself).
 _CREDENTIALS = re.compile(
     r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:)(?P<pw>.*)@(?P<tail>[^@]*)$", re.DOTALL
 )
 
 
 def redact_url(url: str) -> str:
-    """Return `url` with the password (if any) replaced by ***."""
+    """Return `url` with the password (if any) replaced by ***; in a list of URLs (comma-
+    separated, as SASFLOW_BROKER_URL takes), each one's."""
+    parts = pieces(url)
+    parts[::2] = [_redact_one(part) for part in parts[::2]]
+    return "".join(parts)
+
+
+def _redact_one(url: str) -> str:
     match = _CREDENTIALS.match(url)
     if match is None:
         return url

@@ -33,7 +33,9 @@ class Settings(BaseSettings):
         default=DEFAULT_BROKER_URL,
         description="Broker URL: amqp://... or amqps://... for RabbitMQ, or memory:// for the "
         "in-process bus (the default; it only connects roles run as threads of one "
-        "process: sasflow demo, sasflow run).",
+        "process: sasflow demo, sasflow run). For a RabbitMQ cluster, one URL per node "
+        "separated by commas (whitespace around them ignored), tried in a new random order "
+        "on every connect (docs/howto/connections-and-tls.md).",
     )
     namespace: str = Field(
         default="sasflow",

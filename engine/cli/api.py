@@ -9,16 +9,16 @@ import click
 
 from sasflow.cli.context import (
     CliContext,
-    broker_options,
+    ConfigurationExit,
     check_not_refused,
     engine_options,
     role_failed,
 )
-from sasflow.errors import SasflowError
+from sasflow.errors import ConfigurationError, SasflowError
 from sasflow.observability.build import api_metrics
 from sasflow.settings import Settings
 from sasflow.store.db import make_engine
-from sasflow.transport.factory import is_in_process, make_transport
+from sasflow.transport.factory import broker_options, is_in_process, make_transport
 
 POOL_SIZE = 10
 """Connections of the API server's pool (FastAPI runs sync handlers on 40 threads; a
@@ -83,10 +83,14 @@ def api_command(
         api_ssl_keyfile=ssl_keyfile,
         api_callbacks=callbacks,
     )
+    try:
+        readiness = broker_check(settings)
+    except ConfigurationError as exc:  # a broker list that cannot work: fix, do not restart
+        raise ConfigurationExit(str(exc)) from exc
     engine = make_engine(settings.database_url, engine_options(settings, "api", POOL_SIZE))
     metrics_server = None
     try:
-        ctx = ApiContext(engine, obj.registry(), settings, broker_check(settings))
+        ctx = ApiContext(engine, obj.registry(), settings, readiness)
         check_not_refused(engine)
         app = create_app(ctx)
         if settings.metrics_port is not None:
@@ -108,11 +112,11 @@ def broker_check(settings: Settings) -> Callable[[], None]:
     nothing to reach)."""
     if is_in_process(settings.broker_url):
         return lambda: None
+    options = broker_options(settings)
+    make_transport(settings.broker_url, process_name="sasflow-api", options=options)  # checks
 
     def check() -> None:
-        transport = make_transport(
-            settings.broker_url, process_name="sasflow-api", options=broker_options(settings)
-        )
+        transport = make_transport(settings.broker_url, process_name="sasflow-api", options=options)
         try:
             transport.connect()
         finally:

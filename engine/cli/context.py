@@ -37,9 +37,8 @@ from sasflow.store.db import (
     transaction,
 )
 from sasflow.transport.base import Transport
-from sasflow.transport.factory import is_in_process, make_transport
+from sasflow.transport.factory import broker_options, is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker
-from sasflow.transport.rabbitmq import BrokerOptions
 from sasflow.transport.topology import Names
 
 T = TypeVar("T")
@@ -105,8 +104,10 @@ class CliContext:
         click.get_current_context().call_on_close(chain.close)
         return chain
 
-    def transport(self, role: str) -> Transport:
-        """A new transport for `role`; every in-process one shares this context's broker."""
+    def transport(self, role: str, *, long_running: bool = False) -> Transport:
+        """A new transport for `role`; every in-process one shares this context's broker. A
+        broker URL (or list) that cannot work ends a `long_running` role with exit status 78
+        (EX_CONFIG, as a refusal at its first connection does), a command with 1."""
         url = self.settings.broker_url
         broker = None
         if is_in_process(url):
@@ -128,7 +129,7 @@ class CliContext:
                 options=broker_options(self.settings),
             )
         except ConfigurationError as exc:
-            raise fail(exc) from exc
+            raise (ConfigurationExit(str(exc)) if long_running else fail(exc)) from exc
 
 
 def engine_options(
@@ -154,21 +155,6 @@ def engine_options(
         pool_timeout=settings.db_pool_timeout,
         connect_timeout=settings.db_connect_timeout,
         statement_timeout_ms=timeout_ms,
-    )
-
-
-def broker_options(settings: Settings) -> BrokerOptions:
-    """The RabbitMQ connection settings of every role."""
-    blocked = settings.broker_blocked_connection_timeout
-    return BrokerOptions(
-        heartbeat=settings.broker_heartbeat,
-        connection_attempts=settings.broker_connection_attempts,
-        retry_delay=settings.broker_retry_delay,
-        socket_timeout=settings.broker_socket_timeout,
-        blocked_connection_timeout=blocked if blocked > 0 else None,
-        ca_file=settings.broker_ca_file,
-        cert_file=settings.broker_cert_file,
-        key_file=settings.broker_key_file,
     )
 
 

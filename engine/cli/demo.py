@@ -22,7 +22,7 @@ from sasflow.local import RoleCrashedError
 from sasflow.redact import redact_url
 from sasflow.store.db import make_engine
 from sasflow.transport.base import Transport
-from sasflow.transport.factory import is_in_process, make_transport
+from sasflow.transport.factory import broker_options, is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import Names
 
@@ -153,7 +153,12 @@ def demo(
     console = Console(stderr=as_json)
 
     def transports(role: str) -> Transport:
-        return make_transport(broker_url, process_name=f"sasflow-demo-{role}", broker=broker)
+        return make_transport(
+            broker_url,
+            process_name=f"sasflow-demo-{role}",
+            broker=broker,
+            options=broker_options(settings),
+        )
 
     try:
         database_url = (

@@ -45,8 +45,9 @@ COMMANDS = {
     "--broker-url",
     envvar="SASFLOW_BROKER_URL",
     show_envvar=True,
-    help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), or memory:// (the in-process "
-    "bus of demo and run) [default: memory://].",
+    help="Broker URL: amqp://localhost:5672/%2F (RabbitMQ), several comma-separated for a "
+    "cluster (tried in a random order), or memory:// (the in-process bus of demo and run) "
+    "[default: memory://].",
 )
 @click.option(
     "--namespace",

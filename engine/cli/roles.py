@@ -38,7 +38,8 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     engine: Engine | None = None
     try:
-        transport = obj.transport("submitter")  # refuses memory:// before any connection
+        # Refuses memory:// (and a broker list that cannot work) before any connection.
+        transport = obj.transport("submitter", long_running=True)
         engine = obj.engine("submitter")
         check_not_refused(engine)  # it touches the database only when a submission arrives
         role = Submitter(
@@ -182,7 +183,8 @@ def scheduler(
                 assignment=assignment,
             ),
         )
-        transport = obj.transport("scheduler")  # refuses memory:// before any connection
+        # Refuses memory:// (and a broker list that cannot work) before any connection.
+        transport = obj.transport("scheduler", long_running=True)
         engine = obj.engine("scheduler")
         check_not_refused(engine)
         role = Scheduler(
@@ -298,7 +300,7 @@ def agent(
         hooks = obj.hooks("agent")
         role = AgentWorker(
             target,
-            obj.transport(f"agent-{target.name}"),
+            obj.transport(f"agent-{target.name}", long_running=True),
             obj.names,
             concurrency=concurrency,
             limits=obj.settings.limits(),

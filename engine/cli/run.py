@@ -63,7 +63,7 @@ def run_command(
             prepare_store(engine)
 
         def transports(role: str) -> Transport:
-            return obj.transport(role)
+            return obj.transport(role, long_running=True)
 
         runner = LocalRunner()
         add_roles(
@@ -80,7 +80,7 @@ def run_command(
                 supervisor=SupervisorOptions(interval=supervisor_interval),
                 limits=obj.settings.limits(),
             ),
-            sinks=build_sinks(obj.settings, lambda: obj.transport("alerts")),
+            sinks=build_sinks(obj.settings, lambda: obj.transport("alerts", long_running=True)),
         )
         click.echo(f"sasflow run: {', '.join(runner.names)}", err=True)
         try:

@@ -126,7 +126,8 @@ def supervisor(
         prune_budget=prune_budget,
     )
     try:
-        probe = obj.transport("supervisor")  # refuses memory:// before any connection
+        # Refuses memory:// (and a broker list that cannot work) before any connection.
+        probe = obj.transport("supervisor", long_running=True)
     except SasflowError as exc:
         raise role_failed(exc) from exc
     engine = obj.engine("supervisor")
@@ -137,14 +138,14 @@ def supervisor(
         hooks = obj.hooks("supervisor", engine=engine)
         dispatcher = AlertDispatcher(
             engine,
-            build_sinks(obj.settings, lambda: obj.transport("alerts")),
+            build_sinks(obj.settings, lambda: obj.transport("alerts", long_running=True)),
             namespace=obj.settings.namespace,
             hooks=hooks,
         )
         role = Supervisor(
             engine,
             obj.names,
-            transport=obj.transport("supervisor"),
+            transport=obj.transport("supervisor", long_running=True),
             dispatcher=dispatcher,
             options=options,
             stop=None if once else stop_event(),

@@ -9,7 +9,7 @@ from sasflow.demo.run import place_orders
 from sasflow.demo.scenario import Scenario
 from sasflow.settings import Settings
 from sasflow.transport.base import Transport
-from sasflow.transport.factory import make_transport
+from sasflow.transport.factory import broker_options, make_transport
 from sasflow.transport.topology import Names
 
 
@@ -18,7 +18,9 @@ def place_scenario_orders(settings: Settings, orders: int, seed: int) -> str:
 
     def transports(role: str) -> Transport:
         # RabbitMQ (amqp://, amqps://): the in-process bus cannot reach other processes.
-        return make_transport(settings.broker_url, process_name=f"orders-{role}")
+        return make_transport(
+            settings.broker_url, process_name=f"orders-{role}", options=broker_options(settings)
+        )
 
     prefix = f"shop-{uuid.uuid4().hex[:8]}-"
     place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed), prefix)

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from sasflow.errors import ConfigurationError
-from sasflow.redact import redact_url
+from sasflow.settings import Settings
 from sasflow.transport.base import Transport
+from sasflow.transport.brokers import AMQP_SCHEMES, MEMORY_SCHEME, broker_urls, scheme
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
-
-AMQP_SCHEMES = ("amqp", "amqps")
-MEMORY_SCHEME = "memory"
-ACCEPTED = "amqp://, amqps:// (RabbitMQ) or memory:// (the in-process bus)"
-
-
-def _scheme(url: str) -> str:
-    try:
-        return urlsplit(url).scheme.lower()
-    except ValueError:  # e.g. an unbalanced IPv6 bracket
-        return ""
+from sasflow.urllist import split_urls
 
 
 def is_in_process(url: str) -> bool:
     """True for `memory://`: the transport only connects roles inside one process."""
-    return _scheme(url) == MEMORY_SCHEME
+    entries = split_urls(url)
+    return len(entries) == 1 and scheme(entries[0]) == MEMORY_SCHEME
 
 
 def make_transport(
@@ -34,18 +24,31 @@ def make_transport(
     broker: MemoryBroker | None = None,
     options: BrokerOptions | None = None,
 ) -> Transport:
-    """A new, unconnected transport for `url`; `memory://` needs the process's MemoryBroker.
-    `options` (heartbeat, timeouts, TLS files) apply to RabbitMQ only."""
-    scheme = _scheme(url)
-    if scheme in AMQP_SCHEMES:
+    """A new, unconnected transport for `url` (one broker URL, or a comma-separated list of
+    RabbitMQ nodes); `memory://` needs the process's MemoryBroker. `options` (heartbeat,
+    timeouts, TLS files) apply to RabbitMQ only, to each URL of the list.
+    ConfigurationError names the first bad entry."""
+    entries = broker_urls(url)
+    if scheme(entries[0]) in AMQP_SCHEMES:
         return RabbitMQTransport(url, process_name=process_name, options=options)
-    if scheme == MEMORY_SCHEME:
-        if broker is None:
-            raise ConfigurationError(
-                f"broker URL {url!r} names the in-process bus, but no MemoryBroker was given: "
-                "the roles sharing it must run in one process and be handed the same broker"
-            )
-        return MemoryTransport(broker, process_name=process_name)
-    raise ConfigurationError(
-        f"unsupported broker URL {redact_url(url)!r}: the scheme must be {ACCEPTED}"
+    if broker is None:
+        raise ConfigurationError(
+            f"broker URL {url!r} names the in-process bus, but no MemoryBroker was given: "
+            "the roles sharing it must run in one process and be handed the same broker"
+        )
+    return MemoryTransport(broker, process_name=process_name)
+
+
+def broker_options(settings: Settings) -> BrokerOptions:
+    """The RabbitMQ connection settings of every role (and of the demo's shop front)."""
+    blocked = settings.broker_blocked_connection_timeout
+    return BrokerOptions(
+        heartbeat=settings.broker_heartbeat,
+        connection_attempts=settings.broker_connection_attempts,
+        retry_delay=settings.broker_retry_delay,
+        socket_timeout=settings.broker_socket_timeout,
+        blocked_connection_timeout=blocked if blocked > 0 else None,
+        ca_file=settings.broker_ca_file,
+        cert_file=settings.broker_cert_file,
+        key_file=settings.broker_key_file,
     )

@@ -609,14 +609,18 @@ class MemoryTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        self.publish(
-            dead_letter_copy(
-                delivery,
-                reason,
-                dead_letter_exchange=dead_letter_exchange,
-                process_name=self._process_name,
-            )
+        copy = dead_letter_copy(
+            delivery,
+            reason,
+            dead_letter_exchange=dead_letter_exchange,
+            process_name=self._process_name,
         )
+        try:
+            self.publish(copy)
+        except UnroutableError as exc:
+            # The dead-letter queue is gone: the original stays unacked, and the role's
+            # reconnect declares the queue again before the message comes back.
+            raise BrokerUnavailableError(f"dead letter not routed, reconnecting: {exc}") from exc
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

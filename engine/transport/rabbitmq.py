@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import socket
 import ssl
 from collections.abc import Callable, Iterator, Sequence
@@ -26,9 +27,11 @@ from sasflow.errors import (
     ConfigurationError,
     ConsumerCancelledError,
     PublishError,
+    UnroutableError,
 )
 from sasflow.redact import redact_url
 from sasflow.transport.base import Delivery, Outgoing, PublishTicket
+from sasflow.transport.brokers import broker_urls, connect_order
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.topology import dead_letter_copy
 
@@ -92,7 +95,10 @@ def _refused(exc: Exception) -> bool:
 
 
 @contextlib.contextmanager
-def _translated(*, never_connected: bool = False) -> Iterator[None]:
+def _translated(*, never_connected: bool = False, tried: str = "") -> Iterator[None]:
+    """Translate pika's errors; `tried` (the broker list, passwords hidden) ends the message of
+    a failed connect."""
+    suffix = f" (tried {tried})" if tried else ""
     try:
         yield
     except PROGRAMMING_ERRORS:
@@ -102,9 +108,9 @@ def _translated(*, never_connected: bool = False) -> Iterator[None]:
     except BROKER_FAILURES as exc:
         if isinstance(exc, Exception) and _refused(exc):
             raise BrokerRefusedError(
-                f"broker refused access: {exc!r}", never_connected=never_connected
+                f"broker refused access: {exc!r}{suffix}", never_connected=never_connected
             ) from exc
-        raise BrokerUnavailableError(f"broker unavailable: {exc!r}") from exc
+        raise BrokerUnavailableError(f"broker unavailable: {exc!r}{suffix}") from exc
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,21 @@ def connection_parameters(url: str, options: BrokerOptions) -> pika.URLParameter
     return params
 
 
+def broker_parameters(urls: str, options: BrokerOptions) -> tuple[pika.URLParameters, ...]:
+    """pika's parameters for each URL of the broker list `urls`, `options` (timeouts, TLS
+    files) applied to every one; ConfigurationError names the first bad entry."""
+    entries = broker_urls(urls)
+    made: list[pika.URLParameters] = []
+    for index, url in enumerate(entries, start=1):
+        try:
+            made.append(connection_parameters(url, options))
+        except ConfigurationError as exc:
+            if len(entries) == 1:
+                raise
+            raise ConfigurationError(f"broker URL {index} of {len(entries)}: {exc}") from exc
+    return tuple(made)
+
+
 def _tls_context(options: BrokerOptions) -> ssl.SSLContext:
     """A verifying client context (hostname checked against the URL's host by pika)."""
     try:
@@ -163,6 +184,10 @@ def _tls_context(options: BrokerOptions) -> ssl.SSLContext:
     if options.key_file and not options.cert_file:
         raise ConfigurationError("a broker key file needs its certificate file")
     return context
+
+
+def _address(params: pika.connection.Parameters) -> tuple[str, int, str]:
+    return (str(params.host), int(params.port), str(params.virtual_host))
 
 
 def _impl(channel: BlockingChannel) -> Channel:
@@ -197,11 +222,16 @@ class RabbitMQTransport:
     def __init__(
         self, url: str, *, process_name: str, options: BrokerOptions | None = None
     ) -> None:
-        self._params = connection_parameters(url, options or BrokerOptions())
-        self._params.client_properties = {
-            "connection_name": f"{process_name}@{socket.gethostname()}:{os.getpid()}"
+        self._params = broker_parameters(url, options or BrokerOptions())
+        for params in self._params:
+            params.client_properties = {
+                "connection_name": f"{process_name}@{socket.gethostname()}:{os.getpid()}"
+            }
+        self._shown = {
+            _address(p): redact_url(u) for p, u in zip(self._params, broker_urls(url), strict=True)
         }
         self._url = redact_url(url)
+        self._random = random.Random()  # noqa: S311 - spreads connections, guards nothing
         self._process_name = process_name
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
@@ -228,12 +258,24 @@ class RabbitMQTransport:
 
     def connect(self) -> None:
         self.close()
-        with _translated(never_connected=self._generation == 0):
-            self._connection = pika.BlockingConnection(self._params)
+        with _translated(never_connected=self._generation == 0, tried=self._url):
+            # pika tries the list in order (each `connection_attempts` times in all, with
+            # `retry_delay` between rounds): a new order each time spreads the fleet's
+            # connections and skips past a dead node on the next connect at the latest.
+            self._connection = pika.BlockingConnection(connect_order(self._params, self._random))
             self._channel = self._connection.channel()
             self._tracker = self._enable_confirms(self._channel)
         self._generation += 1
-        log.info("connected to broker %s (generation %d)", self._url, self._generation)
+        log.info("connected to broker %s (generation %d)", self.broker, self._generation)
+
+    @property
+    def broker(self) -> str:
+        """The URL (password hidden) of the broker connected to, else the whole list."""
+        connection = self._connection
+        if connection is None:
+            return self._url
+        params = cast("Any", connection)._impl.params
+        return self._shown.get(_address(params), self._url)
 
     @staticmethod
     def _enable_confirms(channel: BlockingChannel) -> ConfirmTracker:
@@ -513,14 +555,18 @@ class RabbitMQTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        self.publish(
-            dead_letter_copy(
-                delivery,
-                reason,
-                dead_letter_exchange=dead_letter_exchange,
-                process_name=self._process_name,
-            )
+        copy = dead_letter_copy(
+            delivery,
+            reason,
+            dead_letter_exchange=dead_letter_exchange,
+            process_name=self._process_name,
         )
+        try:
+            self.publish(copy)
+        except UnroutableError as exc:
+            # The dead-letter queue is gone: the original stays unacked, and the role's
+            # reconnect declares the queue again before the message comes back.
+            raise BrokerUnavailableError(f"dead letter not routed, reconnecting: {exc}") from exc
         log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
         self.ack(delivery)
 

@@ -43,6 +43,9 @@ def dead_letter_copy(
         headers=headers,
         correlation_id=delivery.correlation_id,
         reply_to=delivery.reply_to,
+        # Never silently dropped: with the dead-letter queue gone the copy comes back, and the
+        # transport reconnects (declaring it again) instead of acking the original.
+        mandatory=True,
     )
 
 

@@ -235,4 +235,5 @@ def _declared(names: Names, agent: str) -> bool:
 
 def _queued(names: Names, agent: str) -> int:
     with services.broker_channel() as channel:
-        return int(channel.queue_declare(names.agent(agent), passive=True).method.message_count)
+        declared = channel.queue_declare(names.agent(agent), passive=True)
+    return int(declared.method.message_count or 0)

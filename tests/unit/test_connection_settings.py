@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from sasflow.cli.context import CliContext, broker_options, engine_options
+from sasflow.cli.context import CliContext, engine_options
 from sasflow.errors import BrokerUnavailableError, ConfigurationError
 from sasflow.settings import Settings
 from sasflow.store import db
 from sasflow.store.db import EngineOptions, make_engine
-from sasflow.transport.factory import make_transport
+from sasflow.transport.factory import broker_options, make_transport
 from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport, connection_parameters
 
 PG = "postgresql+psycopg://app@db.example:5432/flows"
@@ -112,7 +112,7 @@ def test_broker_variables_reach_pika(clean_env: pytest.MonkeyPatch) -> None:
     transport = CliContext(Settings()).transport("scheduler")
 
     assert isinstance(transport, RabbitMQTransport)
-    params = transport._params
+    (params,) = transport._params
     shown: tuple[object, ...] = (
         params.heartbeat,
         params.connection_attempts,
@@ -173,7 +173,7 @@ def test_broker_tls_files_build_a_verifying_context(certificate: tuple[Path, Pat
     transport = make_transport(AMQPS, process_name="x", options=options)
 
     assert isinstance(transport, RabbitMQTransport)
-    tls = transport._params.ssl_options
+    tls = transport._params[0].ssl_options
     assert tls is not None
     assert tls.context.verify_mode == ssl.CERT_REQUIRED
     assert tls.context.check_hostname
