@@ -20,9 +20,10 @@ from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.fleet import FleetLink
+from sasflow.agents.jobs import AgentStats, Job, Outcome, retry_budget
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError, UnroutableError
-from sasflow.hooks import Headers, Hooks, guarded
+from sasflow.hooks import Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
     ErrorInfo,
@@ -30,7 +31,6 @@ from sasflow.messages import (
     Reply,
     Request,
     dumps,
-    encode_within,
     parse,
     safe_text,
 )
@@ -49,49 +49,6 @@ MAX_DEFER_SECONDS = 86400.0
 """Longest deferral an agent asks for; the step's give-up age bounds the total anyway."""
 
 
-@dataclass
-class Job:
-    delivery: Delivery
-    request: Request
-    call: Call
-    done: bool = False
-    abandoned: bool = False
-    held: bool = False
-    """Its reply was returned by the broker: kept, and published again (`AgentWorker._hold`)."""
-    reply_headers: Headers | None = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    job: Job
-    reply: Reply | None
-    """None: stay silent (the deadline passed)."""
-    body: bytes = b""
-    """The encoded reply, made in the worker thread so a bad value never reaches the owner."""
-
-    @classmethod
-    def of(cls, job: Job, reply: Reply | None, limits: Limits = DEFAULT_LIMITS) -> Outcome:
-        if reply is None:
-            return cls(job, None)
-        try:
-            return cls(job, reply, encode_within(reply, limits))
-        except InvalidMessageError as exc:
-            # Not serialisable, or beyond the limits the scheduler would dead-letter it for:
-            # fail the step now with the reason instead of leaving it to its deadline.
-            fallback = reply.model_copy(
-                update={
-                    "status": ReplyStatus.ERROR,
-                    "output": None,
-                    "defer_seconds": None,
-                    "error": ErrorInfo(
-                        type="InvalidOutputError",
-                        message=safe_text(f"the reply could not be sent: {exc}"),
-                    ),
-                }
-            )
-            return cls(job, fallback, fallback.encode())
-
-
 @dataclass(frozen=True)
 class AgentOptions:
     """Fleet and shutdown tuning of one agent process (the CLI fills it from its options)."""
@@ -108,29 +65,6 @@ class AgentOptions:
 
 ABORT_SETTLE = 2.0
 """Seconds a stopping agent still waits for the handlers it aborted to return their reply."""
-
-
-@dataclass
-class AgentStats:
-    received: int = 0
-    replied_ok: int = 0
-    replied_error: int = 0
-    replied_failed: int = 0
-    deferred: int = 0
-    silent: int = 0
-    dead_lettered: int = 0
-    abandoned: int = 0
-
-
-REPLY_MARGIN = 0.1
-"""Share of the remaining budget (at most REPLY_MARGIN_MAX seconds) in which no retry starts,
-so that a step whose retries ran out can still reply `failed` before its deadline."""
-REPLY_MARGIN_MAX = 1.0
-
-
-def retry_budget(remaining: float) -> float:
-    """Seconds in which retries may start: the budget less the margin kept for the reply."""
-    return max(0.0, remaining - min(remaining * REPLY_MARGIN, REPLY_MARGIN_MAX))
 
 
 class AgentWorker:

@@ -12,7 +12,7 @@ import pytest
 from sasflow.errors import BrokerUnavailableError
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
-from sasflow.transport.memory_model import topic_matches
+from sasflow.transport.memory.model import topic_matches
 from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
 NAMES = Names("mem")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sasflow.agents import Agent, Call
-from sasflow.agents.worker import retry_budget
+from sasflow.agents.jobs import retry_budget
 from sasflow.errors import DefinitionError
 from sasflow.policy import BreakerPolicy, RetryPolicy
 

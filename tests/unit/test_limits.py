@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from sasflow.agents.agent import Call
-from sasflow.agents.worker import Job, Outcome
+from sasflow.agents.jobs import Job, Outcome
 from sasflow.cli.main import cli
 from sasflow.errors import ConfigurationError, InvalidMessageError
 from sasflow.messages import (

@@ -1,0 +1,88 @@
+"""What an agent process keeps of each request while a worker thread runs it, and what it
+counts: the job, its outcome (the reply encoded off the owner thread), the process's counters,
+and the share of a step's budget in which retries may start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sasflow.agents.agent import Call
+from sasflow.errors import InvalidMessageError
+from sasflow.hooks import Headers
+from sasflow.messages import (
+    DEFAULT_LIMITS,
+    ErrorInfo,
+    Limits,
+    Reply,
+    Request,
+    encode_within,
+    safe_text,
+)
+from sasflow.states import ReplyStatus
+from sasflow.transport.base import Delivery
+
+
+@dataclass
+class Job:
+    delivery: Delivery
+    request: Request
+    call: Call
+    done: bool = False
+    abandoned: bool = False
+    held: bool = False
+    """Its reply was returned by the broker: kept, and published again (`AgentWorker._hold`)."""
+    reply_headers: Headers | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: Job
+    reply: Reply | None
+    """None: stay silent (the deadline passed)."""
+    body: bytes = b""
+    """The encoded reply, made in the worker thread so a bad value never reaches the owner."""
+
+    @classmethod
+    def of(cls, job: Job, reply: Reply | None, limits: Limits = DEFAULT_LIMITS) -> Outcome:
+        if reply is None:
+            return cls(job, None)
+        try:
+            return cls(job, reply, encode_within(reply, limits))
+        except InvalidMessageError as exc:
+            # Not serialisable, or beyond the limits the scheduler would dead-letter it for:
+            # fail the step now with the reason instead of leaving it to its deadline.
+            fallback = reply.model_copy(
+                update={
+                    "status": ReplyStatus.ERROR,
+                    "output": None,
+                    "defer_seconds": None,
+                    "error": ErrorInfo(
+                        type="InvalidOutputError",
+                        message=safe_text(f"the reply could not be sent: {exc}"),
+                    ),
+                }
+            )
+            return cls(job, fallback, fallback.encode())
+
+
+@dataclass
+class AgentStats:
+    received: int = 0
+    replied_ok: int = 0
+    replied_error: int = 0
+    replied_failed: int = 0
+    deferred: int = 0
+    silent: int = 0
+    dead_lettered: int = 0
+    abandoned: int = 0
+
+
+REPLY_MARGIN = 0.1
+"""Share of the remaining budget (at most REPLY_MARGIN_MAX seconds) in which no retry starts,
+so that a step whose retries ran out can still reply `failed` before its deadline."""
+REPLY_MARGIN_MAX = 1.0
+
+
+def retry_budget(remaining: float) -> float:
+    """Seconds in which retries may start: the budget less the margin kept for the reply."""
+    return max(0.0, remaining - min(remaining * REPLY_MARGIN, REPLY_MARGIN_MAX))
