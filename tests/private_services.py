@@ -3,10 +3,10 @@ reconfigure a service: the machine's services (`tests/services.py`) are never to
 
 The instances are the chaos suite's (`tests/chaos/instances.py`): started from the installed
 binaries on free loopback ports, with their data under a fresh directory in /tmp, and stopped
-and removed when the block ends, whatever ended it (a failure, an interrupt, interpreter exit).
-They need root (PostgreSQL runs as the `postgres` user, RabbitMQ as root with its own node name
-and cookie). `tests/unit/test_service_control.py` checks that no other test module controls a
-service.
+and removed when the block ends, whatever ended it (a failure, a timeout, Ctrl-C or SIGTERM,
+interpreter exit). They need root (PostgreSQL runs as the `postgres` user, RabbitMQ as root
+with its own node name and cookie). `tests/unit/test_service_control.py` checks that no other
+test module controls a server.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Protocol, TypeVar
 
 from sasflow.store import migrate
@@ -66,6 +69,28 @@ T = TypeVar("T", bound=_Instance)
 
 
 @contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a cancelled CI job, `timeout`) ends the run as Ctrl-C does, so that pytest
+    tears the fixtures down and the instances with them; by default it would end the process
+    on the spot and leave them running. Left alone when someone else handles SIGTERM."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def _thrown_away(what: str, make: Callable[[Path, str], T]) -> Iterator[T]:
     """An instance made by `make(directory, id)` in a fresh directory and started. When the
     block ends (or at interpreter exit, if it never does) the instance is stopped and its
@@ -84,12 +109,13 @@ def _thrown_away(what: str, make: Callable[[Path, str], T]) -> Iterator[T]:
 
     atexit.register(close)
     try:
-        made.append(make(root, run_id))
-        try:
-            made[0].start()
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ServiceError(f"could not start a private {what} instance: {exc}") from exc
-        yield made[0]
+        with _terminate_as_interrupt():
+            made.append(make(root, run_id))
+            try:
+                made[0].start()
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ServiceError(f"could not start a private {what} instance: {exc}") from exc
+            yield made[0]
     finally:
         atexit.unregister(close)
         close()
