@@ -63,6 +63,7 @@ NODE_VERBS = frozenset(
     }
 )
 """`rabbitmqctl` commands that stop, restart or reconfigure the node itself."""
+SERVICE_ACTIONS = frozenset({"start", "stop", "restart", "reload", "force-reload"})
 SERVER_SQL = ("alter system", "pg_reload_conf(")
 
 
@@ -91,6 +92,9 @@ def _program(text: str) -> str | None:
     if not words:
         return None
     name = PurePosixPath(words[0]).name
+    if name == "service" and len(words) > 1 and not set(words[2:3]) & SERVICE_ACTIONS:
+        # Prose ("service unavailable"), unless it reads `service <name> restart`.
+        return None
     return name if name in SERVER_PROGRAMS else None
 
 
@@ -255,6 +259,9 @@ subprocess.run("rabbitmqctl reset", shell=True)
     "systemctl": """
 subprocess.run(["systemctl", "restart", "postgresql"])
 """,
+    "service": """
+subprocess.run("service rabbitmq-server stop", shell=True)
+""",
     "ALTER SYSTEM": """
 conn.execute(text("ALTER SYSTEM SET max_connections = 5"))
 """,
@@ -278,6 +285,7 @@ subprocess.run([ctl, "-q", "list_queues", "name"], check=False)
 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s")
 procs.run("stop")
 own_rabbitmq.ctl("stop_app")
+raise TransientError("service unavailable: try again")
 """
     assert violations(source, controller=False) == []
 
