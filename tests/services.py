@@ -52,10 +52,13 @@ def with_user(url: str, user: str) -> str:
 ROLES_SCRIPT = Path(__file__).resolve().parents[1] / "deploy" / "postgresql" / "roles.sql"
 
 
-def apply_roles_script(database: str, *, owner: str, runtime: str, readonly: str) -> None:
-    """Run the shipped deploy/postgresql/roles.sql as the admin: the roles (created when
-    missing) and `database` (owned by `owner`, created when missing) with their grants."""
-    url = make_url(admin_url())
+def apply_roles_script(
+    database: str, *, owner: str, runtime: str, readonly: str, admin: str | None = None
+) -> None:
+    """Run the shipped deploy/postgresql/roles.sql as the admin (`admin`, a superuser's URL;
+    the shared server's by default): the roles (created when missing) and `database` (owned
+    by `owner`, created when missing) with their grants."""
+    url = make_url(admin or admin_url())
     psql = shutil.which("psql")
     assert psql is not None, "psql is needed to run deploy/postgresql/roles.sql"
     variables = {"db": database, "owner": owner, "runtime": runtime, "readonly": readonly}

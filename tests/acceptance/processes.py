@@ -20,13 +20,19 @@ class Processes:
     """The `sasflow` processes of one test; all are killed at the end, whatever happens."""
 
     def __init__(
-        self, logs: Path, *, database_url: str, namespace: str, app: str = "tests.apps.basic"
+        self,
+        logs: Path,
+        *,
+        database_url: str,
+        namespace: str,
+        app: str = "tests.apps.basic",
+        broker_url: str | None = None,
     ) -> None:
         self.logs = logs
         self.env = {
             **os.environ,
             "SASFLOW_DATABASE_URL": database_url,
-            "SASFLOW_BROKER_URL": services.broker_url(),
+            "SASFLOW_BROKER_URL": broker_url or services.broker_url(),
             "SASFLOW_NAMESPACE": namespace,
             "SASFLOW_APP": app,
             "PYTHONPATH": str(REPO),
@@ -92,8 +98,11 @@ class Processes:
 
 
 @contextlib.contextmanager
-def processes(logs: Path, *, database_url: str, namespace: str) -> Iterator[Processes]:
-    procs = Processes(logs, database_url=database_url, namespace=namespace)
+def processes(
+    logs: Path, *, database_url: str, namespace: str, broker_url: str | None = None
+) -> Iterator[Processes]:
+    """The processes of one test, on the shared broker unless `broker_url` names another."""
+    procs = Processes(logs, database_url=database_url, namespace=namespace, broker_url=broker_url)
     try:
         yield procs
     finally:

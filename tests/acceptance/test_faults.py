@@ -1,27 +1,34 @@
-"""Faults the core must survive: a scheduler killed mid-batch, RabbitMQ restarted mid-run."""
+"""Faults the core must survive: a scheduler killed mid-batch, RabbitMQ and PostgreSQL
+restarted mid-run.
+
+The restarts happen to instances of this module's own (`tests/private_services.py`: free
+ports, their own data directories, started once for the module and removed at its end), never
+to the machine's services, whose other sessions a restart would end."""
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import submit_run
+from sasflow.store.db import make_engine
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
-from tests import harness
-from tests.acceptance.processes import Processes
+from tests import harness, private_services, services
+from tests.acceptance.processes import Processes, processes
 from tests.apps import basic
+from tests.chaos.instances import RabbitInstance
+from tests.private_services import PrivatePostgres
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.slow]
 
 
-def _submit(engine: Engine, names: Names, count: int, delay: float, prefix: str) -> None:
+def _submit(engine: Engine, namespace: str, count: int, delay: float, prefix: str) -> None:
     with engine.begin() as conn:
         for i in range(count):
             submit_run(
@@ -30,7 +37,7 @@ def _submit(engine: Engine, names: Names, count: int, delay: float, prefix: str)
                 "sleepy",
                 {"delay": delay},
                 key=f"{prefix}{i}",
-                namespace=names.namespace,
+                namespace=namespace,
             )
 
 
@@ -45,7 +52,7 @@ def test_scheduler_killed_mid_batch_loses_nothing(
     procs.start("scheduler-2", "scheduler", "--batch", "10")
     procs.start("agent", "agent", "echo", "--concurrency", "16")
     time.sleep(2)
-    _submit(engine, names, 80, delay=0.3, prefix="r")
+    _submit(engine, names.namespace, 80, delay=0.3, prefix="r")
     marker = f":{victim.pid}:"
 
     def victim_holds_steps() -> bool:
@@ -109,7 +116,7 @@ def test_scheduler_killed_mid_batch_loses_nothing(
         f"completed through the survivor; {len(stranded)} left processing for the supervisor"
     )
     procs.start("scheduler-1b", "scheduler")
-    _submit(engine, names, 5, delay=0, prefix="after")
+    _submit(engine, names.namespace, 5, delay=0, prefix="after")
     harness.wait_for(
         lambda: (
             sum(1 for s in harness.run_states(engine).values() if s == "completed")
@@ -124,14 +131,14 @@ def test_scheduler_killed_mid_batch_loses_nothing(
     procs.assert_alive_except("scheduler-1")
 
 
-def _start_system_with_work_in_flight(engine: Engine, names: Names, procs: Processes) -> None:
+def _start_system_with_work_in_flight(engine: Engine, procs: Processes) -> None:
     """Submitter, two schedulers and an agent; 60 two-step runs submitted, some completed."""
     procs.start("submitter", "submitter")
     procs.start("scheduler-1", "scheduler")
     procs.start("scheduler-2", "scheduler")
     procs.start("agent", "agent", "echo", "--concurrency", "8")
     time.sleep(2)
-    _submit(engine, names, 60, delay=0.1, prefix="before")
+    _submit(engine, procs.env["SASFLOW_NAMESPACE"], 60, delay=0.1, prefix="before")
     harness.wait_for(
         lambda: "completed" in harness.run_states(engine).values(),
         timeout=30,
@@ -139,24 +146,37 @@ def _start_system_with_work_in_flight(engine: Engine, names: Names, procs: Proce
     )
 
 
+@pytest.fixture(scope="module")
+def own_rabbitmq() -> Iterator[RabbitInstance]:
+    """This module's RabbitMQ node: restarted by its tests, removed at the module's end."""
+    with private_services.rabbitmq() as rabbit:
+        yield rabbit
+
+
 @pytest.fixture
-def rabbitmq_app() -> Iterator[str]:
-    ctl = shutil.which("rabbitmqctl")
-    assert ctl is not None, "this test restarts the local RabbitMQ and needs rabbitmqctl"
-    yield ctl
-    subprocess.run([ctl, "start_app"], capture_output=True, timeout=120, check=False)
-    subprocess.run([ctl, "await_startup"], capture_output=True, timeout=120, check=False)
+def procs_on_own_broker(
+    tmp_path: Path, database_url: str, own_rabbitmq: RabbitInstance
+) -> Iterator[Processes]:
+    """The test's processes on its own database (the shared server, untouched) and the
+    module's RabbitMQ, under a namespace of their own there."""
+    with processes(
+        tmp_path,
+        database_url=database_url,
+        namespace=services.unique("sftest"),
+        broker_url=own_rabbitmq.url,
+    ) as procs:
+        yield procs
 
 
 def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
-    engine: Engine, names: Names, procs: Processes, rabbitmq_app: str
+    engine: Engine, procs_on_own_broker: Processes, own_rabbitmq: RabbitInstance
 ) -> None:
-    _start_system_with_work_in_flight(engine, names, procs)
-    subprocess.run([rabbitmq_app, "stop_app"], capture_output=True, timeout=120, check=True)
+    procs = procs_on_own_broker
+    _start_system_with_work_in_flight(engine, procs)
+    own_rabbitmq.stop_app()
     time.sleep(3)
-    _submit(engine, names, 20, delay=0.1, prefix="during")
-    subprocess.run([rabbitmq_app, "start_app"], capture_output=True, timeout=120, check=True)
-    subprocess.run([rabbitmq_app, "await_startup"], capture_output=True, timeout=120, check=True)
+    _submit(engine, procs.env["SASFLOW_NAMESPACE"], 20, delay=0.1, prefix="during")
+    own_rabbitmq.start_app()
     submitted = procs.run(
         "submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker", "--via-broker"
     )
@@ -174,25 +194,42 @@ def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
     assert "reconnecting" in procs.log("scheduler-1") + procs.log("scheduler-2")
 
 
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PrivatePostgres]:
+    """This module's PostgreSQL: restarted by its tests, removed at the module's end."""
+    with private_services.postgres() as postgres:
+        yield postgres
+
+
 @pytest.fixture
-def postgres_cluster() -> Iterator[list[str]]:
-    ctl = shutil.which("pg_ctlcluster")
-    assert ctl is not None, "this test restarts the local PostgreSQL and needs pg_ctlcluster"
-    clusters = subprocess.run(
-        ["pg_lsclusters", "-h"], capture_output=True, text=True, check=True, timeout=30
-    ).stdout.split()
-    command = [ctl, "--skip-systemctl-redirect", clusters[0], clusters[1]]
-    yield command
-    subprocess.run([*command, "start"], capture_output=True, timeout=120, check=False)
+def own_database_url(own_postgres: PrivatePostgres) -> str:
+    """The test's database on the module's PostgreSQL, as the runtime role."""
+    return own_postgres.new_database()
+
+
+@pytest.fixture
+def own_engine(own_database_url: str) -> Iterator[Engine]:
+    engine = make_engine(own_database_url, application_name="sasflow-test")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def procs_on_own_database(
+    tmp_path: Path, own_database_url: str, names: Names
+) -> Iterator[Processes]:
+    """The test's processes on its database of the module's PostgreSQL and the shared broker
+    (untouched) under the test's namespace."""
+    with processes(tmp_path, database_url=own_database_url, namespace=names.namespace) as procs:
+        yield procs
 
 
 def test_postgresql_restart_during_a_run_processes_reconnect_and_runs_complete(
-    engine: Engine, names: Names, procs: Processes, postgres_cluster: list[str]
+    own_engine: Engine, procs_on_own_database: Processes, own_postgres: PrivatePostgres
 ) -> None:
-    _start_system_with_work_in_flight(engine, names, procs)
-    subprocess.run(
-        [*postgres_cluster, "restart", "-m", "fast"], capture_output=True, timeout=120, check=True
-    )
+    engine, procs = own_engine, procs_on_own_database
+    _start_system_with_work_in_flight(engine, procs)
+    own_postgres.instance.restart("fast")
     submitted = procs.run(
         "submit", "sleepy", "--input", '{"delay": 0}', "--key", "via-broker", "--via-broker"
     )

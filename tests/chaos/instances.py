@@ -180,6 +180,11 @@ class PostgresInstance:
             self.admin(f"ALTER ROLE {APP_ROLE} CONNECTION LIMIT -1")
 
     def restart_immediate(self) -> None:
+        self.restart("immediate")
+
+    def restart(self, mode: str) -> None:
+        """`pg_ctl restart -m <mode>`: `fast` ends the sessions and checkpoints, `immediate`
+        is a crash (WAL recovery on start)."""
         self._as_postgres(
             str(self.bin / "pg_ctl"),
             "-D",
@@ -190,7 +195,7 @@ class PostgresInstance:
             "-l",
             str(self.data / "server.log"),
             "-m",
-            "immediate",
+            mode,
             "restart",
         )
 
@@ -244,12 +249,12 @@ class PostgresInstance:
 class RabbitInstance:
     """A second RabbitMQ node on this machine with its own name, ports, cookie and files."""
 
-    def __init__(self, root: Path, run_id: str) -> None:
+    def __init__(self, root: Path, run_id: str, *, prefix: str = "sasflow-chaos") -> None:
         server = RABBIT_BIN / "rabbitmq-server"
         if not server.exists():
             raise ServiceError(f"RabbitMQ is not installed ({server} missing)")
         self.root = root / "rabbitmq"
-        self.node = f"sasflow-chaos-{run_id}@localhost"
+        self.node = f"{prefix}-{run_id}@localhost"
         self.port = free_port()
         self.dist_port = free_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
@@ -327,8 +332,15 @@ class RabbitInstance:
             raise ServiceError(f"pid {pid} is not the beam of {self.node}; not touching it")
 
     def stop_app_start_app(self, down_for: float) -> None:
-        self.ctl("stop_app")
+        self.stop_app()
         time.sleep(down_for)
+        self.start_app()
+
+    def stop_app(self) -> None:
+        """The node stays up, RabbitMQ in it stops: every connection is closed."""
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
         self.ctl("start_app")
         self.ctl("await_startup", "--timeout", "90", timeout=100)
 
