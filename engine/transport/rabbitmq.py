@@ -27,13 +27,12 @@ from sasflow.errors import (
     ConfigurationError,
     ConsumerCancelledError,
     PublishError,
-    UnroutableError,
 )
 from sasflow.redact import redact_url
+from sasflow.transport import topology
 from sasflow.transport.base import Delivery, Outgoing, PublishTicket
 from sasflow.transport.brokers import broker_urls, connect_order
 from sasflow.transport.confirms import ConfirmTracker
-from sasflow.transport.topology import dead_letter_copy
 
 log = logging.getLogger(__name__)
 
@@ -555,20 +554,13 @@ class RabbitMQTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        copy = dead_letter_copy(
+        topology.dead_letter(
+            self,
             delivery,
             reason,
             dead_letter_exchange=dead_letter_exchange,
             process_name=self._process_name,
         )
-        try:
-            self.publish(copy)
-        except UnroutableError as exc:
-            # The dead-letter queue is gone: the original stays unacked, and the role's
-            # reconnect declares the queue again before the message comes back.
-            raise BrokerUnavailableError(f"dead letter not routed, reconnecting: {exc}") from exc
-        log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
-        self.ack(delivery)
 
     def process(self, time_limit: float) -> None:
         if self._connection is None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sasflow.errors import BrokerUnavailableError, UnroutableError
 from sasflow.transport.base import Delivery, Outgoing, Transport
+
+log = logging.getLogger(__name__)
 
 DEAD_REQUESTS_MAX = 100_000
 """Bound of the supervisor's dead-request copy (oldest dropped first) when none consumes it."""
@@ -47,6 +51,29 @@ def dead_letter_copy(
         # transport reconnects (declaring it again) instead of acking the original.
         mandatory=True,
     )
+
+
+def dead_letter(
+    transport: Transport,
+    delivery: Delivery,
+    reason: str,
+    *,
+    dead_letter_exchange: str,
+    process_name: str,
+) -> None:
+    """Publish `delivery`'s dead-letter copy (confirmed), then ack the original: what both
+    transports' `dead_letter` do."""
+    copy = dead_letter_copy(
+        delivery, reason, dead_letter_exchange=dead_letter_exchange, process_name=process_name
+    )
+    try:
+        transport.publish(copy)
+    except UnroutableError as exc:
+        # The dead-letter queue is gone: the original stays unacked, and the role's
+        # reconnect declares the queue again before the message comes back.
+        raise BrokerUnavailableError(f"dead letter not routed, reconnecting: {exc}") from exc
+    log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
+    transport.ack(delivery)
 
 
 @dataclass(frozen=True)

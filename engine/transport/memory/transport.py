@@ -11,12 +11,11 @@ from sasflow.errors import (
     BrokerUnavailableError,
     ConsumerCancelledError,
     PublishError,
-    UnroutableError,
 )
+from sasflow.transport import topology
 from sasflow.transport.base import Delivery, Outgoing
 from sasflow.transport.memory.broker import MemoryBroker
 from sasflow.transport.memory.model import Channel
-from sasflow.transport.topology import dead_letter_copy
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +102,13 @@ class MemoryTransport:
         return True
 
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
-        copy = dead_letter_copy(
+        topology.dead_letter(
+            self,
             delivery,
             reason,
             dead_letter_exchange=dead_letter_exchange,
             process_name=self._process_name,
         )
-        try:
-            self.publish(copy)
-        except UnroutableError as exc:
-            # The dead-letter queue is gone: the original stays unacked, and the role's
-            # reconnect declares the queue again before the message comes back.
-            raise BrokerUnavailableError(f"dead letter not routed, reconnecting: {exc}") from exc
-        log.warning("dead-lettered a message from %s: %s", delivery.queue, reason)
-        self.ack(delivery)
 
     def process(self, time_limit: float) -> None:
         channel = self._chan()
