@@ -73,7 +73,8 @@ class ReadyListener:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         reconnect = Reconnect()
