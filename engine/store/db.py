@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import QueuePool
@@ -42,6 +43,7 @@ __all__ = [
     "is_disconnect",
     "is_message_fault",
     "is_refused",
+    "libpq_conninfo",
     "make_engine",
     "run_transaction",
     "sqlstate",
@@ -96,6 +98,30 @@ def make_engine(
         raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
     if parsed.get_backend_name() == "sqlite":
         return sqlite.make_sqlite_engine(parsed, pool_size=options.pool_size)
+    parsed = _postgresql_url(parsed, url)
+    try:
+        # SQLAlchemy reads the hosts and ports here: a malformed multi-host URL is a
+        # configuration error now, not an exception in a role's loop later.
+        engine = create_engine(
+            parsed,
+            pool_pre_ping=True,
+            pool_size=options.pool_size,
+            max_overflow=options.max_overflow,
+            pool_timeout=options.pool_timeout,
+            connect_args=_connect_args(options),
+        )
+    except ArgumentError as exc:
+        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
+    # A refusal before the first connection is a configuration to fix; after it, an outage
+    # (credentials being rotated, a database being restored) to wait out. See `translated`.
+    event.listen(engine, "connect", lambda _dbapi, _record: _CONNECTED.add(engine), once=True)
+    event.listen(engine, "handle_error", _discard_read_only)
+    return engine
+
+
+def _postgresql_url(parsed: URL, url: str) -> URL:
+    """`parsed` for the psycopg driver, with `target_session_attrs=read-write` added when it
+    names several hosts and sets no `target_session_attrs` of its own (see FAILOVER_ATTRS)."""
     if parsed.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"unsupported database {parsed.get_backend_name()!r} in {redact_url(url)!r}: "
@@ -104,18 +130,47 @@ def make_engine(
         )
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
-    engine = create_engine(
-        parsed,
-        pool_pre_ping=True,
-        pool_size=options.pool_size,
-        max_overflow=options.max_overflow,
-        pool_timeout=options.pool_timeout,
-        connect_args=_connect_args(options),
-    )
-    # A refusal before the first connection is a configuration to fix; after it, an outage
-    # (credentials being rotated, a database being restored) to wait out. See `translated`.
-    event.listen(engine, "connect", lambda _dbapi, _record: _CONNECTED.add(engine), once=True)
-    return engine
+    if host_count(parsed) > 1 and "target_session_attrs" not in parsed.query:
+        parsed = parsed.update_query_dict({"target_session_attrs": FAILOVER_ATTRS})
+    return parsed
+
+
+FAILOVER_ATTRS = "read-write"
+"""libpq's `target_session_attrs` for a URL of several hosts: connect only to the one that
+accepts writes (the primary), trying them in order. Without it libpq takes the first host that
+answers, a standby as readily as the primary, and every write there fails."""
+
+
+def host_count(url: URL) -> int:
+    """How many hosts `url` names: 1 for `host:port` in the authority or no host at all; the
+    number of `host=` parameters, or of comma-separated names in one, otherwise."""
+    hosts = url.query.get("host")
+    if hosts is None:
+        return 1
+    if isinstance(hosts, str):
+        hosts = (hosts,)
+    return sum(len(h.split(",")) for h in hosts)
+
+
+def libpq_conninfo(url: str, options: EngineOptions | None = None) -> str:
+    """The libpq connection string of a PostgreSQL URL, naming the hosts, ports and query
+    parameters as the pool's connections do (both multi-host forms SQLAlchemy accepts,
+    FAILOVER_ATTRS included), with `options`' keepalives and timeouts when given. For
+    connections opened outside the pool (the LISTEN connection). The password is kept: not
+    for logging."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
+    parsed = _postgresql_url(parsed, url)
+    try:
+        _args, params = parsed.get_dialect()().create_connect_args(parsed)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"invalid database URL {redact_url(url)!r}: {exc}") from exc
+    params.pop("context", None)  # the dialect's psycopg adapters, not a libpq parameter
+    if options is not None:
+        params.update(_connect_args(options))
+    return make_conninfo("", **params)
 
 
 def pool_capacity(engine: Engine) -> int:
@@ -181,6 +236,11 @@ UNAVAILABLE_STATES = frozenset({"25006", "28000", "28P01", "40003", "55006", "55
 guard); authorization refused (credentials being rotated); statement completion unknown;
 object in use and lock not available (another session holds the lock)."""
 
+READ_ONLY_STATES = frozenset({"25006"})
+"""This session refuses writes: the server is a standby (after a failover, or a demoted
+primary), or the session started read-only (`default_transaction_read_only`). It stays so: the
+connection is discarded (see `_discard_read_only`) for the next one to find a writable server."""
+
 REFUSED_STATES = frozenset({"28000", "28P01", "3D000"})
 """Invalid authorization (no such role, no pg_hba.conf entry, a role not permitted to log in),
 password authentication failed, no such database: this process's configuration is refused.
@@ -206,6 +266,15 @@ MESSAGE_FAULT_CLASSES = frozenset({"22", "23", "54"})
 """Data exception (e.g. `\\u0000` in jsonb, a number out of range), integrity constraint
 violation, program limit exceeded (e.g. a value too large for an index row): the message's own
 content is refused, so retrying it cannot help and it may be dead-lettered."""
+
+
+def _discard_read_only(context: ExceptionContext) -> None:
+    # A session on a standby keeps refusing writes, and pool_pre_ping does not notice: a
+    # standby answers it. Counted as a disconnect, the connection is closed (and every other
+    # one the pool held before it, on the same old server) and the error raised with
+    # `connection_invalidated`, which `translated` turns into StoreUnavailableError.
+    if sqlstate(context.original_exception) in READ_ONLY_STATES:
+        context.is_disconnect = True
 
 
 def sqlstate(exc: BaseException | None) -> str | None:
