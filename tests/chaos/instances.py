@@ -246,6 +246,48 @@ class PostgresInstance:
                 )
 
 
+class PostgresStandby:
+    """A streaming standby of `primary` (pg_basebackup -R), on a free port."""
+
+    def __init__(self, primary: PostgresInstance, root: Path) -> None:
+        self.primary = primary
+        self.data = root / "pgdata"
+        self.sockets = root / "pgsock"
+        self.port = free_port()
+        self.started = False
+
+    def _pg(self, program: str, *argv: str) -> None:
+        self.primary._as_postgres(str(self.primary.bin / program), *argv)
+
+    def start(self) -> None:
+        for folder in (self.data.parent, self.sockets):
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.chown(folder, "postgres", "postgres")
+        self._pg(
+            "pg_basebackup",
+            *("-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres"),
+            *("-D", str(self.data), "-R", "-X", "stream", "--checkpoint=fast"),
+        )
+        self.started = True
+        options = (
+            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
+            "-c max_connections=200"  # as the primary's: a standby needs at least as many
+        )
+        log = str(self.data / "server.log")
+        self._pg(
+            "pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", log, "-o", options, "start"
+        )
+
+    def promote(self) -> None:
+        self._pg("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            with contextlib.suppress(ServiceError):
+                self._pg("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+
+
 class RabbitInstance:
     """A second RabbitMQ node on this machine with its own name, ports, cookie and files."""
 

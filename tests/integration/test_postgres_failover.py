@@ -7,7 +7,6 @@ is a primary."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import threading
@@ -24,64 +23,21 @@ from sasflow.store.db import make_engine, transaction
 from sasflow.store.listen import ReadyListener
 from sasflow.store.notify import notify_ready
 from tests import harness
-from tests.chaos.instances import PostgresInstance, ServiceError, free_port
+from tests.chaos.instances import PostgresInstance, PostgresStandby, ServiceError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TABLE = "failover_probe"
 
 
-class _Standby:
-    """A streaming standby of `primary` (pg_basebackup -R), on a free port."""
-
-    def __init__(self, primary: PostgresInstance, root: Path) -> None:
-        self.primary = primary
-        self.data = root / "pgdata"
-        self.sockets = root / "pgsock"
-        self.port = free_port()
-        self.started = False
-
-    def _pg(self, program: str, *argv: str) -> None:
-        self.primary._as_postgres(str(self.primary.bin / program), *argv)
-
-    def start(self) -> None:
-        for folder in (self.data.parent, self.sockets):
-            folder.mkdir(parents=True, exist_ok=True)
-            shutil.chown(folder, "postgres", "postgres")
-        self._pg(
-            "pg_basebackup",
-            *("-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres"),
-            *("-D", str(self.data), "-R", "-X", "stream", "--checkpoint=fast"),
-        )
-        self.started = True
-        options = (
-            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=200"  # as the primary's: a standby needs at least as many
-        )
-        self._pg(
-            "pg_ctl",
-            *("-D", str(self.data), "-w", "-t", "60", "-l", str(self.data / "server.log")),
-            *("-o", options, "start"),
-        )
-
-    def promote(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
-
-    def stop(self) -> None:
-        if self.started:
-            self.started = False
-            with contextlib.suppress(ServiceError):
-                self._pg("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
-
-
 @pytest.fixture
-def pair() -> Iterator[tuple[PostgresInstance, _Standby]]:
+def pair() -> Iterator[tuple[PostgresInstance, PostgresStandby]]:
     if shutil.which("runuser") is None:
         pytest.skip("runuser is needed to run private PostgreSQL instances")
     root = Path(tempfile.mkdtemp(prefix="sasflow-failover-"))
     root.chmod(0o755)  # the postgres user must reach its data directories
     primary = PostgresInstance(root / "primary")
-    standby = _Standby(primary, root / "standby")
+    standby = PostgresStandby(primary, root / "standby")
     try:
         try:
             primary.start()
@@ -127,7 +83,7 @@ def _notify(engine: Engine) -> None:
 
 
 def test_the_pool_and_the_listener_follow_a_promotion(
-    pair: tuple[PostgresInstance, _Standby],
+    pair: tuple[PostgresInstance, PostgresStandby],
 ) -> None:
     primary, standby = pair
     url = _url(standby.port, primary.port)  # the standby first: only the primary accepts
@@ -178,7 +134,7 @@ def _write_until_accepted(engine: Engine, timeout: float) -> tuple[int, int]:
 
 
 def test_a_listener_on_a_standby_waits_for_it_to_become_a_primary(
-    pair: tuple[PostgresInstance, _Standby],
+    pair: tuple[PostgresInstance, PostgresStandby],
 ) -> None:
     """LISTEN is refused during recovery; the listener retries (with backoff) and listens
     once the standby is promoted. The pool on the same standby reads but is refused writes."""
