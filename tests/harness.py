@@ -16,9 +16,12 @@ from sqlalchemy import Engine, select
 
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import AgentWorker
+from sasflow.commands import NewRun
 from sasflow.hooks import Hooks
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.store.db import transaction
+from sasflow.store.runs.submit import submit as store_submit
 from sasflow.store.schema import runs, steps
 from sasflow.submitter import Submitter
 from sasflow.transport.rabbitmq import RabbitMQTransport
@@ -95,6 +98,20 @@ def agent(
 
 def submitter(engine: Engine, registry: Registry, names: Names) -> Submitter:
     return Submitter(engine, transport("submitter"), registry, names)
+
+
+def submit(
+    engine: Engine, registry: Registry, names: Names, workflow: str, *, key: str, run_input: Any
+) -> int:
+    """Record one run in its own transaction (as `submit_run` does); returns its id."""
+    with transaction(engine) as conn:
+        return store_submit(
+            conn,
+            registry,
+            NewRun(workflow=workflow, key=key, input=run_input),
+            namespace=names.namespace,
+            actor="test",
+        ).run_id
 
 
 def wait_for(

@@ -22,7 +22,7 @@ from sasflow.errors import (
     UnroutableError,
 )
 from sasflow.messages import Request, safe_text
-from sasflow.scheduler.context import Context
+from sasflow.scheduler.context import Context, Part
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RelayDuty
@@ -43,7 +43,7 @@ that free room may be applied by another scheduler (one reply queue for all), wh
 wake this one."""
 
 
-class Dispatcher:
+class Dispatcher(Part):
     """Claims and publishes; owned by the loop's thread."""
 
     def __init__(
@@ -56,13 +56,7 @@ class Dispatcher:
         replies: Replies,
         outbox: RelayDuty,
     ) -> None:
-        self._id = ctx.id
-        self._engine = ctx.engine
-        self._transport = ctx.transport
-        self._registry = ctx.registry
-        self._names = ctx.names
-        self._hooks = ctx.hooks
-        self._stats = ctx.stats
+        super().__init__(ctx)
         self._batch = options.claim_batch
         self._pool_limits = replace(options.pool_limits, recheck_s=rescan_interval)
         self._in_flight = in_flight

@@ -13,7 +13,7 @@ import time
 from sasflow.commands import StoredError
 from sasflow.errors import InvalidMessageError, StoreUnavailableError
 from sasflow.messages import Limits, Reply, parse, safe_text
-from sasflow.scheduler.context import Context
+from sasflow.scheduler.context import Context, Part
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.outbox import RelayDuty
 from sasflow.states import ReplyStatus
@@ -24,20 +24,13 @@ from sasflow.transport.base import Delivery
 log = logging.getLogger(__name__)
 
 
-class Replies:
+class Replies(Part):
     """Holds the replies delivered since the last pass until the loop applies them."""
 
     def __init__(
         self, ctx: Context, limits: Limits, *, in_flight: InFlightCap, outbox: RelayDuty
     ) -> None:
-        self._id = ctx.id
-        self._engine = ctx.engine
-        self._transport = ctx.transport
-        self._registry = ctx.registry
-        self._names = ctx.names
-        self._hooks = ctx.hooks
-        self._stats = ctx.stats
-        self._wake = ctx.wake
+        super().__init__(ctx)
         self._limits = limits
         self._in_flight = in_flight
         self._outbox = outbox

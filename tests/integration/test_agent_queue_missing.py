@@ -11,9 +11,6 @@ import logging
 import pytest
 from sqlalchemy import Engine
 
-from sasflow.commands import NewRun
-from sasflow.store.db import transaction
-from sasflow.store.runs.submit import submit
 from sasflow.transport.topology import Names
 from tests import harness, services
 from tests.apps import basic
@@ -22,14 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 def _submit(engine: Engine, names: Names, key: str) -> int:
-    with transaction(engine) as conn:
-        return submit(
-            conn,
-            basic.registry,
-            NewRun(workflow="pipeline", key=key, input={"text": key}),
-            namespace=names.namespace,
-            actor="test",
-        ).run_id
+    return harness.submit(
+        engine, basic.registry, names, "pipeline", key=key, run_input={"text": key}
+    )
 
 
 def _step_a(engine: Engine, run_id: int) -> tuple[str, int]:

@@ -21,11 +21,8 @@ import pika.exceptions
 import pytest
 from sqlalchemy import Engine, func, select
 
-from sasflow.commands import NewRun
 from sasflow.hooks import Hooks
 from sasflow.messages import Request
-from sasflow.store.db import transaction
-from sasflow.store.runs.submit import submit
 from sasflow.store.schema import runs
 from sasflow.submitter import Submitter
 from sasflow.transport.topology import Names
@@ -82,14 +79,9 @@ def _delete_and_time_until_consumed(queue: str) -> float:
 
 
 def _submit(engine: Engine, names: Names, key: str) -> int:
-    with transaction(engine) as conn:
-        return submit(
-            conn,
-            basic.registry,
-            NewRun(workflow="pipeline", key=key, input={"text": key}),
-            namespace=names.namespace,
-            actor="test",
-        ).run_id
+    return harness.submit(
+        engine, basic.registry, names, "pipeline", key=key, run_input={"text": key}
+    )
 
 
 def _warnings_naming(caplog: pytest.LogCaptureFixture, queue: str) -> list[str]:
