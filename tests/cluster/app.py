@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sasflow import Backoff, Registry, Step, StepPolicy, Workflow
+from sasflow import Backoff, BreakerPolicy, Registry, Step, StepPolicy, Workflow
 from sasflow.agents import Agent, Call
 
 AGENT = "worker"
@@ -53,9 +53,10 @@ class App:
 def make_app() -> App:
     """A fresh app and ledger (one per test: no state shared between tests)."""
     ledger = Ledger()
-    agent = Agent(AGENT)
+    # A breaker gives each agent instance a breaker queue of its own.
+    agent = Agent(AGENT, breakers={"remote": BreakerPolicy()})
 
-    @agent.handler("work")
+    @agent.handler("work", dependency="remote")
     def work(call: Call) -> dict[str, Any]:
         ledger.record(call)
         time.sleep(float((call.input or {}).get("work", 0)))

@@ -37,10 +37,16 @@ def transport(broker_url: str, role: str) -> RabbitMQTransport:
 
 @contextlib.contextmanager
 def roles(
-    app: App, names: Names, *, broker_url: str, database_url: str, engine: Engine
-) -> Iterator[None]:
-    """A submitter, two schedulers, two agents and a supervisor, running until the block ends:
-    every role of a deployment twice where two may run, as a cluster's users would."""
+    app: App,
+    names: Names,
+    *,
+    broker_url: str,
+    database_url: str,
+    engine: Engine,
+    agents: int = 2,
+) -> Iterator[list[AgentWorker]]:
+    """A submitter, two schedulers, `agents` agents and a supervisor, running until the block
+    ends: every role of a deployment twice where two may run, as a cluster's users would."""
     schedulers = [
         Scheduler(
             engine,
@@ -52,9 +58,9 @@ def roles(
         )
         for n in (1, 2)
     ]
-    agents = [
+    workers = [
         AgentWorker(app.agent, transport(broker_url, f"agent-{n}"), names, concurrency=4)
-        for n in (1, 2)
+        for n in range(1, agents + 1)
     ]
     submitter = Submitter(engine, transport(broker_url, "submitter"), app.registry, names)
     supervisor = Supervisor(
@@ -63,8 +69,8 @@ def roles(
         transport=transport(broker_url, "supervisor"),
         options=SupervisorOptions(interval=0.5, lease_ttl=3),
     )
-    with harness.running(submitter, *schedulers, *agents, supervisor, join_timeout=60):
-        yield
+    with harness.running(submitter, *schedulers, *workers, supervisor, join_timeout=60):
+        yield workers
 
 
 class Load(threading.Thread):
@@ -114,6 +120,7 @@ class UnderLoad:
     app: App
     load: Load
     engine: Engine
+    agents: list[AgentWorker]
     fault_at: float | None = None
 
     def fault(self) -> None:
@@ -139,18 +146,21 @@ def under_load(
     runs: int = 40,
     seconds: float = 8,
     settle: float = 90,
+    agents: int = 2,
 ) -> Iterator[UnderLoad]:
     """The roles at work on `runs` runs submitted over `seconds`; the block runs once steps
     complete (the test's fault), then every confirmed submission must end as one completed
     run within `settle` seconds, every step executed and its completion applied once."""
     app = make_app()
     load = Load(broker_url, names, runs=runs, seconds=seconds)
-    with roles(app, names, broker_url=broker_url, database_url=database_url, engine=engine):
+    with roles(
+        app, names, broker_url=broker_url, database_url=database_url, engine=engine, agents=agents
+    ) as workers:
         load.start()
         harness.wait_for(
             lambda: len(completions(engine)) >= min(10, runs), timeout=30, what="work flowing"
         )
-        scenario = UnderLoad(app, load, engine)
+        scenario = UnderLoad(app, load, engine, workers)
         yield scenario
         load.finish()
         harness.wait_for(

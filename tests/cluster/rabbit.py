@@ -154,6 +154,23 @@ class RabbitCluster:
                 return node
         raise ServiceError(f"no node holds queue {queue}")
 
+    def close_connections(self, name: str) -> int:
+        """Close (as `rabbitmqctl close_connection` does) every client connection whose
+        `connection_name` holds `name`; how many were closed."""
+        answering = self.answering()
+        node = next(n for n in self.nodes if answering[n.node])
+        listed = node.ctl(
+            "list_connections", "-q", "--no-table-headers", "pid", "client_properties"
+        )
+        pids = [
+            line.split("\t", 1)[0]
+            for line in listed.stdout.splitlines()
+            if f'{{"connection_name","{name}' in line
+        ]
+        for pid in pids:
+            node.ctl("close_connection", pid, "closed by the test")
+        return len(pids)
+
     def other_than(self, *nodes: RabbitInstance) -> RabbitInstance:
         """A node that is none of `nodes`."""
         for node in self.nodes:

@@ -40,6 +40,33 @@ def test_killing_the_node_that_holds_the_fleet_queue_stops_nothing(
     print(f"\nSIGKILL of {holder.node}, holding the fleet queue: {scenario.summary()}")
 
 
+def test_killing_the_node_that_holds_an_agents_breaker_queue_leaves_it_serving(
+    rabbit: RabbitCluster, cluster_database: str, cluster_engine: Engine, cluster_names: Names
+) -> None:
+    """Each agent instance declares a queue of its own for its peers' breaker changes when it
+    connects (classic, temporary by design): the loss of the node that holds it must not keep
+    the instance, the only one here, from serving."""
+    with fleet.under_load(
+        cluster_names,
+        broker_url=rabbit.url,
+        database_url=cluster_database,
+        engine=cluster_engine,
+        settle=45,
+        agents=1,
+    ) as scenario:
+        prefix = f"{cluster_names.breakers(AGENT)}."
+        [queue] = [str(r["name"]) for r in rabbit.queues() if str(r["name"]).startswith(prefix)]
+        holder = rabbit.home(queue)
+        scenario.fault()
+        holder.kill()
+        # Whichever node its connection was on, the agent connects again now.
+        closed = rabbit.close_connections("cluster-test-agent-1@")
+    print(
+        f"\nSIGKILL of {holder.node}, holding {queue}, and the agent's connection closed "
+        f"({closed} left open by the kill): {scenario.summary()}"
+    )
+
+
 def _holder(rabbit: RabbitCluster, queue: str) -> RabbitInstance:
     row = next(r for r in rabbit.queues() if r["name"] == queue)
     return rabbit.leader(queue) if row["type"] == "quorum" else rabbit.home(queue)
