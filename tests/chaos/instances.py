@@ -445,9 +445,11 @@ class RabbitInstance:
         self._check_ours(self.os_pid)
         return self.os_pid
 
-    def kill(self) -> None:
-        """SIGKILL the node's beam (checked to be ours) and wait until it is gone."""
-        pid = self.pid()
+    def kill(self, pid: int | None = None) -> None:
+        """SIGKILL the node's beam (checked to be ours; `pid`: as `pid()` found it) and wait
+        until it is gone."""
+        pid = pid or self.pid()
+        self._check_ours(pid)
         os.kill(pid, signal.SIGKILL)
         _wait(lambda: not Path(f"/proc/{pid}").exists(), 30, "the beam to die")
         self.os_pid = None

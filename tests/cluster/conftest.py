@@ -5,7 +5,8 @@ over, and left running with every node up). Without root or the PostgreSQL and R
 binaries there is no cluster, and the tier is skipped.
 
 The CI form is the tests marked `cluster` alone; the long form adds those marked
-`cluster_long`, run when SASFLOW_CLUSTER_LONG=1 (`scripts/cluster test`)."""
+`cluster_long`, run when SASFLOW_CLUSTER_LONG=1 (`scripts/cluster test`; tests/conftest.py
+skips them otherwise)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,6 @@ from tests import private_services, services
 from tests.chaos.instances import unavailable
 from tests.cluster.__main__ import TEST_CLUSTER
 from tests.cluster.rabbit import RabbitCluster
-
-LONG = "SASFLOW_CLUSTER_LONG"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get(LONG) == "1":
-        return
-    skip = pytest.mark.skip(reason=f"the cluster tier's long form: {LONG}=1 (scripts/cluster test)")
-    for item in items:
-        if item.get_closest_marker("cluster_long") is not None:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

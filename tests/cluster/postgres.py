@@ -105,16 +105,27 @@ class PostgresPair:
         still runs (and its commits wait for a standby that is gone: none is acknowledged);
         when the block ends, the old primary is stopped and rebuilt as the new primary's
         synchronous standby."""
+        old = self.promote()
+        try:
+            yield self.primary
+        finally:
+            self.fence(old)  # even when the block failed: two primaries must not both run
+
+    def promote(self) -> str:
+        """Promote the standby, which then commits alone; the old primary's name (it still
+        runs: `fence` it)."""
         old_name, new_name = self.primary_name, self.standby_name
-        old, new = self.servers[old_name], self.servers[new_name]
+        new = self.servers[new_name]
         new.promote()
         new.synchronous_standbys(None)
         self.primary_name = new_name
-        try:
-            yield new
-        finally:
-            old.stop()  # fenced even when the block failed: two primaries must not both run
-            self.rebuild(old_name)
+        return old_name
+
+    def fence(self, name: str) -> None:
+        """Stop server `name`, a primary no longer, and rebuild it as the primary's
+        synchronous standby."""
+        self.servers[name].stop()
+        self.rebuild(name)
 
     def rebuild(self, name: str) -> None:
         """Make server `name` (stopped) a fresh standby of the primary, synchronous again."""
