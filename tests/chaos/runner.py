@@ -225,7 +225,8 @@ class ChaosRun:
             record.in_flight = len(watch.steps_in_flight)
             settled = watch.result()
             if record.in_flight:
-                record.settled = None if settled is None else settled - record.started
+                # 0 when they settled before a cluster fault hit (its target being looked for)
+                record.settled = None if settled is None else max(0.0, settled - record.started)
 
     def _actions(self, driver: Driver, publisher: Publisher) -> dict[str, Callable[[Fault], str]]:
         assert self.fleet is not None
