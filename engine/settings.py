@@ -172,6 +172,27 @@ class Settings(BaseSettings):
         default=None, description="Private key of the client certificate [default: in it]."
     )
 
+    broker_queue_type: Literal["classic", "quorum"] = Field(
+        default="classic",
+        description="Type of the durable work queues (submit, replies, agent and pool "
+        "queues, dead letters): classic, or quorum (replicated; the production choice on a "
+        "RabbitMQ cluster). An existing deployment changes type with `sasflow queues "
+        "migrate` (docs/howto/production-topology.md).",
+    )
+    broker_quorum_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description="Replicas of each new quorum queue [default: the broker's].",
+    )
+    broker_delivery_limit: int = Field(
+        default=10,
+        ge=0,
+        le=10_000,
+        description="Quorum queues: deliveries of one message before the broker dead-letters "
+        "it (a request that crashes every agent ends as a counted failure); 0: no limit.",
+    )
+
     # -- end of connections -----------------------------------------------------------------
 
     # -- the HTTP API (sasflow api, docs/api.md) -------------------------------------------------

@@ -2,13 +2,18 @@
 
 How it behaves, and the decisions behind it:
 
-- **At least once per sink attempt.** An alert is marked notified (`notified_at = now()`, in
-  the transaction that selected it) only after every sink has finished its attempt. A crash
-  before that commit sends the alert again, to every sink, on the next dispatch.
-- **A failed attempt still counts.** A sink that raises (a webhook that exhausted its retries,
-  an SMTP relay that refused) is logged at ERROR with the alert id, and the alert is marked
-  notified all the same: one dead sink must not block the other sinks, nor every later alert,
-  forever. The log and `sasflow alerts list` remain the record of what was raised.
+- **Notified only where a sink took it.** Each alert records the sinks that took it
+  (`delivered_to`). A dispatch sends an alert only to the sinks that have not, and once every
+  sink has, marks it notified (`notified_at = now()`, in the transaction that selected it).
+  A crash before that commit sends it again to those sinks on the next dispatch: at least
+  once per sink.
+- **A failing sink is retried, and blocks nobody.** A sink that raises (a webhook that
+  exhausted its own retries, an SMTP relay that refused, the broker of the `<ns>.alerts`
+  exchange down) is logged at ERROR with the alert id; the alert keeps the error per sink
+  (`delivery_errors`) and is taken again for the failed sinks only after a backoff
+  (`retry_at`: 5 s doubling to 15 min), so later alerts go out meanwhile. A sink still failing
+  a day after the alert was raised is given up for it: the alert is marked notified with the
+  errors kept, and `sasflow alerts show` says which sinks never took it.
 - **A slow sink blocks nobody.** Each sink has its own worker thread and takes alerts in
   order; sinks work in parallel. `dispatch_pending(budget_s)` returns when every attempt of
   the batch finished or the budget is used, whichever comes first. Attempts still queued or
@@ -34,7 +39,7 @@ from concurrent.futures import Future, wait
 from sasflow.errors import StoreUnavailableError
 from sasflow.hooks import Hooks, guarded
 from sasflow.store.db import Engine, transaction
-from sasflow.store.outbox.alerts import set_notified, take_unnotified
+from sasflow.store.outbox.alerts import Delivery, record_deliveries, take_unnotified
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
 
 log = logging.getLogger(__name__)
@@ -160,23 +165,50 @@ class AlertDispatcher:
         """One batch in one transaction; returns (alerts marked, whether more may be waiting)."""
         with transaction(self._engine) as conn:
             rows = take_unnotified(conn, limit=BATCH)
-            records = [AlertRecord.from_row(r, self._namespace) for r in rows]
-            self._forget_except({r.id for r in records}, complete=len(rows) < BATCH)
+            records = {r.id: AlertRecord.from_row(r, self._namespace) for r in rows}
+            self._forget_except(set(records), complete=len(rows) < BATCH)
+            taken = {r.id: list(r.delivered_to or []) for r in rows}
             attempts = {
-                r.id: [self._attempt(r, i) for i in range(len(self._workers))] for r in records
+                alert_id: {
+                    index: self._attempt(record, index)
+                    for index, worker in enumerate(self._workers)
+                    if worker.sink.name not in taken[alert_id]
+                }
+                for alert_id, record in records.items()
             }
             self._wait(
-                [f for fs in attempts.values() for f in fs], deadline, interruptible=interruptible
+                [f for fs in attempts.values() for f in fs.values()],
+                deadline,
+                interruptible=interruptible,
             )
-            done = [alert_id for alert_id, fs in attempts.items() if all(f.done() for f in fs)]
-            if done:
-                set_notified(conn, done)
-                for kind in (r.kind for r in records if r.id in set(done)):
-                    self._hooks.alert_raised(kind)
-        for alert_id in done:
+            finished = [
+                self._outcome(alert_id, taken[alert_id], fs)
+                for alert_id, fs in attempts.items()
+                if all(f.done() for f in fs.values())
+            ]
+            marked = record_deliveries(conn, finished) if finished else []
+            first_time = {r.id for r in rows if not r.delivery_attempts}
+            for delivery in finished:
+                if delivery.alert_id in first_time:
+                    self._hooks.alert_raised(records[delivery.alert_id].kind)
+        for delivery in finished:
             for index in range(len(self._workers)):
-                self._attempts.pop((alert_id, index), None)
-        return len(done), len(rows) == BATCH and len(done) == len(rows)
+                self._attempts.pop((delivery.alert_id, index), None)
+        return len(marked), len(rows) == BATCH and len(finished) == len(rows)
+
+    def _outcome(
+        self, alert_id: int, taken: list[str], attempts: dict[int, Future[None]]
+    ) -> Delivery:
+        delivered = list(taken)
+        errors: dict[str, str] = {}
+        for index, future in attempts.items():
+            name = self._workers[index].sink.name
+            exc = None if future.cancelled() else future.exception()
+            if future.cancelled() or exc is not None:
+                errors[name] = "cancelled" if exc is None else f"{type(exc).__name__}: {exc}"
+            elif name not in delivered:
+                delivered.append(name)
+        return Delivery(alert_id, delivered, errors)
 
     def _wait(self, futures: list[Future[None]], deadline: float, *, interruptible: bool) -> None:
         # The background thread looks at `stop()` every STOP_CHECK seconds while sinks work.

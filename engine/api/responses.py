@@ -159,7 +159,20 @@ class AlertResponse(_Response):
     acknowledged_by: str | None
     acknowledge_reason: str | None
     acknowledged_at: datetime | None
-    notified_at: datetime | None = Field(description="When the alert sinks were attempted.")
+    delivered_to: list[str] | None = Field(
+        default=None, description="The sinks that took the alert (by name)."
+    )
+    delivery_attempts: int = Field(default=0, description="Dispatches that handled it so far.")
+    delivery_errors: dict[str, str] | None = Field(
+        default=None, description="Each sink that failed the last time, with its error."
+    )
+    retry_at: datetime | None = Field(
+        default=None, description="When the failed sinks are tried again."
+    )
+    notified_at: datetime | None = Field(
+        description="When every sink had taken it, or its delivery was given up (then "
+        "`delivery_errors` names the sinks that never took it)."
+    )
     created_at: datetime
 
 

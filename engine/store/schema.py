@@ -183,6 +183,13 @@ alerts = Table(
     Column("acknowledged_by", String(200), nullable=True),
     Column("acknowledge_reason", Text, nullable=True),
     _ts("acknowledged_at"),
+    # Delivery: the sinks that took the alert, attempts so far, each failing sink's last
+    # error, when the failed sinks are tried again; `notified_at` once every sink took it or
+    # its delivery was given up (supervisor/dispatch.py).
+    Column("delivered_to", Json, nullable=True),
+    Column("delivery_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("delivery_errors", Json, nullable=True),
+    _ts("retry_at"),
     _ts("notified_at"),
     _ts("created_at", nullable=False, default_now=True),
     # Serves the alert dispatcher (the sinks' outbox): only alerts not yet sent.

@@ -62,10 +62,13 @@ class Transport(Protocol):
         dead_letter_exchange: str | None,
         max_length: int | None = None,
         expires_ms: int | None = None,
+        work: bool = False,
     ) -> None:
         """A durable queue; `max_length` drops the oldest beyond it, `expires_ms` lets the
         broker delete the queue once it had no consumer for that long (RabbitMQ's x-expires;
-        the in-process bus, whose queues end with the process, only checks equivalence)."""
+        the in-process bus, whose queues end with the process, only checks equivalence).
+        `work`: a work queue that must outlive a broker node, declared with the deployment's
+        queue type (sasflow.transport.queues); otherwise an explicitly classic queue."""
         ...
 
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None: ...

@@ -7,6 +7,7 @@ from sasflow.settings import Settings
 from sasflow.transport.base import Transport
 from sasflow.transport.brokers import AMQP_SCHEMES, MEMORY_SCHEME, broker_urls, scheme
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
+from sasflow.transport.queues import QueueOptions, QueueType
 from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
 from sasflow.urllist import split_urls
 
@@ -51,4 +52,9 @@ def broker_options(settings: Settings) -> BrokerOptions:
         ca_file=settings.broker_ca_file,
         cert_file=settings.broker_cert_file,
         key_file=settings.broker_key_file,
+        queues=QueueOptions(
+            type=QueueType(settings.broker_queue_type),
+            replicas=settings.broker_quorum_replicas,
+            delivery_limit=settings.broker_delivery_limit or None,
+        ),
     )

@@ -9,7 +9,7 @@ import random
 import socket
 import ssl
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pika
@@ -33,6 +33,7 @@ from sasflow.transport import topology
 from sasflow.transport.base import Delivery, Outgoing, PublishTicket
 from sasflow.transport.brokers import broker_urls, connect_order
 from sasflow.transport.confirms import ConfirmTracker
+from sasflow.transport.queues import QueueOptions, queue_arguments, type_mismatch
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ class BrokerOptions:
     """Client certificate (PEM) for brokers that require one (amqps:// only)."""
     key_file: str | None = None
     """Private key of `cert_file` (default: in `cert_file`)."""
+    queues: QueueOptions = field(default_factory=QueueOptions)
+    """The type and arguments of the durable work queues (sasflow.transport.queues)."""
 
 
 def connection_parameters(url: str, options: BrokerOptions) -> pika.URLParameters:
@@ -221,7 +224,9 @@ class RabbitMQTransport:
     def __init__(
         self, url: str, *, process_name: str, options: BrokerOptions | None = None
     ) -> None:
-        self._params = broker_parameters(url, options or BrokerOptions())
+        options = options or BrokerOptions()
+        self._params = broker_parameters(url, options)
+        self._queues = options.queues
         for params in self._params:
             params.client_properties = {
                 "connection_name": f"{process_name}@{socket.gethostname()}:{os.getpid()}"
@@ -334,18 +339,45 @@ class RabbitMQTransport:
         dead_letter_exchange: str | None,
         max_length: int | None = None,
         expires_ms: int | None = None,
+        work: bool = False,
     ) -> None:
-        arguments: dict[str, Any] = {}
-        if dead_letter_exchange is not None:
-            arguments["x-dead-letter-exchange"] = dead_letter_exchange
-        if max_length is not None:
-            arguments["x-max-length"] = max_length
-            arguments["x-overflow"] = "drop-head"
-        if expires_ms is not None:
-            arguments["x-expires"] = expires_ms
+        arguments = queue_arguments(
+            self._queues,
+            work=work,
+            dead_letter_exchange=dead_letter_exchange,
+            max_length=max_length,
+            expires_ms=expires_ms,
+        )
         with self._declaring():
-            self._chan().queue_declare(name, durable=True, arguments=arguments or None)
+            self._declare_queue(name, arguments, work=work)
         self._declared = True
+
+    def _declare_queue(self, name: str, arguments: dict[str, Any], *, work: bool) -> None:
+        """Declare on a channel of its own, so that a work queue declared earlier with another
+        type (queues.TYPE_ARGUMENTS) is used as it is, with a warning, without losing the
+        channel; any other conflict is refused as always."""
+        if self._connection is None or not self._connection.is_open:
+            raise BrokerUnavailableError(f"not connected to {self._url}")
+        side = self._connection.channel()
+        try:
+            side.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if not (
+                work and exc.reply_code == PRECONDITION_FAILED and type_mismatch(exc.reply_text)
+            ):
+                raise
+            log.warning(
+                "queue %s exists with other arguments than this process's queue type "
+                "settings (%s): using it as it is; `sasflow queues migrate` moves a "
+                "deployment to another queue type",
+                name,
+                exc.reply_text,
+            )
+            side = self._connection.channel()
+            side.queue_declare(name, passive=True)
+        finally:
+            if side.is_open:
+                side.close()
 
     def consumer_count(self, queue: str) -> int:
         with _translated():

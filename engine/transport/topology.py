@@ -152,18 +152,18 @@ def declare_common(transport: Transport, names: Names) -> None:
     # Dead letters are routed by their source queue's name: every one reaches <ns>.dead, and
     # requests (from <ns>.agent.*) also reach the supervisor's bounded copy.
     transport.declare_exchange(names.dead_letter_exchange, "topic")
-    transport.declare_queue(names.dead_letter_queue, dead_letter_exchange=None)
+    transport.declare_queue(names.dead_letter_queue, dead_letter_exchange=None, work=True)
     transport.bind_queue(names.dead_letter_queue, names.dead_letter_exchange, "#")
     transport.declare_queue(
-        names.dead_requests, dead_letter_exchange=None, max_length=DEAD_REQUESTS_MAX
+        names.dead_requests, dead_letter_exchange=None, max_length=DEAD_REQUESTS_MAX, work=True
     )
     transport.bind_queue(
         names.dead_requests, names.dead_letter_exchange, f"{names.namespace}.agent.#"
     )
     transport.declare_exchange(names.status, "topic")
     transport.declare_exchange(names.alerts, "topic")
-    transport.declare_queue(names.submit, dead_letter_exchange=names.dead_letter_exchange)
-    transport.declare_queue(names.replies, dead_letter_exchange=names.dead_letter_exchange)
+    for queue in (names.submit, names.replies):
+        transport.declare_queue(queue, dead_letter_exchange=names.dead_letter_exchange, work=True)
     transport.declare_exchange(names.fleet, "topic")
     transport.declare_queue(names.fleet, dead_letter_exchange=None, max_length=FLEET_MAX)
     transport.bind_queue(names.fleet, names.fleet, "#")
@@ -173,7 +173,7 @@ def declare_agent_queue(
     transport: Transport, names: Names, agent: str, pool: str | None = None
 ) -> None:
     transport.declare_queue(
-        names.agent_queue(agent, pool), dead_letter_exchange=names.dead_letter_exchange
+        names.agent_queue(agent, pool), dead_letter_exchange=names.dead_letter_exchange, work=True
     )
 
 

@@ -11,6 +11,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from pika.exchange_type import ExchangeType
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from sasflow.cli.main import cli
 from sasflow.store.db import make_engine
@@ -123,10 +124,18 @@ class RecordingSink:
 
 
 class FailingSink:
+    """Fails every alert until made `healthy`; `sent`: what it took since."""
+
     name = "failing"
 
+    def __init__(self) -> None:
+        self.healthy = False
+        self.sent: list[int] = []
+
     def send(self, alert: AlertRecord) -> None:
-        raise RuntimeError(f"boom on {alert.id}")
+        if not self.healthy:
+            raise RuntimeError(f"boom on {alert.id}")
+        self.sent.append(alert.id)
 
 
 class BlockedSink(RecordingSink):
@@ -241,26 +250,86 @@ def test_dispatch_sends_each_alert_to_every_sink_once_and_marks_it_notified(
 def test_a_failing_sink_stops_neither_the_other_sinks_nor_later_alerts(
     engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Its failure is logged with the alert id; the alert is still marked notified."""
+    """Its failure is logged with the alert id; the alert is not marked notified: it keeps the
+    sinks that took it and the failing one's error, and waits for its retry, while later
+    alerts go out."""
     ids = raise_alerts(engine, 2)
-    recording = RecordingSink()
+    recording, failing = RecordingSink(), FailingSink()
     with webhook_server() as server, caplog.at_level(logging.WARNING):
         dispatcher = AlertDispatcher(
             engine,
-            [FailingSink(), LogSink(), WebhookSink(url_of(server)), recording],
+            [failing, LogSink(), WebhookSink(url_of(server)), recording],
             namespace="ns1",
         )
         marked = dispatcher.dispatch_pending(10)
+        [later] = raise_alerts(engine, 1, kind="stalled")  # another subject: not deduplicated
+        failing.healthy = True  # the later alert reaches every sink at once
+        marked_later = dispatcher.dispatch_pending(10)
         dispatcher.stop()
 
-    assert marked == 2
-    assert unnotified(engine) == []
-    assert [b["id"] for b in bodies(server)] == ids
-    assert [a.id for a in recording.received] == ids
+    assert (marked, marked_later) == (0, 1)
+    assert unnotified(engine) == ids
+    assert [b["id"] for b in bodies(server)] == [*ids, later]
+    assert [a.id for a in recording.received] == [*ids, later]
     failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert failures == [
         f"alert {i} (step_failed) not delivered by sink failing: boom on {i}" for i in ids
     ]
+    with engine.connect() as conn:
+        rows = conn.execute(select(alerts).where(alerts.c.id.in_(ids)).order_by(alerts.c.id)).all()
+    for row in rows:
+        assert row.delivered_to == ["log", "webhook", "recording"]
+        assert row.delivery_errors == {"failing": f"RuntimeError: boom on {row.id}"}
+        assert row.delivery_attempts == 1
+        assert row.retry_at is not None
+
+
+def test_a_failed_sink_gets_the_alert_again_alone_once_its_retry_is_due(
+    engine: Engine,
+) -> None:
+    [alert_id] = raise_alerts(engine, 1)
+    recording, failing = RecordingSink(), FailingSink()
+    dispatcher = AlertDispatcher(engine, [failing, recording], namespace="ns1")
+    try:
+        assert dispatcher.dispatch_pending(10) == 0
+        failing.healthy = True
+        assert dispatcher.dispatch_pending(10) == 0  # its retry is not due yet
+        with engine.begin() as conn:
+            conn.execute(update(alerts).values(retry_at=None))
+        assert dispatcher.dispatch_pending(10) == 1
+    finally:
+        dispatcher.stop()
+    assert failing.sent == [alert_id]
+    assert [a.id for a in recording.received] == [alert_id]  # once: it had taken it
+    with engine.connect() as conn:
+        row = conn.execute(select(alerts).where(alerts.c.id == alert_id)).one()
+    assert (row.delivered_to, row.delivery_errors, row.delivery_attempts) == (
+        ["recording", "failing"],
+        None,
+        2,
+    )
+    assert row.notified_at is not None
+
+
+def test_a_sink_still_failing_a_day_later_is_given_up_with_its_error_kept(
+    engine: Engine,
+) -> None:
+    [alert_id] = raise_alerts(engine, 1)
+    with engine.begin() as conn:
+        conn.execute(
+            update(alerts).values(created_at=alerts.c.created_at - timedelta(days=1, seconds=1))
+        )
+    dispatcher = AlertDispatcher(engine, [FailingSink(), RecordingSink()], namespace="ns1")
+    try:
+        assert dispatcher.dispatch_pending(10) == 1
+    finally:
+        dispatcher.stop()
+    with engine.connect() as conn:
+        row = conn.execute(select(alerts).where(alerts.c.id == alert_id)).one()
+    assert row.notified_at is not None
+    assert row.retry_at is None
+    assert row.delivered_to == ["recording"]
+    assert row.delivery_errors == {"failing": f"RuntimeError: boom on {alert_id}"}
 
 
 def test_a_hung_sink_does_not_hold_dispatch_past_its_budget_nor_get_alerts_twice(

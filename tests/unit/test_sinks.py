@@ -84,6 +84,7 @@ class FakeTransport:
         dead_letter_exchange: str | None,
         max_length: int | None = None,
         expires_ms: int | None = None,
+        work: bool = False,
     ) -> None:
         raise NotImplementedError
 

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Row, and_, case, delete, select, update
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.dialect import upsert_insert
-from sasflow.store.schema import agent_instances
+from sasflow.store.schema import agent_instances, steps
 from sasflow.store.sqltime import now, plus_seconds
 
 
@@ -121,3 +121,16 @@ def find_instances(
         values["seconds_since_heartbeat"] = (clock - values["heartbeat_at"]).total_seconds()
         found.append(values)
     return found
+
+
+def known_agent_queues(conn: Connection) -> list[tuple[str, str | None]]:
+    """Every (agent, pool) the store knows of, from its steps and its fleet (pool None: the
+    agent's shared queue); for commands that act on every agent queue. Scans `steps`."""
+    found: set[tuple[str, str | None]] = set()
+    for agent, pool in conn.execute(select(steps.c.agent, steps.c.pool).distinct()):
+        found.add((agent, None))
+        if pool is not None:
+            found.add((agent, pool))
+    for (agent,) in conn.execute(select(agent_instances.c.agent).distinct()):
+        found.add((agent, None))
+    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))

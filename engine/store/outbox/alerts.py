@@ -9,11 +9,23 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, Update, bindparam, select, text, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 
-from sasflow.store.dialect import one_of, upsert_insert
+from sasflow.store.dialect import least, upsert_insert
 from sasflow.store.schema import alerts
-from sasflow.store.sqltime import now
+from sasflow.store.sqltime import now, plus_seconds
 
 
 class AlertKind(StrEnum):
@@ -103,32 +115,76 @@ def resolve_open(conn: Connection, dedup_key: str, *, actor: str, reason: str) -
 # -- the outbox: what the dispatcher sends -------------------------------------------------
 
 
+DELIVERY_GIVE_UP_S = 86_400.0
+"""Seconds after an alert was raised when a sink that keeps failing is given up for it."""
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 900.0
+"""A failed sink is tried again after 5 s, doubling per attempt, at most every 15 min."""
+
+
 def unnotified_alerts() -> Select[Any]:
-    """The oldest :limit alerts not yet notified, locked for one dispatcher
-    (ix_alerts_unnotified)."""
+    """The oldest :limit alerts some sink has yet to take, whose retry is due, locked for one
+    dispatcher (ix_alerts_unnotified)."""
     return (
         select(alerts)
-        .where(alerts.c.notified_at.is_(None))
+        .where(
+            alerts.c.notified_at.is_(None),
+            or_(alerts.c.retry_at.is_(None), alerts.c.retry_at <= now()),
+        )
         .order_by(alerts.c.id)
         .limit(bindparam("b_limit"))
         .with_for_update(skip_locked=True)
     )
 
 
-def mark_notified() -> Update:
-    """Mark alerts every sink has attempted (primary key)."""
-    return update(alerts).where(one_of(alerts.c.id, "b_alert_ids")).values(notified_at=now())
+@dataclass(frozen=True)
+class Delivery:
+    """What the sinks did with one alert in one dispatch."""
+
+    alert_id: int
+    delivered_to: list[str]
+    """Every sink that has taken it, in this dispatch or an earlier one."""
+    errors: dict[str, str]
+    """Sink -> why it failed this time (empty: every sink has it now)."""
 
 
 def take_unnotified(conn: Connection, *, limit: int) -> Sequence[Row[Any]]:
     """Up to `limit` alerts to send, oldest first, locked until the caller's transaction ends;
-    alerts another dispatcher holds are skipped."""
+    alerts another dispatcher holds, and those waiting for a retry, are skipped."""
     return conn.execute(unnotified_alerts(), {"b_limit": limit}).all()
 
 
-def set_notified(conn: Connection, alert_ids: Sequence[int]) -> None:
-    """Record that the sinks have attempted these alerts: they are not sent again."""
-    conn.execute(mark_notified(), {"b_alert_ids": list(alert_ids)})
+def record_deliveries(conn: Connection, deliveries: Sequence[Delivery]) -> list[int]:
+    """Record each alert's delivery (primary key): notified once every sink took it; else a
+    retry of the failed sinks after a backoff, or, past DELIVERY_GIVE_UP_S since it was raised,
+    notified with the failed sinks' errors kept (given up). Returns the ids now notified."""
+    attempts = alerts.c.delivery_attempts
+    backoff = least(
+        literal(RETRY_MAX_S), literal(RETRY_FIRST_S) * func.power(2, least(attempts, 20))
+    )
+    given_up = plus_seconds(alerts.c.created_at, literal(DELIVERY_GIVE_UP_S)) <= now()
+    notified: list[int] = []
+    for delivery in deliveries:
+        values: dict[str, Any] = {
+            "delivered_to": delivery.delivered_to,
+            "delivery_attempts": attempts + 1,
+            "delivery_errors": delivery.errors or None,
+        }
+        if delivery.errors:
+            values["notified_at"] = case((given_up, now()), else_=None)
+            values["retry_at"] = case((given_up, None), else_=plus_seconds(now(), backoff))
+        else:
+            values["notified_at"] = now()
+            values["retry_at"] = None
+        row = conn.execute(
+            update(alerts)
+            .where(alerts.c.id == delivery.alert_id)
+            .values(**values)
+            .returning(alerts.c.notified_at)
+        ).first()
+        if row is not None and row.notified_at is not None:
+            notified.append(delivery.alert_id)
+    return notified
 
 
 # -- operators: list, show, acknowledge ----------------------------------------------------

@@ -60,7 +60,9 @@ class MemoryTransport:
         dead_letter_exchange: str | None,
         max_length: int | None = None,
         expires_ms: int | None = None,
+        work: bool = False,
     ) -> None:
+        del work  # one process: no replication, no queue types
         self._broker._declare_queue(
             self._chan(), name, dead_letter_exchange, max_length, expires_ms
         )
