@@ -75,6 +75,9 @@ class AgentStats:
     silent: int = 0
     dead_lettered: int = 0
     abandoned: int = 0
+    started: int = 0
+    """`step.started` messages sent (sasflow.agents.progress)."""
+    heartbeats: int = 0
 
 
 REPLY_MARGIN = 0.1
