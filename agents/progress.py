@@ -3,10 +3,8 @@
 
 Worker threads queue the messages and never wait for the broker; the owner thread publishes
 what is queued at each pass of its loop (`flush`), as one batch with confirms and `mandatory`,
-like replies. A `started` still queued when its attempt's reply is ready is not sent: the
-reply says more. A heartbeat wakes the owner at once (its clock may be seconds long); a
-`started` waits for the owner's next pass (at most half a second), so that a quick handler's
-reply usually goes alone.
+like replies; queuing wakes it. A message still queued when its attempt's reply is ready is
+not sent: the reply says more (a quick handler's reply often goes alone).
 
 Only requests that carry `wait_ms` get these messages: they come from a scheduler that applies
 them. An older scheduler's request is timed from its receipt, as before, and gets none.
@@ -86,17 +84,16 @@ class ProgressLink:
         beat = None
         if request.heartbeat_ms is not None:
             interval = request.heartbeat_ms / 1000 / BEATS_PER_TIMEOUT
-            beat = Beat(interval, lambda: self._queue(job, "step.heartbeat", wake=True))
+            beat = Beat(interval, lambda: self._queue(job, "step.heartbeat"))
         call = replace(job.call, deadline=start_budget(job), beat=beat)
-        self._queue(job, "step.started", wake=False)
+        self._queue(job, "step.started")
         return call
 
-    def _queue(self, job: Job, kind: ProgressType, *, wake: bool) -> None:
+    def _queue(self, job: Job, kind: ProgressType) -> None:
         with self._lock:
             self._queued.append((job, kind))
-        if wake:
-            with contextlib.suppress(BrokerUnavailableError):
-                self._transport.call_threadsafe(lambda: None)
+        with contextlib.suppress(BrokerUnavailableError):
+            self._transport.call_threadsafe(lambda: None)
 
     # -- owner thread ---------------------------------------------------------------------
 
