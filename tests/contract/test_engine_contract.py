@@ -20,7 +20,6 @@ from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
 from sasflow.messages import Reply, Submission
 from sasflow.store.db import make_engine
-from sasflow.store.outbox.alerts import STEP_FAILED
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import REASON_HEADER, Names
