@@ -192,9 +192,9 @@ class SweepReport:
 
     def summary(self) -> str:
         return (
-            f"reclaimed={self.reclaimed} waited={self.waited} escalated={self.escalated} "
+            f"reclaimed={self.reclaimed} escalated={self.escalated} "
             f"compensations={self.compensations} alerts={len(self.alerts)} "
             f"dead_requests={self.dead_requests} pruned={self.pruned} "
-            f"agents_lost={self.agents_lost} "
+            f"agents_lost={self.agents_lost} waited={self.waited} "
             f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
         )
