@@ -1,5 +1,6 @@
 """The three clocks without I/O: the policy's validation, the progress messages on the replies
-queue, the clock the supervisor blames for an expiry, and the agent's heartbeat rate limit."""
+queue, the clock the supervisor blames for an expiry, the agent's heartbeat rate limit, and the
+validation of run deadlines."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from sasflow import StepPolicy
+from sasflow import Step, StepPolicy, Workflow
 from sasflow.agents import Call
 from sasflow.agents.progress import Beat
 from sasflow.commands import StepProgress, StoredError
 from sasflow.errors import DefinitionError, InvalidMessageError
 from sasflow.messages import Progress, Reply, Request, Unknown, parse, parse_on_replies
-from sasflow.states import ReplyStatus
+from sasflow.states import OnDeadline, ReplyStatus
 from sasflow.supervisor import clocks
 
 # -- the policy -------------------------------------------------------------------------------
@@ -255,3 +256,36 @@ def test_heartbeats_are_rate_limited_to_one_per_interval_from_any_thread() -> No
     # The first interval starts with `started`: at most one per 0.05 s over 0.3 s, where four
     # unthrottled threads would send thousands.
     assert 1 <= len(sent) <= 6
+
+
+# -- run deadlines ---------------------------------------------------------------------------
+
+
+def _workflow(**options: Any) -> Workflow:
+    return Workflow("w", [Step("a", "svc", "go")], **options)
+
+
+def test_a_workflow_has_no_deadline_unless_given_one() -> None:
+    flow = _workflow()
+    assert (flow.deadline, flow.on_deadline) == (None, OnDeadline.ALERT)
+    late = _workflow(deadline=3600, on_deadline="compensate")
+    assert (late.deadline, late.on_deadline) == (3600.0, OnDeadline.COMPENSATE)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"deadline": 0}, r"workflow 'w': deadline must be > 0, got 0"),
+        ({"deadline": -1}, r"deadline must be > 0, got -1"),
+        ({"deadline": float("inf")}, r"deadline must be > 0, got inf"),
+        ({"deadline": True}, r"deadline must be > 0, got True"),
+        ({"deadline": "60"}, r"deadline must be > 0, got '60'"),
+        (
+            {"deadline": 60, "on_deadline": "retry"},
+            r"on_deadline must be 'alert', 'cancel' or 'compensate', got 'retry'",
+        ),
+    ],
+)
+def test_invalid_deadlines_are_definition_errors(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        _workflow(**options)

@@ -186,6 +186,8 @@ class SweepReport:
     """Finished runs deleted past their retention."""
     agents_lost: int = 0
     """Agent instances that missed their heartbeats (sasflow.supervisor.fleet)."""
+    deadlines: int = 0
+    """Runs whose deadline passed (an alert, a cancel or a compensation each)."""
     seconds: float = 0.0
     complete: bool = True
     """False when the time budget ran out with expired steps left."""
@@ -195,6 +197,6 @@ class SweepReport:
             f"reclaimed={self.reclaimed} escalated={self.escalated} "
             f"compensations={self.compensations} alerts={len(self.alerts)} "
             f"dead_requests={self.dead_requests} pruned={self.pruned} "
-            f"agents_lost={self.agents_lost} waited={self.waited} "
+            f"agents_lost={self.agents_lost} waited={self.waited} deadlines={self.deadlines} "
             f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
         )
