@@ -1,10 +1,12 @@
 """An agent's `step.started` and `step.heartbeat` messages (docs/timeouts.md, docs/protocol.md
-4.6): a worker thread that takes a request says so, and a long handler says it is alive.
+4.6): an attempt a worker took is running, and a long handler is alive.
 
-Worker threads queue the messages and never wait for the broker; the owner thread publishes
-what is queued at each pass of its loop (`flush`), as one batch with confirms and `mandatory`,
-like replies; queuing wakes it. A message still queued when its attempt's reply is ready is
-not sent: the reply says more (a quick handler's reply often goes alone).
+A worker thread that takes a request notes when (`start`: the execution clock runs from then)
+and goes on with the handler; it never waits for the broker. The owner thread publishes, at
+its passes, the `started` of every attempt that has run for `STARTED_LINGER` with no reply
+ready (a quick handler's reply goes alone: no extra message, no extra write for the scheduler),
+and the heartbeats worker threads queued (`Call.heartbeat()`, which wakes it), as one batch
+with confirms and `mandatory`, like replies.
 
 Only requests that carry `wait_ms` get these messages: they come from a scheduler that applies
 them. An older scheduler's request is timed from its receipt, as before, and gets none.
@@ -16,7 +18,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from sasflow.agents.agent import Call
@@ -30,6 +32,10 @@ log = logging.getLogger(__name__)
 
 BEATS_PER_TIMEOUT = 3
 """`Call.heartbeat()` sends at most this many heartbeats per heartbeat timeout."""
+STARTED_LINGER = 0.05
+"""Seconds an attempt runs before its `started` is sent (at most a quarter of its budget):
+most replies come first, and make it needless. The scheduler's execution clock is then more
+lenient than the agent's by this much, never stricter."""
 
 
 class Beat:
@@ -50,69 +56,85 @@ class Beat:
         self._send()
 
 
-def start_budget(job: Job) -> float:
-    """The attempt's deadline when a worker takes it now: the whole execution budget from now
-    (older schedulers' requests: from receipt, as the call has it)."""
-    if job.request.wait_ms is None:
-        return job.call.deadline
-    return time.monotonic() + job.request.budget_ms / 1000
+def clocked(job: Job) -> bool:
+    """Whether the job's scheduler applies progress messages (its request has `wait_ms`)."""
+    return job.request.wait_ms is not None
 
 
 class ProgressLink:
-    """Queues (worker threads) and publishes (owner thread) one agent process's progress."""
+    """Times, queues (worker threads) and publishes (owner thread) one agent's progress."""
 
     def __init__(self, transport: Transport, names: Names, agent: str, stats: AgentStats) -> None:
         self._transport = transport
         self._names = names
         self._agent = agent
         self._stats = stats
-        self._queued: list[tuple[Job, ProgressType]] = []
+        self._beats: list[Job] = []
         self._lock = threading.Lock()
-
-    @property
-    def queued(self) -> bool:
-        return bool(self._queued)
 
     # -- worker threads -------------------------------------------------------------------
 
     def start(self, job: Job) -> Call:
-        """A worker takes `job` now: its call, timed from now, with its heartbeat; `started`
-        is queued (requests of a scheduler that applies it only)."""
+        """A worker takes `job` now: its call, timed from now (the whole execution budget),
+        with its heartbeat. Older schedulers' requests keep the call timed from receipt."""
         request = job.request
-        if request.wait_ms is None:
+        if not clocked(job):
             return job.call
+        now = time.monotonic()
+        budget = request.budget_ms / 1000
         beat = None
         if request.heartbeat_ms is not None:
-            interval = request.heartbeat_ms / 1000 / BEATS_PER_TIMEOUT
-            beat = Beat(interval, lambda: self._queue(job, "step.heartbeat"))
-        call = replace(job.call, deadline=start_budget(job), beat=beat)
-        self._queue(job, "step.started")
+            beat = Beat(request.heartbeat_ms / 1000 / BEATS_PER_TIMEOUT, lambda: self._beat(job))
+        call = replace(job.call, deadline=now + budget, beat=beat)
+        job.started_due = now + min(STARTED_LINGER, budget / 4)
+        job.begun = True
         return call
 
-    def _queue(self, job: Job, kind: ProgressType) -> None:
+    def _beat(self, job: Job) -> None:
         with self._lock:
-            self._queued.append((job, kind))
+            self._beats.append(job)
         with contextlib.suppress(BrokerUnavailableError):
             self._transport.call_threadsafe(lambda: None)
 
     # -- owner thread ---------------------------------------------------------------------
 
-    def flush(self, running: Callable[[Job], bool]) -> None:
-        """Publish what is queued for the jobs still `running` (no reply ready), as one batch.
+    @staticmethod
+    def next_due(jobs: Iterable[Job]) -> float | None:
+        """When the next `started` may fall due (monotonic), or None: a job a worker has not
+        taken yet may be taken any moment, so it is looked at again within the linger."""
+        soon = time.monotonic() + STARTED_LINGER
+        due = [
+            j.started_due if j.begun else soon
+            for j in jobs
+            if not (j.announced or j.abandoned or j.held) and clocked(j)
+        ]
+        return min(due, default=None)
 
-        Raises BrokerUnavailableError with the unsent messages queued again for the next
-        connection; a message the broker refuses is dropped with a warning: the step falls
-        back on its envelope deadline, or its reply comes first."""
+    def flush(self, jobs: Iterable[Job], running: Callable[[Job], bool]) -> None:
+        """Publish, as one batch, the `started` of the `jobs` due by now and the heartbeats
+        queued, of the jobs still `running` (no reply ready).
+
+        Raises BrokerUnavailableError with what was not sent kept for the next connection; a
+        message the broker refuses is dropped with a warning: the step falls back on its
+        envelope deadline, or its reply comes first."""
+        now = time.monotonic()
+        sending: list[tuple[Job, ProgressType]] = [
+            (job, "step.started")
+            for job in jobs
+            if job.begun and not job.announced and job.started_due <= now and running(job)
+        ]
         with self._lock:
-            taken, self._queued = self._queued, []
-        sending = [(job, kind) for job, kind in taken if running(job)]
+            beats, self._beats = self._beats, []
+        sending += [(job, "step.heartbeat") for job in beats if running(job)]
         if not sending:
             return
-        messages = [self._message(job, kind) for job, kind in sending]
+        for job, kind in sending:
+            if kind == "step.started":
+                job.announced = True
         try:
-            results = self._transport.publish_many(messages)
+            results = self._transport.publish_many([self._message(j, k) for j, k in sending])
         except BrokerUnavailableError:
-            self._requeue(sending)
+            self._unsent(sending)
             raise
         unsent = []
         for (job, kind), result in zip(sending, results, strict=True):
@@ -132,12 +154,16 @@ class ProgressLink:
                     result,
                 )
         if unsent:
-            self._requeue(unsent)
+            self._unsent(unsent)
             raise BrokerUnavailableError("the broker closed the channel while sending progress")
 
-    def _requeue(self, items: list[tuple[Job, ProgressType]]) -> None:
+    def _unsent(self, items: list[tuple[Job, ProgressType]]) -> None:
+        """Send these again on the next connection."""
+        for job, kind in items:
+            if kind == "step.started":
+                job.announced = False
         with self._lock:
-            self._queued = items + self._queued
+            self._beats = [j for j, k in items if k == "step.heartbeat"] + self._beats
 
     def _message(self, job: Job, kind: ProgressType) -> Outgoing:
         request = job.request

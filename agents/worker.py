@@ -216,6 +216,9 @@ class AgentWorker:
         if limit is not None:
             deadlines.append(limit)
         deadlines.append(self.fleet.next_heartbeat)
+        started_due = self._progress.next_due(self._jobs.values())
+        if started_due is not None:
+            deadlines.append(started_due)
         if self._held:
             deadlines.append(self._retry_at)
         until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
@@ -302,8 +305,7 @@ class AgentWorker:
                 outcome.job.held = False
         if outcomes:
             self._finish(outcomes)
-        if self._progress.queued:
-            self._progress.flush(self._running)
+        self._progress.flush(self._jobs.values(), self._running)
         self.fleet.tick(self._breakers, in_flight=len(self._jobs))
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
