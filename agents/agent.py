@@ -37,10 +37,22 @@ class Call:
     """Set when the agent gives up on the call: its deadline passed, or the agent stops and
     its drain timeout ran out. Programs started with `run` are killed then."""
     children: ChildProcesses = field(default_factory=ChildProcesses, compare=False, repr=False)
+    beat: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    """Sends this attempt's heartbeat (set by the agent when the step asks for heartbeats)."""
 
     def remaining(self) -> float:
         """Seconds left before the deadline (use it as the remote call's timeout)."""
         return max(0.0, self.deadline - time.monotonic())
+
+    def heartbeat(self) -> None:
+        """Tell the scheduler this attempt is alive (docs/timeouts.md, the heartbeat clock).
+
+        Call it as often as you like, from any thread: it returns at once and sends at most one
+        message per third of the step's heartbeat timeout. A step without a heartbeat timeout
+        needs none, and the call does nothing. It never extends the deadline: the step's
+        timeout caps the attempt however often it heartbeats."""
+        if self.beat is not None:
+            self.beat()
 
     def run(
         self,

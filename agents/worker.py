@@ -21,6 +21,7 @@ from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.jobs import AgentStats, Job, Outcome, retry_budget
+from sasflow.agents.progress import ProgressLink
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError, UnroutableError
 from sasflow.hooks import Hooks, guarded
@@ -131,6 +132,7 @@ class AgentWorker:
         self._retry_backoff = Reconnect(initial=0.5, maximum=5.0)
         self._jobs: dict[tuple[int, int], Job] = {}
         self.stats = AgentStats()
+        self._progress = ProgressLink(transport, names, agent.name, self.stats)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -214,6 +216,9 @@ class AgentWorker:
         if limit is not None:
             deadlines.append(limit)
         deadlines.append(self.fleet.next_heartbeat)
+        started_due = self._progress.next_due(self._jobs.values())
+        if started_due is not None:
+            deadlines.append(started_due)
         if self._held:
             deadlines.append(self._retry_at)
         until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
@@ -234,11 +239,13 @@ class AgentWorker:
             )
             return
         self.stats.received += 1
+        # Until a worker takes it (progress.start times the budget from then), its deadline
+        # is the whole envelope: the wait, then the execution.
         call = Call(
             input=request.input,
             idempotency_key=request.idempotency_key,
             attempt=request.attempt,
-            deadline=received + request.budget_ms / 1000,
+            deadline=received + ((request.wait_ms or 0) + request.budget_ms) / 1000,
             step_id=request.step_id,
             run_id=request.run_id,
             workflow=request.workflow,
@@ -298,6 +305,7 @@ class AgentWorker:
                 outcome.job.held = False
         if outcomes:
             self._finish(outcomes)
+        self._progress.flush(self._jobs.values(), self._running)
         self.fleet.tick(self._breakers, in_flight=len(self._jobs))
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
@@ -314,6 +322,11 @@ class AgentWorker:
                 )
                 self._transport.ack(job.delivery)
                 del self._jobs[key]
+
+    def _running(self, job: Job) -> bool:
+        """Whether `job` still runs here with no reply ready (its progress is worth sending)."""
+        key = (job.request.step_id, job.request.attempt)
+        return self._jobs.get(key) is job and not (job.abandoned or job.held)
 
     def _finish(self, outcomes: list[Outcome]) -> None:
         """Publish the replies of finished jobs as one batch, then ack their requests.
@@ -496,6 +509,7 @@ class AgentWorker:
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0:
                 return  # waited in the pool past its deadline: never call the remote late
+            job.call = self._progress.start(job)  # the execution clock runs from now
             outcome = Outcome.of(job, self._run_handler(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
             log.exception(

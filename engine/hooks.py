@@ -109,6 +109,11 @@ class Hooks:
         `state`) whose deadline passed (`reason` "expired") or whose request was
         dead-lettered, in its transaction."""
 
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        """The supervisor found that no agent took these steps' requests within their wait
+        timeout (rows with `id`, `run_id`, `agent`, `attempt`, `wait_expiries`): pending
+        again, no failure counted (docs/timeouts.md), in its transaction."""
+
     def sweep_finished(self, report: SweepReport | None) -> None:
         """One sweep ended (None: another supervisor holds the lease)."""
 
@@ -202,6 +207,9 @@ class HookChain(Hooks):
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         self._each("steps_expired", lambda h: h.steps_expired(conn, rows, reason))
+
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        self._each("wait_expired", lambda h: h.wait_expired(conn, rows))
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self._each("sweep_finished", lambda h: h.sweep_finished(report))

@@ -15,6 +15,7 @@ from sasflow.runtime import process_id
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import Engine
 from sasflow.store.runs.sweeps import SweepReport
+from sasflow.supervisor.deadlines import sweep_deadlines
 from sasflow.supervisor.fleet import flag_lost_agents
 from sasflow.supervisor.sweep import (
     count_dead_requests,
@@ -121,6 +122,16 @@ class Supervisor:
                 hooks=self._hooks,
             )
             self._count_dead_requests(report)
+            sweep_deadlines(
+                self._engine,
+                self.lease,
+                batch=options.batch,
+                budget=options.budget,
+                actor=self.id,
+                report=report,
+                namespace=self._names.namespace,
+                hooks=self._hooks,
+            )
             flag_stalled(
                 self._engine,
                 self.lease,
@@ -231,6 +242,8 @@ class Supervisor:
                         or report.dead_requests
                         or report.pruned
                         or report.agents_lost
+                        or report.waited
+                        or report.deadlines
                     ):
                         log.info("%s swept: %s", self.id, report.summary())
                 self._stop.wait(self._options.interval)

@@ -274,6 +274,13 @@ class SupervisorMetrics(_RunsFinished):
             "Dead-lettered requests counted as a failure of their attempt by the supervisor.",
             registry=registry,
         )
+        self.wait_expiries = Counter(
+            "sasflow_wait_expiries",
+            "Requests no agent took within their wait timeout (the wait clock), by agent: the "
+            "step is pending again and no failure is counted.",
+            ["agent"],
+            registry=registry,
+        )
         self.alerts = Counter(
             "sasflow_alerts_raised",
             "Alerts raised in the cluster, by kind (counted when the supervisor delivers them).",
@@ -299,6 +306,10 @@ class SupervisorMetrics(_RunsFinished):
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         (self.expired if reason == "expired" else self.dead_requests).inc(len(rows))
+
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        for row in rows:
+            self.wait_expiries.labels(row.agent).inc()
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self.leader.set(0 if report is None else 1)

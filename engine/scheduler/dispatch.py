@@ -159,8 +159,11 @@ class Dispatcher(Part):
         return ready
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
+        # The wait clock started at the claim (docs/timeouts.md): the time spent until this
+        # publish is the wait's, and the agent gets the whole execution budget once it starts.
         elapsed_ms = (time.monotonic() - claimed_at) * 1000
-        budget_ms = max(1, int(step.timeout_s * 1000 - elapsed_ms))
+        wait_ms = max(1, int(step.wait_timeout_s * 1000 - elapsed_ms))
+        heartbeat_s = step.heartbeat_timeout_s
         request = Request(
             step_id=step.id,
             run_id=step.run_id,
@@ -172,8 +175,10 @@ class Dispatcher(Part):
             kind=StepKind(step.kind),
             input=step.input,
             idempotency_key=step.idempotency_key,
-            budget_ms=budget_ms,
+            budget_ms=max(1, int(step.timeout_s * 1000)),
             complete_by=step.complete_by.isoformat(),
+            wait_ms=wait_ms,
+            heartbeat_ms=None if heartbeat_s is None else max(1, int(heartbeat_s * 1000)),
         )
         if step.agent not in self._declared_agents:
             self._declare_agent(step.agent)
@@ -181,7 +186,7 @@ class Dispatcher(Part):
             exchange="",
             routing_key=self._names.agent_queue(step.agent, step.pool),
             body=request.encode(),
-            expiration_ms=budget_ms,
+            expiration_ms=wait_ms,
             correlation_id=f"{step.id}:{step.attempt}",
             reply_to=self._names.replies,
             mandatory=True,

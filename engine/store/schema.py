@@ -48,6 +48,10 @@ def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Colum
     )
 
 
+_DEADLINE_DUE = (
+    "deadline_at IS NOT NULL AND deadline_fired_at IS NULL AND state IN ('pending', 'running')"
+)
+
 runs = Table(
     "runs",
     metadata,
@@ -68,6 +72,12 @@ runs = Table(
     # W3C traceparent of the run's trace (tracing on): every span of the run joins it.
     Column("trace_parent", String(100), nullable=True),
     Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
+    # The run's optional deadline (docs/timeouts.md): set at submission on the database clock
+    # from the workflow's `deadline`, what the supervisor does when it passes (`alert`,
+    # `cancel`, `compensate`), and when it did (a deadline fires once).
+    _ts("deadline_at"),
+    Column("on_deadline", String(20), nullable=True),
+    _ts("deadline_fired_at"),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
@@ -82,6 +92,13 @@ runs = Table(
         "finished_at",
         postgresql_where=text("finished_at IS NOT NULL"),
         sqlite_where=text("finished_at IS NOT NULL"),
+    ),
+    # Serves the supervisor's deadline sweep: only active runs whose deadline has not fired.
+    Index(
+        "ix_runs_deadline_due",
+        "deadline_at",
+        postgresql_where=text(_DEADLINE_DUE),
+        sqlite_where=text(_DEADLINE_DUE),
     ),
 )
 
@@ -104,8 +121,16 @@ steps = Table(
     Column("pool", String(100), nullable=True),
     Column("pool_looks", Integer, nullable=False, server_default=text("0")),
     _ts("pool_waiting_since"),
+    # The deadline of the clock that runs now (docs/timeouts.md): at the claim the whole envelope
+    # (wait + execution), from the agent's `started` its execution (or heartbeat) deadline.
     _ts("complete_by"),
     _ts("dispatched_at"),
+    # When an agent said it started this attempt (NULL: not yet; cleared at every claim and
+    # whenever the step leaves `processing`).
+    _ts("started_at"),
+    # Wait-clock expiries in a row (no agent took the request): not failures; reset when an
+    # agent starts the step.
+    Column("wait_expiries", Integer, nullable=False, server_default=text("0")),
     _ts("not_before", nullable=False, default_now=True),
     _ts("deferred_since"),
     Column("failure_count", Integer, nullable=False, server_default=text("0")),
@@ -116,6 +141,8 @@ steps = Table(
     Column("error", Json, nullable=True),
     # The step's policy, copied from the definition at submission (a run keeps its version).
     Column("timeout_s", Float, nullable=False),
+    Column("wait_timeout_s", Float, nullable=False, server_default=text("30")),
+    Column("heartbeat_timeout_s", Float, nullable=True),
     Column("max_failures", Integer, nullable=False),
     Column("backoff_initial_s", Float, nullable=False),
     Column("backoff_multiplier", Float, nullable=False),

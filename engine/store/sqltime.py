@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, func, literal, literal_column
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import DateTime, Interval
@@ -62,7 +63,8 @@ def _now_sqlite(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noqa
 def _plus_default(element: _PlusSeconds, compiler: SQLCompiler, **kw: Any) -> str:
     # Explicit operators: SQLAlchemy's Interval type does not declare multiplication.
     ts, seconds = element.clauses
-    interval = _ONE_SECOND.op("*", return_type=Interval())(seconds)
+    # Grouped: `seconds` may be a sum, which must not bind to the multiplication.
+    interval = _ONE_SECOND.op("*", return_type=Interval())(seconds.self_group(operators.mul))
     expr = ts.op("+", return_type=DateTime(timezone=True))(interval)
     # Parenthesised: the parent sees a function call and would not group the operator.
     return f"({compiler.process(expr, **kw)})"

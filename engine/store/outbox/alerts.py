@@ -38,6 +38,8 @@ class AlertKind(StrEnum):
     CALLBACK_FAILED = "callback_failed"
     """An HTTP callback was given up (sasflow api)."""
     SCHEDULER_OVERLOADED = "scheduler_overloaded"
+    RUN_DEADLINE = "run_deadline"
+    """A run passed its workflow's deadline (`on_deadline="alert"`, docs/timeouts.md)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED

@@ -33,6 +33,11 @@ class ClaimedStep:
     priority: int
     pool: str | None = None
     """The agent pool that must run it (None: the agent's shared queue)."""
+    wait_timeout_s: float = 30.0
+    """How long its request may wait for an agent (the request's `wait_ms` and expiration)."""
+    heartbeat_timeout_s: float | None = None
+    wait_expiries: int = 0
+    """Times in a row no agent took its request within the wait timeout (docs/timeouts.md)."""
 
 
 def claim_steps(
@@ -78,6 +83,9 @@ def claim(
             complete_by=r.complete_by,
             priority=r.priority,
             pool=r.pool,
+            wait_timeout_s=r.wait_timeout_s,
+            heartbeat_timeout_s=r.heartbeat_timeout_s,
+            wait_expiries=r.wait_expiries,
         )
         for r in rows
     ]

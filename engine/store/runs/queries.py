@@ -49,8 +49,8 @@ _processing_with_attempt = and_(
 
 def leave_processing() -> dict[str, Any]:
     """The SET fragment of every transition out of `processing`: the step is no longer locked
-    by a scheduler nor bound by a deadline."""
-    return {"locked_by": None, "complete_by": None, "updated_at": now()}
+    by a scheduler nor bound by a deadline, and no attempt of it is started."""
+    return {"locked_by": None, "complete_by": None, "started_at": None, "updated_at": now()}
 
 
 _run_columns = (
@@ -112,7 +112,10 @@ def _claim(ready: CTE) -> Update:
             state=StepState.PROCESSING,
             locked_by=bindparam("b_locked_by"),
             attempt=steps.c.attempt + 1,
-            complete_by=plus_seconds(now(), steps.c.timeout_s),
+            # The envelope: waiting for an agent, then executing (docs/timeouts.md); an
+            # agent's `started` replaces it with the execution deadline.
+            complete_by=plus_seconds(now(), steps.c.wait_timeout_s + steps.c.timeout_s),
+            started_at=None,
             dispatched_at=now(),
             updated_at=now(),
         )
@@ -133,6 +136,9 @@ _claimed_columns = (
     steps.c.complete_by,
     steps.c.priority,
     steps.c.pool,
+    steps.c.wait_timeout_s,
+    steps.c.heartbeat_timeout_s,
+    steps.c.wait_expiries,
 )
 
 
@@ -366,7 +372,7 @@ def defer_step() -> Update:
     )
 
 
-def _failure_values() -> dict[str, Any]:
+def failure_values() -> dict[str, Any]:
     """SET clause counting one failure: below the threshold back to pending after an
     exponential, capped backoff (the database's clock), at the threshold to error."""
     failures = steps.c.failure_count + 1
@@ -387,14 +393,17 @@ def _failure_values() -> dict[str, Any]:
     }
 
 
-_failure_result = (
+FAILURE_RESULT: tuple[Any, ...] = (
     *_step_result,
+    steps.c.agent,
     steps.c.id,
     steps.c.state,
     steps.c.failure_count,
     steps.c.not_before,
     steps.c.attempt,
+    steps.c.wait_expiries,
 )
+"""What the statements that count a failure (or return a step uncharged) return of a step."""
 
 
 @cache
@@ -403,8 +412,8 @@ def count_failure() -> Update:
     return (
         update(steps)
         .where(_processing_with_attempt)
-        .values(**_failure_values())
-        .returning(*_failure_result)
+        .values(**failure_values())
+        .returning(*FAILURE_RESULT)
     )
 
 
@@ -428,33 +437,6 @@ def lock_runs(skip_locked: bool) -> Select[Any]:
         .where(one_of(runs.c.id, "b_run_ids"))
         .order_by(runs.c.id)
         .with_for_update(skip_locked=skip_locked)
-    )
-
-
-@cache
-def sweep_expired() -> Update:
-    """Count one failure for the expired processing steps of the (locked) runs :run_ids,
-    skipping rows another sweeper holds (ix_steps_expiry, then the primary key).
-
-    The locking CTE re-checks its conditions on the newest row version once it holds the
-    lock (READ COMMITTED's recheck), so a failure is never counted twice. The UPDATE joins
-    it by id only: repeating the conditions there let the planner scan ix_steps_expiry once
-    per expired step (each scan through the whole CTE, quadratic in the steps swept)."""
-    expired = (
-        select(steps.c.id)
-        .where(
-            steps.c.state == StepState.PROCESSING,
-            steps.c.complete_by < now(),
-            one_of(steps.c.run_id, "b_run_ids"),
-        )
-        .with_for_update(skip_locked=True)
-        .cte("expired")
-    )
-    return (
-        update(steps)
-        .where(steps.c.id == expired.c.id)
-        .values(**_failure_values())
-        .returning(*_failure_result)
     )
 
 
