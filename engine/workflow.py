@@ -87,7 +87,11 @@ class Workflow:
         version: int = 1,
         on_failure: OnFailure | FailurePolicy = OnFailure.ERROR,
         output: Callable[[StepContext], JSON] | None = None,
+        max_backlog: int | None = None,
     ) -> None:
+        """`max_backlog`: the most runs of this workflow that may wait to start before the
+        doors push back (docs/backpressure.md); None: the process's setting
+        (SASFLOW_MAX_BACKLOG), 0: no bound."""
         if not WORKFLOW_NAME_PATTERN.fullmatch(name):
             raise DefinitionError(
                 f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
@@ -99,7 +103,15 @@ class Workflow:
             raise DefinitionError(f"workflow {name!r}: on_failure must be 'error' or 'compensate'")
         if not steps:
             raise DefinitionError(f"workflow {name!r} has no steps")
+        if max_backlog is not None and (
+            isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 0
+        ):
+            raise DefinitionError(
+                f"workflow {name!r}: max_backlog must be an integer >= 0 (0: no bound), "
+                f"got {max_backlog!r}"
+            )
         self.name = name
+        self.max_backlog = max_backlog
         self.version = version
         self.on_failure = OnFailure(on_failure)
         self._output = output

@@ -156,7 +156,7 @@ def dead_letter_reasons(queue: str) -> dict[str, int]:
     hands them all back)."""
     reasons: Counter[str] = Counter()
     with services.broker_channel() as channel:
-        channel.basic_qos(prefetch_count=1000)
+        channel.basic_qos(prefetch_count=0)  # no limit: every message of the queue, unacked
         for method, properties, _body in channel.consume(queue, inactivity_timeout=1.0):
             if method is None or properties is None:
                 break
