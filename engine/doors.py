@@ -78,12 +78,6 @@ class BacklogGate:
             self._rooms[workflow.name] = (now, room)
         return room
 
-    def room_seen(self, workflow: str) -> Room | None:
-        """The last room read for `workflow` (with this process's admissions since), if any."""
-        with self._lock:
-            cached = self._rooms.get(workflow)
-        return None if cached is None else cached[1]
-
     def admitted(self, workflow: str, count: int) -> None:
         """This process admitted `count` runs of `workflow` since its last read."""
         if count <= 0:

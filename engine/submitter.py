@@ -19,7 +19,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sasflow.backpressure import READ_EVERY_S, SubmitterBackpressure, bound_of, split_batch
+from sasflow.backpressure import (
+    READ_EVERY_S,
+    Room,
+    SubmitterBackpressure,
+    bound_of,
+    split_batch,
+)
 from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.doors import BacklogGate, known_keys
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
@@ -28,13 +34,17 @@ from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
-from sasflow.store.db import Connection, Engine, transaction
+from sasflow.store.db import Engine, transaction
 from sasflow.store.runs.submit import record_runs
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
 from sasflow.workflow import Workflow
 
 log = logging.getLogger(__name__)
+
+Entry = tuple[Delivery, NewRun]
+Rejected = tuple[Delivery, str]
+"""A delivery to dead-letter, and why."""
 
 DEFAULT_PREFETCH = 200
 """Submissions held, and inserted in one transaction, at once."""
@@ -53,7 +63,7 @@ class SubmitterStats:
 class _Waiting:
     """Deliveries held past the bound, oldest first, and since when each (monotonic)."""
 
-    entries: list[tuple[Delivery, NewRun]] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     since: dict[int, float] = field(default_factory=dict)
     looked_at: float = 0.0
     """When they were last tried (monotonic)."""
@@ -146,8 +156,8 @@ class Submitter:
         # The held ones first: what arrived first is admitted first.
         waiting, self._waiting.entries = self._waiting.entries, []
         self._waiting.looked_at = time.monotonic()
-        parsed, over = self._admit(waiting + parsed)
-        rejected += self._past_the_bound(over)
+        parsed, over, rooms = self._admit(waiting + parsed)
+        rejected += self._past_the_bound(over, rooms)
         news = [new for _, new in parsed]
         try:
             try:
@@ -198,13 +208,12 @@ class Submitter:
                 self._transport.ack(delivery)
             self._waiting.since.pop(delivery.tag, None)
 
-    def _admit(
-        self, entries: list[tuple[Delivery, NewRun]]
-    ) -> tuple[list[tuple[Delivery, NewRun]], list[tuple[Delivery, NewRun]]]:
-        """(the entries to record now, those past their workflow's bound), each in order. A
-        workflow without a bound, or unknown (record_runs refuses it), is not read."""
+    def _admit(self, entries: list[Entry]) -> tuple[list[Entry], list[Entry], dict[str, Room]]:
+        """(the entries to record now, those past their workflow's bound, each in order, and
+        the room of each workflow once the admitted ones are recorded). A workflow without a
+        bound, or unknown (record_runs refuses it), is not read."""
         if self._backpressure.policy == "accept" or not entries:
-            return entries, []
+            return entries, [], {}
         bounded: dict[str, Workflow] = {}
         for _, new in entries:
             if new.workflow in bounded:
@@ -216,40 +225,35 @@ class Submitter:
             if bound_of(workflow, self._backpressure.max_backlog) is not None:
                 bounded[new.workflow] = workflow
         if not bounded:
-            return entries, []
+            return entries, [], {}
         over_tags: set[int] = set()
+        rooms: dict[str, Room] = {}
         with transaction(self._engine) as conn:
             for name, workflow in bounded.items():
-                over_tags |= self._over(
-                    conn, workflow, [e for e in entries if e[1].workflow == name]
-                )
+                mine = [e for e in entries if e[1].workflow == name]
+                room = self._gate.room(conn, workflow)
+                split = split_batch(room, mine)
+                rooms[name] = room.admitting(len(split.admitted))
+                if split.over:
+                    # A key that names a run is answered (a duplicate), never held.
+                    keys = [n.key for _, n in split.over if n.key]
+                    known = known_keys(conn, name, keys)
+                    over_tags |= {d.tag for d, n in split.over if n.key not in known}
         admitted = [e for e in entries if e[0].tag not in over_tags]
-        return admitted, [e for e in entries if e[0].tag in over_tags]
+        return admitted, [e for e in entries if e[0].tag in over_tags], rooms
 
-    def _over(
-        self, conn: Connection, workflow: Workflow, entries: list[tuple[Delivery, NewRun]]
-    ) -> set[int]:
-        """The delivery tags of `entries` (one workflow's) past its bound, less those whose key
-        names an existing run (an idempotent answer is never held)."""
-        split = split_batch(self._gate.room(conn, workflow), entries)
-        if not split.over:
-            return set()
-        known = known_keys(conn, workflow.name, [n.key for _, n in split.over if n.key])
-        return {d.tag for d, n in split.over if n.key not in known}
-
-    def _past_the_bound(self, over: list[tuple[Delivery, NewRun]]) -> list[tuple[Delivery, str]]:
+    def _past_the_bound(self, over: list[Entry], rooms: dict[str, Room]) -> list[Rejected]:
         """Apply the policy to submissions past their bound: hold them (and hand back to the
         queue those held HOLD_S), or return them to dead-letter with the reason."""
         if not over:
             return []
         counts: dict[str, int] = {}
-        rejected: list[tuple[Delivery, str]] = []
+        rejected: list[Rejected] = []
         now = time.monotonic()
         for delivery, new in over:
-            room = self._gate.room_seen(new.workflow)
-            reason = str(room.refusal()) if room is not None else "backlog full"
             if self._backpressure.policy == "reject":
-                rejected.append((delivery, f"backlog full: {reason}"))
+                reason = f"backlog full: {rooms[new.workflow].refusal()}"
+                rejected.append((delivery, reason))
                 counts[new.workflow] = counts.get(new.workflow, 0) + 1
                 continue
             since = self._waiting.since.get(delivery.tag)
@@ -266,7 +270,7 @@ class Submitter:
             self._waiting.entries.append((delivery, new))
         for workflow, count in counts.items():
             self._hooks.submissions_refused(workflow, "submitter", count)
-        if self._waiting.entries and any(c for c in counts.values()):
+        if counts and self._waiting.entries:
             log.info(
                 "%s: holding %d submission(s) in %s past their workflow's bound (%s)",
                 self.id,

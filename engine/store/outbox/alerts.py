@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -26,12 +27,15 @@ class AlertKind(StrEnum):
     CALLBACK_FAILED = "callback_failed"
     """An HTTP callback was given up (sasflow api)."""
     SCHEDULER_OVERLOADED = "scheduler_overloaded"
+    AGENT_OUTAGE = "agent_outage"
+    """An agent had work waiting and nobody serving it for a while (supervisor.outage)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
 COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
 STALLED = AlertKind.STALLED
 AGENT_LOST = AlertKind.AGENT_LOST
+AGENT_OUTAGE = AlertKind.AGENT_OUTAGE
 
 LIST_COLUMNS = (
     alerts.c.id,
@@ -98,6 +102,29 @@ def resolve_open(conn: Connection, dedup_key: str, *, actor: str, reason: str) -
         .returning(alerts.c.id)
     ).first()
     return closed is not None
+
+
+def open_alerts(conn: Connection, kind: str) -> list[Any]:
+    """The open alerts of `kind`: id, subject (its dedup key less the kind), created_at,
+    detail (the open ones are few: one per subject; a scan of uq_alerts_open_dedup_key)."""
+    prefix = f"{kind}:"
+    rows: Sequence[Any] = conn.execute(
+        select(alerts.c.id, alerts.c.dedup_key, alerts.c.created_at, alerts.c.detail).where(
+            alerts.c.kind == kind, alerts.c.acknowledged.is_(False)
+        )
+    ).all()
+    return [r for r in rows if r.dedup_key.startswith(prefix)]
+
+
+def raised_since(conn: Connection, alert: Alert, since: datetime) -> bool:
+    """Whether an alert with `alert`'s key was raised at or after `since`, open or
+    acknowledged (ix_alerts_dedup_key_created_at)."""
+    found = conn.execute(
+        select(alerts.c.id)
+        .where(alerts.c.dedup_key == alert.dedup_key, alerts.c.created_at >= since)
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 # -- the outbox: what the dispatcher sends -------------------------------------------------
