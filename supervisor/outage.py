@@ -6,10 +6,11 @@ Who serves an agent: the broker knows best (consumers on the agent's queue), and
 agents that send no heartbeat (another language's); when the broker cannot be asked, the fleet
 view does (live instances). The outage started when the agent was last heard of (its latest
 heartbeat, database clock) when no instance lives; when instances live but nothing consumes
-(a consumer the broker cancelled), when this supervisor first saw the queue without consumer.
-One alert per agent, deduplicated while open; an outage an operator acknowledged is not raised
-again while it lasts. It is resolved (acknowledged by the supervisor, with how long it lasted)
-once the agent is back, whether or not work still waits.
+(a consumer the broker cancelled), when this supervisor first saw the queue without consumer;
+and never before the agent was last back (the end of its previous outage). One alert per
+agent, deduplicated while open; an outage an operator acknowledged is not raised again while
+it lasts. It is resolved (acknowledged by the supervisor, `back_at` added to its detail) once
+the agent is back, whether or not work still waits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sasflow.store.cluster import fleet
 from sasflow.store.cluster.lease import Lease
@@ -26,9 +28,9 @@ from sasflow.store.operator.audit import database_now
 from sasflow.store.outbox.alerts import (
     AGENT_OUTAGE,
     Alert,
+    latest_alert,
     open_alerts,
     raise_alert,
-    raised_since,
     resolve_open,
 )
 from sasflow.store.runs.sweeps import SweepReport
@@ -65,6 +67,17 @@ class AgentView:
         return self.live == 0
 
 
+@dataclass(frozen=True)
+class LastAlert:
+    """The newest `agent_outage` alert of an agent."""
+
+    open: bool
+    created_at: datetime
+    back_at: datetime | None
+    """When the supervisor saw the agent back and resolved it; None: still open, or
+    acknowledged by an operator while the outage lasted."""
+
+
 def outage_start(view: AgentView, noticed: datetime) -> datetime | None:
     """When `view`'s outage began (None: it is not out). No live instance: when it was last
     heard of, else (never seen) when its oldest waiting step began to wait; instances live but
@@ -93,24 +106,32 @@ class Decision:
 def decide(
     views: Iterable[AgentView],
     *,
-    open_outages: Iterable[str],
+    last: Mapping[str, LastAlert],
     noticed: Mapping[str, datetime],
     db_now: datetime,
     after_s: float,
 ) -> Decision:
-    """Which agents to alert about (out, with work waiting, for `after_s` seconds, none
-    open yet) and which open outages are over (the agent is back)."""
-    opened = set(open_outages)
+    """Which agents to alert about (out, with work waiting, for `after_s` seconds, none open,
+    this outage not acknowledged by an operator) and which open outages are over (the agent
+    is back)."""
     decision = Decision()
     for view in views:
-        if view.agent in opened:
+        previous = last.get(view.agent)
+        if previous is not None and previous.open:
             if not view.out:
                 decision.resolve.append(view)
             continue
         if view.steps == 0:
             continue
         since = outage_start(view, noticed.get(view.agent, db_now))
-        if since is not None and (db_now - since).total_seconds() >= after_s:
+        if since is None:
+            continue
+        if previous is not None:
+            if previous.back_at is not None:
+                since = max(since, previous.back_at)  # it was back since then
+            elif previous.created_at >= since:
+                continue  # this outage, acknowledged by an operator
+        if (db_now - since).total_seconds() >= after_s:
             decision.raise_.append(Outage(view, since))
     return decision
 
@@ -139,14 +160,19 @@ class OutageWatch:
     ) -> None:
         """Read what waits and who serves it, ask the broker, then raise and resolve."""
         with transaction(engine) as conn:
+            db_now = database_now(conn)
             work = waiting_work(conn)
-            opened = {
-                r.dedup_key.split(":", 1)[1]: _since(r.detail)
-                for r in open_alerts(conn, AGENT_OUTAGE)
-            }
+            opened = {r.dedup_key.split(":", 1)[1]: r for r in open_alerts(conn, AGENT_OUTAGE)}
             agents = sorted(set(work) | set(opened))
             presence = fleet.presence(conn, agents)
-            db_now = database_now(conn)
+            last: dict[str, LastAlert] = {
+                a: LastAlert(open=True, created_at=r.created_at, back_at=None)
+                for a, r in opened.items()
+            }
+            for agent in set(work) - set(opened):
+                found = _last(conn, agent)
+                if found is not None:
+                    last[agent] = found
         if not agents:
             self._noticed.clear()
             return
@@ -169,7 +195,11 @@ class OutageWatch:
             else:
                 self._noticed.pop(view.agent, None)
         decision = decide(
-            views, open_outages=opened, noticed=self._noticed, db_now=db_now, after_s=self.after_s
+            views,
+            last=last,
+            noticed=self._noticed,
+            db_now=db_now,
+            after_s=self.after_s,
         )
         if not (decision.raise_ or decision.resolve):
             return
@@ -180,7 +210,19 @@ class OutageWatch:
                 if alert_id is not None:
                     report.alerts.append(alert_id)
             for view in decision.resolve:
-                _resolve(conn, view, actor=actor, db_now=db_now, since=opened.get(view.agent))
+                _resolve(conn, view, actor=actor, detail=opened[view.agent].detail)
+
+
+def _last(conn: Connection, agent: str) -> LastAlert | None:
+    row = latest_alert(conn, AGENT_OUTAGE, agent)
+    if row is None:
+        return None
+    back = row.detail.get("back_at") if isinstance(row.detail, dict) else None
+    return LastAlert(
+        open=not row.acknowledged,
+        created_at=row.created_at,
+        back_at=datetime.fromisoformat(back) if isinstance(back, str) else None,
+    )
 
 
 def _raise(conn: Connection, outage: Outage, *, actor: str, queue: str) -> int | None:
@@ -212,34 +254,25 @@ def _raise(conn: Connection, outage: Outage, *, actor: str, queue: str) -> int |
             "reported_by": actor,
         },
     )
-    if raised_since(conn, alert, outage.since):
-        return None  # this outage was alerted already (an operator acknowledged it)
     alert_id = raise_alert(conn, alert)
     if alert_id is not None:
         log.warning("%s", message)
     return alert_id
 
 
-def _since(detail: object) -> datetime | None:
-    """The outage start an open alert's detail records (None if unreadable)."""
-    if isinstance(detail, dict) and isinstance(detail.get("since"), str):
-        try:
-            return datetime.fromisoformat(detail["since"])
-        except ValueError:
-            return None
-    return None
-
-
-def _resolve(
-    conn: Connection, view: AgentView, *, actor: str, db_now: datetime, since: datetime | None
-) -> None:
+def _resolve(conn: Connection, view: AgentView, *, actor: str, detail: Any) -> None:
+    db_now = database_now(conn)
+    before = dict(detail) if isinstance(detail, dict) else {}
+    since = before.get("since")
+    lasted = ""
+    if isinstance(since, str):
+        lasted = f" after {(db_now - datetime.fromisoformat(since)).total_seconds():.0f}s"
     consumers = "unknown" if view.consumers is None else str(view.consumers)
-    lasted = "" if since is None else f" after {(db_now - since).total_seconds():.0f}s"
     reason = (
         f"agent {view.agent!r} is back{lasted}: {view.live} live instance(s), "
         f"{consumers} consumer(s); {view.steps} step(s) waiting"
     )
-    if resolve_open(
-        conn, Alert(AGENT_OUTAGE, view.agent, "").dedup_key, actor=actor, reason=reason
-    ):
+    key = Alert(AGENT_OUTAGE, view.agent, "").dedup_key
+    resolved = {**before, "back_at": db_now.isoformat()}
+    if resolve_open(conn, key, actor=actor, reason=reason, detail=resolved):
         log.info("outage over: %s", reason)

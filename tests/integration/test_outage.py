@@ -66,7 +66,8 @@ def test_every_instance_lost_with_work_waiting_is_one_outage_alert_resolved_when
     """Two instances of `echo` and two of `idle` stop heartbeating; a run waits for `echo`.
     The sweep marks all four lost without an `agent_lost` alert (none of either agent lives);
     past `outage_after` one `agent_outage` for `echo`, none for `idle` (nothing waits for it),
-    and sweeping again raises nothing more. A consumer on echo's queue resolves it."""
+    and sweeping again raises nothing more. A consumer on echo's queue resolves it; gone
+    again, it is a new outage, timed from its return."""
     _heartbeats(
         engine,
         _beat("echo", "echo-1", 0.2),
@@ -104,6 +105,19 @@ def test_every_instance_lost_with_work_waiting_is_one_outage_alert_resolved_when
         assert resolved["acknowledged"] is True
         assert resolved["acknowledged_by"] == supervisor.id
         assert str(resolved["acknowledge_reason"]).startswith("agent 'echo' is back after")
+        assert "back_at" in resolved["detail"]
+
+        # Away again (the worker's heartbeats reached no scheduler: its last heard-of time is
+        # the old instances'): a new outage, timed from its return.
+        assert supervisor.sweep_once() is not None
+        assert len(_alerts(engine)) == 1, "not before outage_after from its return"
+        time.sleep(1.5)
+        away_again = supervisor.sweep_once()
+        assert away_again is not None
+        assert len(away_again.alerts) == 1
+        second = _alerts(engine)[-1]
+        assert (second["kind"], second["acknowledged"]) == ("agent_outage", False)
+        assert second["detail"]["since"] == resolved["detail"]["back_at"]
     finally:
         supervisor.close()
     with engine.connect() as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sasflow.supervisor.outage import AgentView, decide, outage_start
+from sasflow.supervisor.outage import AgentView, LastAlert, decide, outage_start
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 
@@ -49,7 +49,8 @@ def test_raised_once_past_the_delay_and_only_while_work_waits() -> None:
         _view("fine", consumers=1),
         _view("alerted", last_heard=NOW - timedelta(seconds=300)),
     ]
-    decision = decide(views, open_outages=["alerted"], noticed={}, db_now=NOW, after_s=30)
+    still_open = {"alerted": LastAlert(open=True, created_at=NOW, back_at=None)}
+    decision = decide(views, last=still_open, noticed={}, db_now=NOW, after_s=30)
     assert [(o.view.agent, o.since) for o in decision.raise_] == [
         ("down", NOW - timedelta(seconds=31)),
         ("flying", NOW - timedelta(seconds=300)),
@@ -59,11 +60,11 @@ def test_raised_once_past_the_delay_and_only_while_work_waits() -> None:
 
 def test_a_consumer_not_seen_is_timed_from_when_it_was_first_noticed() -> None:
     view = _view(live=1)
-    first = decide([view], open_outages=[], noticed={}, db_now=NOW, after_s=30)
+    first = decide([view], last={}, noticed={}, db_now=NOW, after_s=30)
     assert first.raise_ == [], "noticed just now"
     later = decide(
         [view],
-        open_outages=[],
+        last={},
         noticed={"pay": NOW - timedelta(seconds=30)},
         db_now=NOW,
         after_s=30,
@@ -74,8 +75,33 @@ def test_a_consumer_not_seen_is_timed_from_when_it_was_first_noticed() -> None:
 def test_an_open_outage_is_resolved_when_the_agent_is_back_even_with_work_left() -> None:
     back = _view("pay", consumers=1, pending=40)
     still = _view("ship", pending=0)
+    opened = LastAlert(open=True, created_at=NOW - timedelta(seconds=60), back_at=None)
     decision = decide(
-        [back, still], open_outages=["pay", "ship"], noticed={}, db_now=NOW, after_s=30
+        [back, still], last={"pay": opened, "ship": opened}, noticed={}, db_now=NOW, after_s=30
     )
     assert [v.agent for v in decision.resolve] == ["pay"]
     assert decision.raise_ == []
+
+
+def test_an_outage_acknowledged_by_an_operator_is_not_raised_again_while_it_lasts() -> None:
+    heard = NOW - timedelta(seconds=300)
+    acknowledged = LastAlert(open=False, created_at=heard + timedelta(seconds=40), back_at=None)
+    view = _view(last_heard=heard)
+    decision = decide([view], last={"pay": acknowledged}, noticed={}, db_now=NOW, after_s=30)
+    assert decision.raise_ == []
+    older = LastAlert(open=False, created_at=heard - timedelta(seconds=1), back_at=None)
+    again = decide([view], last={"pay": older}, noticed={}, db_now=NOW, after_s=30)
+    assert [o.view.agent for o in again.raise_] == ["pay"], "an earlier outage's alert"
+
+
+def test_a_new_outage_is_timed_from_when_the_agent_was_last_back() -> None:
+    """An agent that sends no heartbeat (last heard long ago) came back, then went away
+    again: the new outage starts no earlier than its return."""
+    back_at = NOW - timedelta(seconds=20)
+    resolved = LastAlert(open=False, created_at=NOW - timedelta(seconds=600), back_at=back_at)
+    view = _view(last_heard=None, oldest=NOW - timedelta(seconds=900))
+    early = decide([view], last={"pay": resolved}, noticed={}, db_now=NOW, after_s=30)
+    assert early.raise_ == []
+    later = NOW + timedelta(seconds=15)
+    due = decide([view], last={"pay": resolved}, noticed={}, db_now=later, after_s=30)
+    assert [(o.view.agent, o.since) for o in due.raise_] == [("pay", back_at)]

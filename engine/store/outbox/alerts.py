@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -87,18 +86,24 @@ def raise_alert(conn: Connection, alert: Alert) -> int | None:
     ).scalar_one_or_none()
 
 
-def resolve_open(conn: Connection, dedup_key: str, *, actor: str, reason: str) -> bool:
-    """Close the open alert with this key, the condition being over (acknowledged by `actor`);
-    False when none was open (uq_alerts_open_dedup_key)."""
+def resolve_open(
+    conn: Connection, dedup_key: str, *, actor: str, reason: str, detail: Any = None
+) -> bool:
+    """Close the open alert with this key, the condition being over (acknowledged by `actor`;
+    `detail`, when given, replaces the alert's); False when none was open
+    (uq_alerts_open_dedup_key)."""
+    values: dict[str, Any] = {
+        "acknowledged": True,
+        "acknowledged_by": actor,
+        "acknowledge_reason": reason,
+        "acknowledged_at": now(),
+    }
+    if detail is not None:
+        values["detail"] = detail
     closed = conn.execute(
         update(alerts)
         .where(alerts.c.dedup_key == dedup_key, alerts.c.acknowledged.is_(False))
-        .values(
-            acknowledged=True,
-            acknowledged_by=actor,
-            acknowledge_reason=reason,
-            acknowledged_at=now(),
-        )
+        .values(**values)
         .returning(alerts.c.id)
     ).first()
     return closed is not None
@@ -116,15 +121,15 @@ def open_alerts(conn: Connection, kind: str) -> list[Any]:
     return [r for r in rows if r.dedup_key.startswith(prefix)]
 
 
-def raised_since(conn: Connection, alert: Alert, since: datetime) -> bool:
-    """Whether an alert with `alert`'s key was raised at or after `since`, open or
-    acknowledged (ix_alerts_dedup_key_created_at)."""
-    found = conn.execute(
-        select(alerts.c.id)
-        .where(alerts.c.dedup_key == alert.dedup_key, alerts.c.created_at >= since)
+def latest_alert(conn: Connection, kind: str, subject: str) -> Any:
+    """The newest alert of `kind` about `subject`, open or acknowledged: a row of
+    acknowledged, created_at, detail; None if there was none (ix_alerts_dedup_key_created_at)."""
+    return conn.execute(
+        select(alerts.c.acknowledged, alerts.c.created_at, alerts.c.detail)
+        .where(alerts.c.dedup_key == Alert(kind, subject, "").dedup_key)
+        .order_by(alerts.c.created_at.desc(), alerts.c.id.desc())
         .limit(1)
     ).first()
-    return found is not None
 
 
 # -- the outbox: what the dispatcher sends -------------------------------------------------
