@@ -115,9 +115,9 @@ def test_every_instance_lost_with_work_waiting_is_one_outage_alert_resolved_when
         away_again = supervisor.sweep_once()
         assert away_again is not None
         assert len(away_again.alerts) == 1
-        second = _alerts(engine)[-1]
-        assert (second["kind"], second["acknowledged"]) == ("agent_outage", False)
-        assert second["detail"]["since"] == resolved["detail"]["back_at"]
+        renewed = _alerts(engine)[-1]
+        assert (renewed["kind"], renewed["acknowledged"]) == ("agent_outage", False)
+        assert renewed["detail"]["since"] == resolved["detail"]["back_at"]
     finally:
         supervisor.close()
     with engine.connect() as conn:
