@@ -62,17 +62,28 @@ class BacklogGate:
         self._rooms: dict[str, tuple[float, Room]] = {}
         self._lock = threading.Lock()
 
+    def fresh(self, workflow: Workflow) -> Room | None:
+        """`workflow`'s room without reading: unbounded, or the last read if it is recent
+        enough (plus this process's admissions since); None when a read is due."""
+        bound = bound_of(workflow, self.default_bound)
+        return Room(workflow.name, 0, None) if bound is None else self._cached(workflow, bound)
+
+    def _cached(self, workflow: Workflow, bound: int) -> Room | None:
+        with self._lock:
+            cached = self._rooms.get(workflow.name)
+        if cached is None or cached[1].bound != bound or self._clock() - cached[0] >= self._every:
+            return None
+        return cached[1]
+
     def room(self, conn: Connection, workflow: Workflow) -> Room:
-        """`workflow`'s room: the last read if it is recent enough (plus this process's
-        admissions since), else a new read on `conn`."""
+        """`workflow`'s room: `fresh` if it is, else a new read on `conn`."""
         bound = bound_of(workflow, self.default_bound)
         if bound is None:
             return Room(workflow.name, 0, None)
+        known = self._cached(workflow, bound)
+        if known is not None:
+            return known
         now = self._clock()
-        with self._lock:
-            cached = self._rooms.get(workflow.name)
-        if cached is not None and now - cached[0] < self._every and cached[1].bound == bound:
-            return cached[1]
         room = Room(workflow.name, read_backlog(conn, workflow.name, cap=bound).count, bound)
         with self._lock:
             self._rooms[workflow.name] = (now, room)
@@ -86,9 +97,3 @@ class BacklogGate:
             cached = self._rooms.get(workflow)
             if cached is not None:
                 self._rooms[workflow] = (cached[0], cached[1].admitting(count))
-
-    def forget(self, workflow: str) -> None:
-        """Read `workflow`'s backlog again at the next look (e.g. before a held batch is
-        tried again)."""
-        with self._lock:
-            self._rooms.pop(workflow, None)

@@ -226,6 +226,8 @@ class Submitter:
                 bounded[new.workflow] = workflow
         if not bounded:
             return entries, [], {}
+        if self._room_known_for_all(bounded, entries):
+            return entries, [], {}  # no read due and room for every one: no transaction
         over_tags: set[int] = set()
         rooms: dict[str, Room] = {}
         with transaction(self._engine) as conn:
@@ -241,6 +243,16 @@ class Submitter:
                     over_tags |= {d.tag for d, n in split.over if n.key not in known}
         admitted = [e for e in entries if e[0].tag not in over_tags]
         return admitted, [e for e in entries if e[0].tag in over_tags], rooms
+
+    def _room_known_for_all(self, bounded: dict[str, Workflow], entries: list[Entry]) -> bool:
+        """Whether every bounded workflow's last read (still fresh) leaves room for all of its
+        entries."""
+        for name, workflow in bounded.items():
+            room = self._gate.fresh(workflow)
+            wanted = sum(1 for _, new in entries if new.workflow == name)
+            if room is None or (room.free is not None and room.free < wanted):
+                return False
+        return True
 
     def _past_the_bound(self, over: list[Entry], rooms: dict[str, Room]) -> list[Rejected]:
         """Apply the policy to submissions past their bound: hold them (and hand back to the
