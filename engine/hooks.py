@@ -49,6 +49,11 @@ class Hooks:
     def runs_submitted(self, created: int, duplicates: int) -> None:
         """A batch of submissions committed."""
 
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        """`count` submissions of `workflow` found its backlog at its bound at `door` (`api`:
+        answered 429; `submitter`: dead-lettered by its reject policy, or held in its queue
+        by the hold policy, counted once per delivery held)."""
+
     # -- scheduler ------------------------------------------------------------------------
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
@@ -156,6 +161,9 @@ class HookChain(Hooks):
 
     def runs_submitted(self, created: int, duplicates: int) -> None:
         self._each("runs_submitted", lambda h: h.runs_submitted(created, duplicates))
+
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        self._each("submissions_refused", lambda h: h.submissions_refused(workflow, door, count))
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self._each("steps_claimed", lambda h: h.steps_claimed(conn, steps, seconds))

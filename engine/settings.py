@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sasflow.backpressure import DEFAULT_MAX_BACKLOG
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.redact import redact_url
 
@@ -84,6 +85,15 @@ class Settings(BaseSettings):
         le=500,
         description="Deepest JSON nesting accepted in a message (the message's own object is "
         "level 1, a submission's input level 2).",
+    )
+
+    # -- backpressure at the doors (docs/backpressure.md) --------------------------------------
+    max_backlog: int = Field(
+        default=DEFAULT_MAX_BACKLOG,
+        ge=0,
+        description="Runs of one workflow that may wait to start (submitted, not started) "
+        "before the doors push back: the HTTP API answers 429, the submitter leaves "
+        "submissions in its queue; a workflow's own max_backlog wins. 0: no bound.",
     )
 
     def limits(self) -> Limits:
@@ -344,6 +354,7 @@ class Settings(BaseSettings):
             "alert_exchange": self.alert_exchange,
             "max_message_bytes": self.max_message_bytes,
             "max_json_depth": self.max_json_depth,
+            "max_backlog": self.max_backlog,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
             "api_stream_heartbeat_s": self.api_stream_heartbeat_s,

@@ -92,9 +92,13 @@ class Workflow:
         output: Callable[[StepContext], JSON] | None = None,
         deadline: float | None = None,
         on_deadline: OnDeadline | DeadlinePolicy = OnDeadline.ALERT,
+        max_backlog: int | None = None,
     ) -> None:
         """`deadline`: seconds from submission (on the database clock) within which a run should
-        end; past it the supervisor does `on_deadline` (docs/timeouts.md). None: no deadline."""
+        end; past it the supervisor does `on_deadline` (docs/timeouts.md). None: no deadline.
+        `max_backlog`: the most runs of this workflow that may wait to start before the
+        doors push back (docs/backpressure.md); None: the process's setting
+        (SASFLOW_MAX_BACKLOG), 0: no bound."""
         if not WORKFLOW_NAME_PATTERN.fullmatch(name):
             raise DefinitionError(
                 f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
@@ -118,7 +122,15 @@ class Workflow:
                 f"workflow {name!r}: on_deadline must be 'alert', 'cancel' or 'compensate', "
                 f"got {on_deadline!r}"
             )
+        if max_backlog is not None and (
+            isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 0
+        ):
+            raise DefinitionError(
+                f"workflow {name!r}: max_backlog must be an integer >= 0 (0: no bound), "
+                f"got {max_backlog!r}"
+            )
         self.name = name
+        self.max_backlog = max_backlog
         self.version = version
         self.on_failure = OnFailure(on_failure)
         self.deadline: float | None = None if deadline is None else float(deadline)

@@ -111,6 +111,20 @@ class SubmittedResponse(_Response):
     run: RunResponse
 
 
+class BacklogFullResponse(_Response):
+    """429 of `POST /v1/runs`: the workflow's backlog is at its bound (docs/backpressure.md)."""
+
+    error: str = Field(description="`backlog_full`")
+    message: str
+    workflow: str
+    backlog: int = Field(
+        description="Runs of the workflow waiting to start, counted up to the bound (so at "
+        "least this many)."
+    )
+    max_backlog: int = Field(description="The bound: the workflow's own, else the server's.")
+    retry_after: int = Field(description="Seconds to wait, as the `Retry-After` header says.")
+
+
 class RunListResponse(_Response):
     runs: list[RunSummaryResponse] = Field(description="Newest first.")
     next_cursor: int | None = Field(description="The `cursor` of the next page; null on the last.")

@@ -13,6 +13,7 @@ from sasflow.agents.agent import Agent
 from sasflow.agents.children import ChildProcesses, default_state_dir
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
+from sasflow.backpressure import SUBMITTER_POLICIES, SubmitterBackpressure, SubmitterPolicy
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
@@ -33,8 +34,19 @@ from sasflow.submitter import DEFAULT_PREFETCH, Submitter
     show_envvar=True,
     help="Submissions held (and inserted per transaction) at once.",
 )
+@click.option(
+    "--on-backlog",
+    type=click.Choice(SUBMITTER_POLICIES),
+    default=SubmitterBackpressure.policy,
+    show_default=True,
+    envvar="SASFLOW_SUBMITTER_ON_BACKLOG",
+    show_envvar=True,
+    help="Past a workflow's bound (SASFLOW_MAX_BACKLOG or its max_backlog): hold the "
+    "submissions in <ns>.submit until there is room, dead-letter them (reject), or record "
+    "them anyway (accept).",
+)
 @click.pass_obj
-def submitter(obj: CliContext, prefetch: int) -> None:
+def submitter(obj: CliContext, prefetch: int, on_backlog: SubmitterPolicy) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     engine: Engine | None = None
     try:
@@ -51,6 +63,9 @@ def submitter(obj: CliContext, prefetch: int) -> None:
             limits=obj.settings.limits(),
             stop=stop_event(),
             hooks=obj.hooks("submitter"),
+            backpressure=SubmitterBackpressure(
+                max_backlog=obj.settings.max_backlog, policy=on_backlog
+            ),
         )
         role.run()
     except SasflowError as exc:

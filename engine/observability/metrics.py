@@ -108,9 +108,26 @@ class _Relay(_Consuming):
             self.relay_seconds.observe(seconds)
 
 
-class SubmitterMetrics(_Relay):
+class DoorMetrics(Hooks):
+    """What the doors that push back (the submitter, the HTTP API) count."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__(registry)
+        self.refused = Counter(
+            "sasflow_submissions_refused",
+            "Submissions that found their workflow's backlog at its bound, by workflow and "
+            "door (api: answered 429; submitter: held in its queue or dead-lettered).",
+            ["workflow", "door"],
+            registry=registry,
+        )
+
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        self.refused.labels(workflow, door).inc(count)
+
+
+class SubmitterMetrics(_Relay, DoorMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        _Relay.__init__(self, registry)
+        DoorMetrics.__init__(self, registry)
         self.submitted = Counter(
             "sasflow_runs_submitted",
             "Submissions recorded: result=created (a new run) or duplicate (same key).",
@@ -380,6 +397,8 @@ class ApiMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.doors = DoorMetrics(self.registry)
+        """The hooks the API's door calls (submissions refused)."""
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method.upper(), route, str(status)).inc()
@@ -436,6 +455,15 @@ class StateGauges(Collector):
             "Schedulers whose heartbeat is recent.",
             value=counts.schedulers_alive,
         )
+        backlog = GaugeMetricFamily(
+            "sasflow_backlog_runs",
+            "Runs submitted and not started yet (a workflow's backlog, docs/backpressure.md), "
+            "by workflow; a workflow with none is absent.",
+            labels=["workflow"],
+        )
+        for workflow, value in sorted(counts.backlog.items()):
+            backlog.add_metric([workflow], value)
+        yield backlog
         yield GaugeMetricFamily(
             "sasflow_supervisor_lease_remaining_seconds",
             "Seconds until the supervisor lease expires unless renewed (negative: expired).",

@@ -85,6 +85,15 @@ runs = Table(
     _ts("finished_at"),
     UniqueConstraint("workflow", "business_key"),
     Index("ix_runs_state_created_at", "state", "created_at"),
+    # Serves the backlog (store.runs.backlog): the runs of one workflow waiting to start, in
+    # submission order. Partial, so it holds the backlog only: a run leaves it when it starts.
+    Index(
+        "ix_runs_backlog",
+        "workflow",
+        "created_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
     # Serves history retention (store.retention): finished runs by age. Partial, so inserting
     # a run and its state changes before it finishes never touch it.
     Index(
@@ -229,6 +238,9 @@ alerts = Table(
     # Serves the cascade when retention deletes runs (one lookup per deleted run instead of a
     # scan of alerts) and retention's "no open alert" test.
     Index("ix_alerts_run_id", "run_id"),
+    # Serves "was this subject alerted since T" (an agent outage an operator acknowledged is
+    # not raised again while it lasts: supervisor.outage).
+    Index("ix_alerts_dedup_key_created_at", "dedup_key", "created_at"),
     # One open alert per step and kind.
     Index(
         "uq_alerts_open_dedup_key",

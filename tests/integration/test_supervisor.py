@@ -260,11 +260,13 @@ def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
     first, second = role.sweep_once(), role.sweep_once()
     assert first is not None
     assert second is not None
-    assert len(first.alerts) == 1
+    assert len(first.alerts) == 2  # stalled, and agent_outage: nothing consumes echo's queue
     assert second.alerts == []  # deduplicated while the first is open
     with engine.connect() as conn:
-        alert = conn.execute(select(alerts)).one()
+        alert = conn.execute(select(alerts).where(alerts.c.kind == "stalled")).one()
+        kinds = sorted(conn.execute(select(alerts.c.kind)).scalars())
     assert (alert.kind, alert.detail["agent"], alert.detail["steps"]) == ("stalled", "echo", 3)
+    assert kinds == ["agent_outage", "stalled"]
 
 
 def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, case, delete, select, update
+from sqlalchemy import Connection, Row, and_, case, delete, func, select, update
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.dialect import upsert_insert
@@ -89,6 +90,36 @@ def mark_lost(conn: Connection) -> Sequence[Row[Any]]:
             agent_instances.c.in_flight,
         )
     ).all()
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What the fleet view says of one agent."""
+
+    live: int
+    """Instances heartbeating now."""
+    last_heard: datetime | None
+    """The latest heartbeat of any of its instances (database clock); None: never seen, or
+    forgotten."""
+
+
+def presence(conn: Connection, agents: Sequence[str]) -> dict[str, Presence]:
+    """`agents` -> their live instances and when any was last heard of (a scan of a table as
+    small as the fleet's recent history); an agent never seen has no live instance."""
+    if not agents:
+        return {}
+    live = func.count().filter(agent_instances.c.state == AgentState.LIVE)
+    rows = conn.execute(
+        select(
+            agent_instances.c.agent,
+            live.label("live"),
+            func.max(agent_instances.c.heartbeat_at).label("last_heard"),
+        )
+        .where(agent_instances.c.agent.in_(list(agents)))
+        .group_by(agent_instances.c.agent)
+    ).all()
+    found = {r.agent: Presence(int(r.live), r.last_heard) for r in rows}
+    return {a: found.get(a, Presence(0, None)) for a in agents}
 
 
 def forget_gone(conn: Connection, *, after_s: float) -> int:
