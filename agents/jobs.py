@@ -38,6 +38,12 @@ class Job:
     """When its `started` is to be sent if no reply is ready by then (monotonic)."""
     announced: bool = False
     """Its `started` was sent."""
+    received: float = 0.0
+    """When this process received the request (monotonic)."""
+    start_confirmed: bool = False
+    """The broker confirmed its `started` message."""
+    acked: bool = False
+    """Its request was acknowledged when it started (sasflow.agents.acks): not again."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class AgentStats:
     started: int = 0
     """`step.started` messages sent (sasflow.agents.progress)."""
     heartbeats: int = 0
+    acked_at_start: int = 0
+    """Requests of long steps acknowledged once their start was confirmed (agents.acks)."""
 
 
 REPLY_MARGIN = 0.1

@@ -141,6 +141,7 @@ class ProgressLink:
             if result is None:
                 if kind == "step.started":
                     self._stats.started += 1
+                    job.start_confirmed = True
                 else:
                     self._stats.heartbeats += 1
             elif isinstance(result, BrokerUnavailableError):

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, waited_too_long
 from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
@@ -62,6 +63,9 @@ class AgentOptions:
     each step until its deadline."""
     children: ChildProcesses = field(default_factory=ChildProcesses)
     """Where the programs of `Call.run` keep their pid files (none by default)."""
+    consumer_timeout: float | None = DEFAULT_CONSUMER_TIMEOUT
+    """The broker's consumer timeout in seconds (None: it has none): requests of steps whose
+    budget is at least half of it are acknowledged when they start (sasflow.agents.acks)."""
 
 
 ABORT_SETTLE = 2.0
@@ -133,6 +137,7 @@ class AgentWorker:
         self._jobs: dict[tuple[int, int], Job] = {}
         self.stats = AgentStats()
         self._progress = ProgressLink(transport, names, agent.name, self.stats)
+        self._early_acks = EarlyAcks(transport, self._options.consumer_timeout, self.stats)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -254,7 +259,7 @@ class AgentWorker:
             kind=request.kind,
             children=self._options.children,
         )
-        job = Job(delivery, request, call)
+        job = Job(delivery, request, call, received=received)
         key = (request.step_id, request.attempt)
         running = self._jobs.get(key)
         if running is not None:
@@ -306,6 +311,7 @@ class AgentWorker:
         if outcomes:
             self._finish(outcomes)
         self._progress.flush(self._jobs.values(), self._running)
+        self._early_acks.settle(self._jobs.values())
         self.fleet.tick(self._breakers, in_flight=len(self._jobs))
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
@@ -320,7 +326,8 @@ class AgentWorker:
                     job.request.attempt,
                     "before its returned reply could be routed" if job.held else "while running",
                 )
-                self._transport.ack(job.delivery)
+                if not job.acked:
+                    self._transport.ack(job.delivery)
                 del self._jobs[key]
 
     def _running(self, job: Job) -> bool:
@@ -385,7 +392,8 @@ class AgentWorker:
             if job.held:
                 continue
             self._jobs.pop((job.request.step_id, job.request.attempt), None)
-            self._transport.ack(job.delivery)
+            if not job.acked:
+                self._transport.ack(job.delivery)
 
     def _hold(self, outcomes: list[Outcome]) -> None:
         """Keep replies the broker returned even after the queues were declared again (a
@@ -507,8 +515,8 @@ class AgentWorker:
         started = time.monotonic()
         self._hooks.handler_started(job.request, job.delivery.headers)
         try:
-            if job.call.cancelled.is_set() or job.call.remaining() <= 0:
-                return  # waited in the pool past its deadline: never call the remote late
+            if job.call.cancelled.is_set() or job.call.remaining() <= 0 or waited_too_long(job):
+                return  # waited here past its deadline or wait budget: never start it late
             job.call = self._progress.start(job)  # the execution clock runs from now
             outcome = Outcome.of(job, self._run_handler(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged

@@ -203,6 +203,17 @@ class Settings(BaseSettings):
         "it (a request that crashes every agent ends as a counted failure); 0: no limit.",
     )
 
+    broker_consumer_timeout: float = Field(
+        default=1800.0,
+        ge=0,
+        le=7 * 86400,
+        description="The broker's consumer timeout in seconds (RabbitMQ's `consumer_timeout`, "
+        "30 min by default; 0: none). An agent acknowledges the request of a step whose "
+        "execution budget is at least half of it when the step starts instead of after "
+        "its reply, so the broker never closes the channel and redelivers it mid-step "
+        "(docs/timeouts.md).",
+    )
+
     # -- end of connections -----------------------------------------------------------------
 
     # -- the HTTP API (sasflow api, docs/api.md) -------------------------------------------------

@@ -324,6 +324,7 @@ def agent(
                 heartbeat_interval=heartbeat_interval,
                 drain_timeout=drain_timeout,
                 children=children,
+                consumer_timeout=obj.settings.broker_consumer_timeout or None,
             ),
             pool=pool,
             hooks=hooks,
