@@ -29,7 +29,9 @@ class ClusterDuty(Duty):
 
 class ClaimDuty(Duty):
     """Claims and dispatches a batch when woken or at the rescan interval, while the
-    membership may act."""
+    membership may act. A budgeted claim (flow limits) may be due sooner, when a rate admits
+    its next call: then it alone is claimed, so the plain claim does not walk the pending
+    steps again at every call of a rate."""
 
     def __init__(
         self,
@@ -43,14 +45,28 @@ class ClaimDuty(Duty):
         self._dispatcher = dispatcher
         self._wake = wake
         self._rescan_interval = rescan_interval
+        self._plain_due = 0.0
+        self._flow_due = INF
+
+    def reset(self) -> None:
+        super().reset()
+        self._plain_due = 0.0
 
     def run(self, t: float) -> float:
-        if self._member.may_act and (self._wake.is_set() or t >= self.due):
+        if not self._member.may_act:
+            return INF
+        woken = self._wake.is_set()
+        plain = woken or t >= self._plain_due
+        if plain or t >= self._flow_due:
             self._wake.clear()
-            full, due = self._dispatcher.claim_and_dispatch()
-            self.due = t + self._rescan_interval
-            if due is not None:  # a retry's backoff ends before the next rescan
-                self.due = min(self.due, time.monotonic() + due)
+            full, due, flow_due = self._dispatcher.claim_and_dispatch(plain=plain)
+            now = time.monotonic()
+            if plain:
+                self._plain_due = t + self._rescan_interval
+                if due is not None:  # a retry's backoff ends before the next rescan
+                    self._plain_due = min(self._plain_due, now + due)
+            self._flow_due = INF if flow_due is None else now + flow_due
+            self.due = min(self._plain_due, self._flow_due)
             if full:  # more may be ready: claim again at once
                 self._wake.set()
                 return 0.0

@@ -6,6 +6,11 @@ the in-flight bound (engine/scheduler/inflight.py) leaves out the agents this sc
 keeps busy; after it, the pool gate (engine/scheduler/pools.py) holds back the steps whose pool
 has no agent. A request the broker refuses fails its step; a batch the broker may not have
 taken is handed back (released) for any scheduler to claim again.
+
+The agents that flow control covers (engine/scheduler/flow.py: limits, the fleet bound, open
+breakers) are left out of that claim and claimed by the budgeted claim (store/flow/claim.py)
+in a transaction of its own; the agents with no live instance by neither. With no limit and no
+agent fleet, the claim is the plain statement alone.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from sasflow.errors import (
 )
 from sasflow.messages import Request, safe_text
 from sasflow.scheduler.context import Context, Part
+from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RelayDuty
@@ -30,6 +36,7 @@ from sasflow.scheduler.pools import PoolGate
 from sasflow.scheduler.replies import Replies
 from sasflow.states import StepKind
 from sasflow.store.db import transaction
+from sasflow.store.flow.claim import BudgetedClaim, claim_budgeted
 from sasflow.store.runs import pools
 from sasflow.store.runs.claim import ClaimedStep, claim, in_flight, release_steps
 from sasflow.transport.base import Outgoing
@@ -55,9 +62,11 @@ class Dispatcher(Part):
         in_flight: InFlightCap,
         replies: Replies,
         outbox: RelayDuty,
+        flow: FlowDuty,
     ) -> None:
         super().__init__(ctx)
         self._batch = options.claim_batch
+        self._flow = flow
         self._pool_limits = replace(options.pool_limits, recheck_s=rescan_interval)
         self._in_flight = in_flight
         self._pools = PoolGate(ctx.transport, ctx.names)
@@ -72,29 +81,61 @@ class Dispatcher(Part):
         for agent in self._registry.agents:
             self._declare_agent(agent.name)
 
-    def claim_and_dispatch(self) -> tuple[bool, float | None]:
-        """Claim one batch and publish it. Returns whether the batch was full (more may be
-        ready) and, when it was not, the seconds until the earliest backoff ends (so a retry is
-        claimed when it is due, not at the next rescan)."""
+    def claim_and_dispatch(
+        self, *, plain: bool = True, budgeted: bool = True
+    ) -> tuple[bool, float | None, float | None]:
+        """Claim one batch and publish it: the plain claim's and the budgeted claim's (either
+        may be left out). Returns whether a batch was full (more may be ready), the seconds
+        until the earliest backoff ends (so a retry is claimed when it is due, not at the next
+        rescan), and the seconds until the budgeted claim may admit more (a rate's next call,
+        a breaker's hold ending; None: nothing to wait for)."""
         batch = self._batch
-        started = time.monotonic()
-        with transaction(self._engine) as conn:
-            skip: list[str] = []
-            if self._in_flight.needs_count(batch):
-                skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
-                if self._in_flight.all_capped(a.name for a in self._registry.agents):
-                    # Nothing to claim, and a claim would walk every pending step to find it.
-                    return False, CAPPED_RECHECK
-            claimed, due = claim(conn, locked_by=self._id, batch=batch, skip_agents=skip)
-            self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
+        plan = self._flow.plan
+        claimed: list[ClaimedStep] = []
+        full, due, flow_due = False, None, None
+        skip: list[str] = []
+        if plain:
+            started = time.monotonic()
+            with transaction(self._engine) as conn:
+                if self._in_flight.needs_count(batch):
+                    skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
+                    if self._in_flight.all_capped(a.name for a in self._registry.agents):
+                        # Nothing to claim, and a claim would walk every pending step to find it.
+                        return False, CAPPED_RECHECK, None
+                left_out = skip + sorted(plan.agents | plan.paused)
+                claimed, due = claim(conn, locked_by=self._id, batch=batch, skip_agents=left_out)
+                self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
+            full = len(claimed) == batch
+        if budgeted and plan.agents:
+            got = self._claim_budgeted(skip)
+            claimed += got.claimed
+            full = full or got.full
+            flow_due = got.due
         if self._in_flight.capped:
             due = CAPPED_RECHECK if due is None else min(due, CAPPED_RECHECK)
         if not claimed:
-            return False, due
+            return False, due, flow_due
+        full, due = self._dispatch(claimed, full, due)
+        return full, due, flow_due
+
+    def _claim_budgeted(self, skip: list[str]) -> BudgetedClaim:
+        started = time.monotonic()
+        with transaction(self._engine) as conn:
+            got = claim_budgeted(
+                conn, self._flow.plan, locked_by=self._id, batch=self._batch, skip_agents=skip
+            )
+            self._hooks.steps_claimed(conn, got.claimed, time.monotonic() - started)
+        self._flow.limited = bool(got.held) or got.limited
+        self._hooks.steps_budgeted(got.admitted, got.held, got.tokens)
+        return got
+
+    def _dispatch(
+        self, claimed: list[ClaimedStep], full: bool, due: float | None
+    ) -> tuple[bool, float | None]:
+        """Publish the claimed steps' requests (see the module docstring)."""
         claimed_at = time.monotonic()
         self._stats.claimed += len(claimed)
         self._outbox.claimed()  # their events go out soon (RelayDuty.claimed says when)
-        full = len(claimed) == batch
         claimed = self._wait_for_pools(claimed)
         if not claimed:
             return full, due

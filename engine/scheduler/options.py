@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.scheduler.cluster.member import ClusterOptions
+from sasflow.store.flow.plan import DEFAULT_FLEET_FACTOR
 from sasflow.store.runs import pools
 
 
@@ -25,6 +26,11 @@ class SchedulerOptions:
     relay_interval: float = 1.0
     fleet_interval: float = 1.0
     """Seconds between two takes of agent heartbeats (sasflow.scheduler.fleet)."""
+    fleet_bound: bool = True
+    """Bound each agent's steps in flight cluster-wide by its live instances' capacity, and
+    claim none of an agent whose instances are all gone (docs/flow-control.md)."""
+    fleet_bound_factor: float = DEFAULT_FLEET_FACTOR
+    """The fleet bound: this many steps in flight per unit of live capacity (concurrency)."""
     pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
     """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
     limits: Limits = DEFAULT_LIMITS

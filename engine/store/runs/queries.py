@@ -67,7 +67,7 @@ _run_columns = (
 """What advancing a run reads of it (and whether ending it writes a callback)."""
 
 
-def _claimable_in_run() -> ColumnElement[bool]:
+def claimable_in_run() -> ColumnElement[bool]:
     """Steps of active runs; in a compensating run, its compensation steps and the retries of
     forward steps whose earlier attempt has an unknown outcome (it must be known, and undone
     if it succeeded, before the run can be compensated)."""
@@ -89,7 +89,7 @@ def _ready(skipping: bool) -> CTE:
         steps.c.state == StepState.PENDING,
         steps.c.locked_by.is_(None),
         steps.c.not_before <= now(),
-        _claimable_in_run(),
+        claimable_in_run(),
     ]
     if skipping:
         wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
@@ -100,6 +100,16 @@ def _ready(skipping: bool) -> CTE:
         .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)
         .limit(bindparam("b_batch"))
         .with_for_update(of=steps, skip_locked=True)
+        .cte("ready")
+    )
+
+
+def _chosen() -> CTE:
+    """The steps :b_step_ids, chosen and locked by the budgeted claim (store/flow/claim.py),
+    still pending (primary key)."""
+    return (
+        select(steps.c.id)
+        .where(one_of(steps.c.id, "b_step_ids"), steps.c.state == StepState.PENDING)
         .cte("ready")
     )
 
@@ -137,12 +147,13 @@ _claimed_columns = (
 
 
 @cache
-def claim_ready(*, skipping: bool = False) -> Update:
+def claim_ready(*, skipping: bool = False, chosen: bool = False) -> Update:
     """Lock up to :batch ready steps and mark them processing (ix_steps_ready), each row with
     `due` and `db_now` as `next_due` gives them (the claimed steps were ready, so they do not
     count): a claim that finds work needs no second statement to learn when to claim next.
+    `chosen`: the steps :b_step_ids instead, which the budgeted claim locked (primary key).
     """
-    return _claim(_ready(skipping)).returning(
+    return _claim(_chosen() if chosen else _ready(skipping)).returning(
         *_claimed_columns,
         joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         _next_due().scalar_subquery().label("due"),
@@ -151,13 +162,14 @@ def claim_ready(*, skipping: bool = False) -> Update:
 
 
 @cache
-def claim_and_start(*, skipping: bool = False) -> Select[Any]:
+def claim_and_start(*, skipping: bool = False, chosen: bool = False) -> Select[Any]:
     """PostgreSQL: `claim_ready`, `start_runs` and the events of both (`claim.claim_steps`
     records the same rows) in one statement, with data-modifying CTEs (ix_steps_ready, then
-    primary keys). The rows: `claim_ready`'s. The events go in in the order
-    `claim_steps` records them: the runs started, by id, then the steps claimed, by id."""
+    primary keys; `chosen`: the steps :b_step_ids, primary key). The rows: `claim_ready`'s.
+    The events go in in the order `claim_steps` records them: the runs started, by id, then the
+    steps claimed, by id."""
     claimed = (
-        _claim(_ready(skipping))
+        _claim(_chosen() if chosen else _ready(skipping))
         .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
         .cte("claimed")
     )

@@ -1,0 +1,270 @@
+"""The budgeted claim: the steps of the agents a flow plan names (store/flow/plan.py), claimed
+under their limits, fleet bound and breaker holds, exactly across schedulers, on the database
+clock. One transaction:
+
+1. lock the enabled limits of those agents, in name order (`limits.lock_limits`): the claims of
+   one limit are serialized across every scheduler and host;
+2. then (a new statement: a new READ COMMITTED snapshot, which sees what the claimers before us
+   committed) read the clock, count the steps in flight per budget, and read the rate buckets;
+3. leave out of the candidates the steps of every budget that admits nothing now, and lock up
+   to a batch of the remaining ready steps in claim order (`FOR UPDATE SKIP LOCKED`);
+4. admit them with the pure `admission.admit`, claim the admitted ones as the plain claim does
+   (`runs.claim.claim_chosen`), write the buckets.
+
+A held step is not written: it stays `pending`, its `not_before` untouched, never charged.
+SQLite runs the same statements without FOR UPDATE (one writer at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from sasflow.store.flow import limits as rows
+from sasflow.store.flow.admission import (
+    Admission,
+    Budget,
+    BudgetKey,
+    Candidate,
+    admit,
+    limit_budget,
+)
+from sasflow.store.flow.admission import exhausted as exhausted_budgets
+from sasflow.store.flow.model import KeyExpr, Limit
+from sasflow.store.flow.plan import FlowPlan
+from sasflow.store.flow.queries import Excluded, Family, Selector, candidates, in_flight
+from sasflow.store.runs.claim import ClaimedStep, claim_chosen
+from sasflow.store.sqltime import statement_now
+
+MIN_WAIT = 0.005
+"""Seconds a scheduler waits at least before claiming again for a rate: at a high rate each
+claim then admits several steps, not one."""
+
+
+@dataclass
+class BudgetedClaim:
+    claimed: list[ClaimedStep] = field(default_factory=list)
+    due: float | None = None
+    """Seconds until a rate admits a step again, a breaker's hold ends or a backoff ends,
+    whichever is first (None: none of them)."""
+    full: bool = False
+    """The candidates filled the batch and some were admitted: more may be ready."""
+    admitted: dict[str, int] = field(default_factory=dict)
+    """Limit (or implicit bound) -> steps it admitted."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Limit (or implicit bound) -> candidates it held back in this claim."""
+    tokens: dict[str, float] = field(default_factory=dict)
+    """Rate limit without a key -> calls it would admit now, after this claim."""
+    limited: bool = False
+    """Some budget admitted nothing at the claim (its steps were left out of the candidates)."""
+
+
+@dataclass
+class _Budgets:
+    """The claim's budgets and what each family covers."""
+
+    at: datetime
+    families: dict[str, Family] = field(default_factory=dict)
+    limits: dict[str, Limit] = field(default_factory=dict)
+    budgets: dict[BudgetKey, Budget] = field(default_factory=dict)
+    counts: dict[BudgetKey, int] = field(default_factory=dict)
+    tats: dict[BudgetKey, datetime] = field(default_factory=dict)
+    opens: list[datetime] = field(default_factory=list)
+
+    def of_limit(self, limit: Limit, key: str) -> BudgetKey:
+        """The budget of `limit` for `key`, made on first use."""
+        found = (limit.name, key)
+        if found not in self.budgets:
+            self.budgets[found] = limit_budget(
+                limit, key, in_flight=self.counts.get(found, 0), tat=self.tats.get(found)
+            )
+        return found
+
+
+def claim_budgeted(
+    conn: Connection,
+    plan: FlowPlan,
+    *,
+    locked_by: str,
+    batch: int,
+    skip_agents: Iterable[str] = (),
+) -> BudgetedClaim:
+    """Claim up to `batch` steps of the plan's agents (less `skip_agents`) under their budgets
+    (see the module docstring)."""
+    agents = set(plan.agents) - set(skip_agents)
+    if not agents:
+        return BudgetedClaim()
+    locked = rows.lock_limits(conn, sorted(agents)) if plan.limits_of(agents) else []
+    at: datetime = conn.execute(select(statement_now())).scalar_one()
+    state = _budgets(conn, plan, locked, agents, at)
+    t = at.timestamp()
+    exhausted = exhausted_budgets(state.budgets, t)
+    excluded, open_agents = _excluded(state, exhausted, agents)
+    if not open_agents:
+        return BudgetedClaim(
+            due=_due(state, Admission(budgets=state.budgets), t, None), limited=True
+        )
+    keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
+    window = _window(state, open_agents, batch, t)
+    found = conn.execute(candidates(sorted(open_agents), excluded, keys, window)).all()
+    chosen = [Candidate(r.id, _draws(state, r, keys)) for r in found]
+    admission = admit(chosen, state.budgets, t, batch)
+    claimed: list[ClaimedStep] = []
+    backoff = None
+    if admission.admitted:
+        claimed, backoff = claim_chosen(conn, admission.admitted, locked_by=locked_by)
+        _write(conn, state, admission)
+    admitted: dict[str, int] = {}
+    for (name, _), n in admission.drawn.items():
+        admitted[name] = admitted.get(name, 0) + n
+    held: dict[str, int] = {}
+    for name, _ in admission.held.values():
+        held[name] = held.get(name, 0) + 1
+    return BudgetedClaim(
+        claimed=claimed,
+        due=_due(state, admission, t, backoff),
+        # More may be admitted now: the candidates filled the batch, or held some back while
+        # others beyond them may be admissible.
+        full=len(found) == window and bool(claimed) and (window == batch or bool(admission.held)),
+        limited=bool(exhausted) or bool(admission.held),
+        admitted=admitted,
+        held=held,
+        tokens={
+            name: budget.gcra.tokens(t)
+            for (name, key), budget in admission.budgets.items()
+            if budget.gcra is not None and key == "" and state.limits[name].key is None
+        },
+    )
+
+
+def _budgets(
+    conn: Connection, plan: FlowPlan, locked: Sequence[Limit], agents: set[str], at: datetime
+) -> _Budgets:
+    """Every family of the claim, its steps in flight per key, its buckets, and the budgets
+    of the families without a key (those with one get theirs per key, on first use)."""
+    state = _Budgets(at)
+    counted = _families(state, plan, locked, agents)
+    if counted:
+        for row in conn.execute(in_flight(counted)):
+            state.counts[(row.name, row.key)] = int(row.n)
+    rated = [n for n, lim in state.limits.items() if lim.rate is not None]
+    state.tats = rows.busy_buckets(conn, rated, at)
+    for name, limit in state.limits.items():
+        if limit.key is None:
+            state.of_limit(limit, "")
+        else:  # the keys in flight or in a busy bucket: those that may be exhausted
+            for key in {k for n, k in (*state.counts, *state.tats) if n == name}:
+                state.of_limit(limit, key)
+    for bound in plan.bounds.values():
+        if bound.name in state.families:
+            room = bound.bound - state.counts.get((bound.name, ""), 0)
+            state.budgets[(bound.name, "")] = Budget(room=room, concurrency_reason=bound.reason)
+    for hold in plan.breakers:
+        if hold.name in state.families:
+            room = 0 if at < hold.until else 1 - state.counts.get((hold.name, ""), 0)
+            state.budgets[(hold.name, "")] = Budget(room=room, concurrency_reason=hold.reason(at))
+            if at < hold.until:
+                state.opens.append(hold.until)
+    return state
+
+
+def _families(
+    state: _Budgets, plan: FlowPlan, locked: Sequence[Limit], agents: set[str]
+) -> list[Family]:
+    """Register the families of the claim (the locked limits, whose dependency the fleet
+    resolves; the fleet bounds and breaker holds of `agents`); the ones whose steps in flight
+    count."""
+    counted = []
+    for limit in locked:
+        actions = frozenset(limit.actions) if limit.actions is not None else None
+        if limit.dependency is not None:
+            actions = plan.actions_of(limit)
+            if actions is None:
+                continue  # no live instance reports the dependency: it selects nothing yet
+        family = Family(limit.name, Selector(limit.agent, actions), limit.key)
+        state.limits[limit.name] = limit
+        state.families[limit.name] = family
+        if limit.concurrency is not None:
+            counted.append(family)
+    for agent, bound in sorted(plan.bounds.items()):
+        if agent in agents and bound.bound > 0:
+            state.families[bound.name] = Family(bound.name, Selector(agent))
+            counted.append(state.families[bound.name])
+    for hold in plan.breakers:
+        if hold.agent in agents:
+            state.families[hold.name] = Family(hold.name, Selector(hold.agent, hold.actions))
+            if state.at >= hold.until:
+                counted.append(state.families[hold.name])
+    return counted
+
+
+def _window(state: _Budgets, agents: set[str], batch: int, t: float) -> int:
+    """How many candidates to lock: a batch, less when the budgets that cover whole agents
+    (no key, every action) admit fewer (a rate limit's next call, say, locks one row)."""
+    most = dict.fromkeys(agents, batch)
+    for (name, key), budget in state.budgets.items():
+        selector = state.families[name].selector
+        if key == "" and selector.actions is None and selector.agent in most:
+            most[selector.agent] = budget.capacity(t, most[selector.agent])
+    return max(1, min(batch, sum(most.values())))
+
+
+def _excluded(
+    state: _Budgets, exhausted: dict[BudgetKey, str], agents: set[str]
+) -> tuple[list[Excluded], set[str]]:
+    """What the candidates leave out (the steps of the budgets that admit nothing now), and
+    the agents left with steps to look at."""
+    whole: list[Selector] = []
+    keyed: dict[str, list[str]] = {}
+    for name, key in exhausted:
+        family = state.families[name]
+        if family.key is None:
+            whole.append(family.selector)
+        else:
+            keyed.setdefault(name, []).append(key)
+    open_agents = agents - {s.agent for s in whole if s.actions is None}
+    excluded = [Excluded(s) for s in whole if s.agent in open_agents]
+    for name, keys in sorted(keyed.items()):
+        family = state.families[name]
+        if family.selector.agent in open_agents:
+            excluded.append(Excluded(family.selector, family.key, tuple(sorted(keys))))
+    return excluded, open_agents
+
+
+def _draws(state: _Budgets, row: Any, keys: Sequence[KeyExpr]) -> tuple[BudgetKey, ...]:
+    """The budgets a candidate row draws from."""
+    draws = []
+    for name, family in state.families.items():
+        if not family.selector.covers(row.agent, row.action):
+            continue
+        limit = state.limits.get(name)
+        if limit is None or limit.key is None:  # an implicit bound, or a limit without a key
+            draws.append((name, ""))
+        else:
+            draws.append(state.of_limit(limit, getattr(row, f"k{keys.index(limit.key)}")))
+    return tuple(draws)
+
+
+def _write(conn: Connection, state: _Budgets, admission: Admission) -> None:
+    """The admitted steps' buckets, and when their limits last admitted."""
+    tats = {}
+    for key in admission.drawn:
+        budget = admission.budgets[key]
+        if budget.gcra is not None:
+            tats[key] = datetime.fromtimestamp(budget.gcra.tat, UTC)
+    rows.write_buckets(conn, tats)
+    rows.mark_admitted(
+        conn, sorted({name for name, _ in admission.drawn if name in state.limits}), state.at
+    )
+
+
+def _due(state: _Budgets, admission: Admission, t: float, backoff: float | None) -> float | None:
+    waits = [w for w in (admission.wait(t), backoff) if w is not None]
+    waits += [(until - state.at).total_seconds() for until in state.opens]
+    if not waits:
+        return None
+    return max(MIN_WAIT, min(waits))
