@@ -33,6 +33,10 @@ class Sizes:
     drain_timeout: float
     clients: int = 4
     """Application client processes of the concurrent forms (W1c, W2c)."""
+    flow_limits: str = "none"
+    """Flow limits defined for W1/W2 (`--flow-limits`): none, `other` (a rate limit on an
+    agent the workload does not use) or `generous` (rate and concurrency limits on its agent
+    that never hold a step back): the cost of the budgeted claim (docs/flow-control.md)."""
 
     @staticmethod
     def of(quick: bool) -> Sizes:

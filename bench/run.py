@@ -1,6 +1,7 @@
 """The sasflow benchmark suite: limits of this machine, then the engine against them.
 
     python bench/run.py [--quick] [--only W0,W1,W1c,W1s,W2,W2c,W3,sweep,recovery] [--repeat N]
+                        [--flow-limits none|other|generous]
 
 Prints a machine line, then each figure as the median and min-max of its repeats, its ratio to
 the W0 limits measured in the same run and, where issue 11 sets one, the target with PASS or
@@ -26,7 +27,7 @@ from bench.workloads.recovery import run_recovery
 from bench.workloads.sweep import run_sweep
 from bench.workloads.w0 import run_w0
 from bench.workloads.w3 import run_w3
-from bench.workloads.w12 import FORMS, run_w12
+from bench.workloads.w12 import FLOW_LIMITS, FORMS, run_w12
 
 WORKLOADS = ("W0", *FORMS, "W3", "sweep", "recovery")
 
@@ -40,6 +41,13 @@ def main() -> None:
         help=f"comma-separated subset of {','.join(WORKLOADS)}",
     )
     parser.add_argument("--repeat", type=int, default=None, help="override the repeat count")
+    parser.add_argument(
+        "--flow-limits",
+        choices=FLOW_LIMITS,
+        default="none",
+        help="W1/W2 with flow limits defined: none, on another agent, or generous ones on "
+        "the workload's agent (docs/flow-control.md)",
+    )
     args = parser.parse_args()
     which = {w.strip() for w in args.only.split(",") if w.strip()}
     unknown = which - set(WORKLOADS)
@@ -48,6 +56,7 @@ def main() -> None:
     sizes = Sizes.of(args.quick)
     if args.repeat is not None:
         sizes.repeat = max(1, args.repeat)
+    sizes.flow_limits = args.flow_limits
     results = Results()
     began = time.monotonic()
     say(machine_line(), results)

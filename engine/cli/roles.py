@@ -95,18 +95,18 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     show_default=True,
     envvar="SASFLOW_SCHEDULER_FLEET_BOUND",
     show_envvar=True,
-    help="Keep each agent's steps in flight, cluster-wide, within its live instances' "
-    "capacity times --fleet-bound-factor, and claim none for an agent whose instances are all "
-    "gone (docs/flow-control.md).",
+    help="Claim no step of an agent whose instances are all gone (stopped or lost): they stay "
+    "pending, uncharged, until one is back (docs/flow-control.md).",
 )
 @click.option(
     "--fleet-bound-factor",
     type=click.FloatRange(0.1, 10_000),
     default=SchedulerOptions.fleet_bound_factor,
-    show_default=True,
     envvar="SASFLOW_SCHEDULER_FLEET_BOUND_FACTOR",
     show_envvar=True,
-    help="Steps in flight per unit of an agent's live capacity (summed concurrency).",
+    help="Also keep each agent's steps in flight, cluster-wide, within this many per unit of "
+    "its live instances' capacity (summed concurrency), e.g. 2 for slow handlers "
+    "[default: no such bound].",
 )
 @click.option(
     "--rescan-interval",
@@ -173,7 +173,7 @@ def scheduler(
     reply_prefetch: int,
     max_in_flight: int,
     fleet_bound: bool,
-    fleet_bound_factor: float,
+    fleet_bound_factor: float | None,
     rescan_interval: float | None,
     name: str | None,
     address: str | None,

@@ -33,11 +33,13 @@ class FlowDuty(Duty):
         engine: Engine,
         wake: threading.Event,
         *,
-        fleet_factor: float | None,
+        fleet_bound: bool = True,
+        fleet_factor: float | None = None,
         interval: float = REFRESH_INTERVAL,
     ) -> None:
         self._engine = engine
         self._wake = wake
+        self._fleet_bound = fleet_bound
         self._fleet_factor = fleet_factor
         self._interval = interval
         self._asked = threading.Event()
@@ -53,7 +55,10 @@ class FlowDuty(Duty):
             self._asked.clear()
             with transaction(self._engine) as conn:
                 plan = make_plan(
-                    limits.enabled_limits(conn), read_fleet(conn), fleet_factor=self._fleet_factor
+                    limits.enabled_limits(conn),
+                    read_fleet(conn),
+                    fleet_bound=self._fleet_bound,
+                    fleet_factor=self._fleet_factor,
                 )
             self.due = t + self._interval
             if plan != self.plan:

@@ -85,7 +85,8 @@ class Scheduler:
         self.flow = FlowDuty(
             engine,
             self._wake,
-            fleet_factor=options.fleet_bound_factor if options.fleet_bound else None,
+            fleet_bound=options.fleet_bound,
+            fleet_factor=options.fleet_bound_factor,
         )
         self._outbox = RelayDuty(
             Relay(engine, transport, names, limit=RELAY_BATCH, hooks=ctx.hooks),

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.scheduler.cluster.member import ClusterOptions
-from sasflow.store.flow.plan import DEFAULT_FLEET_FACTOR
 from sasflow.store.runs import pools
 
 
@@ -27,10 +26,11 @@ class SchedulerOptions:
     fleet_interval: float = 1.0
     """Seconds between two takes of agent heartbeats (sasflow.scheduler.fleet)."""
     fleet_bound: bool = True
-    """Bound each agent's steps in flight cluster-wide by its live instances' capacity, and
-    claim none of an agent whose instances are all gone (docs/flow-control.md)."""
-    fleet_bound_factor: float = DEFAULT_FLEET_FACTOR
-    """The fleet bound: this many steps in flight per unit of live capacity (concurrency)."""
+    """Claim none of the steps of an agent whose instances are all gone (stopped or lost), and
+    with `fleet_bound_factor` bound the others (docs/flow-control.md)."""
+    fleet_bound_factor: float | None = None
+    """Keep each agent's steps in flight, cluster-wide, within this many per unit of its live
+    instances' capacity (summed concurrency); None: no such bound."""
     pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
     """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
     limits: Limits = DEFAULT_LIMITS

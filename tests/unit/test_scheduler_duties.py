@@ -24,12 +24,16 @@ class FakeMember:
 
 
 class FakeDispatcher:
-    def __init__(self, full: bool = False, due: float | None = None) -> None:
-        self.answer = (full, due)
+    def __init__(
+        self, full: bool = False, due: float | None = None, flow_due: float | None = None
+    ) -> None:
+        self.answer = (full, due, flow_due)
         self.claims = 0
+        self.plain: list[bool] = []
 
-    def claim_and_dispatch(self) -> tuple[bool, float | None]:
+    def claim_and_dispatch(self, *, plain: bool = True) -> tuple[bool, float | None, float | None]:
         self.claims += 1
+        self.plain.append(plain)
         return self.answer
 
 
@@ -95,6 +99,21 @@ def test_a_backoff_ending_before_the_rescan_brings_the_claim_forward() -> None:
     duty = _claim_duty(FakeMember(), FakeDispatcher(due=0.0), threading.Event())
     duty.run(1e9)  # far past this process's monotonic clock: the backoff ends sooner
     assert duty.due < 1e9
+
+
+def test_a_budgeted_claim_due_first_runs_alone_and_the_plain_claim_keeps_its_rescan() -> None:
+    """A rate's next call (the budgeted claim's due) comes before the rescan: at that time only
+    the budgeted claim runs; the plain claim runs again at its rescan or when woken."""
+    dispatcher, wake = FakeDispatcher(flow_due=0.0), threading.Event()
+    duty = _claim_duty(FakeMember(), dispatcher, wake)
+    duty.run(1e9)  # far past this process's monotonic clock: the budgeted claim is due first
+    assert dispatcher.plain == [True]
+    assert duty.due < 1e9
+    duty.run(1e9 + 0.1)
+    assert dispatcher.plain == [True, False]
+    wake.set()
+    duty.run(1e9 + 0.2)
+    assert dispatcher.plain == [True, False, True]
 
 
 def test_no_claim_without_a_lease() -> None:

@@ -22,8 +22,9 @@ from datetime import datetime
 
 from sasflow.store.flow.model import Limit, format_rate
 
-EPSILON = 1e-9
-"""Seconds of float rounding GCRA forgives (a call exactly on time conforms)."""
+EPSILON = 1e-6
+"""Seconds GCRA forgives: the database clock's resolution (a call exactly on time conforms
+despite float rounding, and a `tat` stored to the microsecond)."""
 
 BudgetKey = tuple[str, str]
 """(limit name or implicit bound, key): '' when the limit has no key."""

@@ -17,26 +17,18 @@ SQLite runs the same statements without FOR UPDATE (one writer at a time).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Connection, select
 
 from sasflow.store.flow import limits as rows
-from sasflow.store.flow.admission import (
-    Admission,
-    Budget,
-    BudgetKey,
-    Candidate,
-    admit,
-    limit_budget,
-)
+from sasflow.store.flow.admission import Admission, BudgetKey, Candidate, admit
 from sasflow.store.flow.admission import exhausted as exhausted_budgets
-from sasflow.store.flow.model import KeyExpr, Limit
+from sasflow.store.flow.budgets import Budgets, draws, read_budgets
 from sasflow.store.flow.plan import FlowPlan
-from sasflow.store.flow.queries import Excluded, Family, Selector, candidates, in_flight
+from sasflow.store.flow.queries import Excluded, Selector, candidates
 from sasflow.store.runs.claim import ClaimedStep, claim_chosen
 from sasflow.store.sqltime import statement_now
 
@@ -63,28 +55,6 @@ class BudgetedClaim:
     """Some budget admitted nothing at the claim (its steps were left out of the candidates)."""
 
 
-@dataclass
-class _Budgets:
-    """The claim's budgets and what each family covers."""
-
-    at: datetime
-    families: dict[str, Family] = field(default_factory=dict)
-    limits: dict[str, Limit] = field(default_factory=dict)
-    budgets: dict[BudgetKey, Budget] = field(default_factory=dict)
-    counts: dict[BudgetKey, int] = field(default_factory=dict)
-    tats: dict[BudgetKey, datetime] = field(default_factory=dict)
-    opens: list[datetime] = field(default_factory=list)
-
-    def of_limit(self, limit: Limit, key: str) -> BudgetKey:
-        """The budget of `limit` for `key`, made on first use."""
-        found = (limit.name, key)
-        if found not in self.budgets:
-            self.budgets[found] = limit_budget(
-                limit, key, in_flight=self.counts.get(found, 0), tat=self.tats.get(found)
-            )
-        return found
-
-
 def claim_budgeted(
     conn: Connection,
     plan: FlowPlan,
@@ -100,7 +70,7 @@ def claim_budgeted(
         return BudgetedClaim()
     locked = rows.lock_limits(conn, sorted(agents)) if plan.limits_of(agents) else []
     at: datetime = conn.execute(select(statement_now())).scalar_one()
-    state = _budgets(conn, plan, locked, agents, at)
+    state = read_budgets(conn, plan, locked, agents, at)
     t = at.timestamp()
     exhausted = exhausted_budgets(state.budgets, t)
     excluded, open_agents = _excluded(state, exhausted, agents)
@@ -111,7 +81,7 @@ def claim_budgeted(
     keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
     window = _window(state, open_agents, batch, t)
     found = conn.execute(candidates(sorted(open_agents), excluded, keys, window)).all()
-    chosen = [Candidate(r.id, _draws(state, r, keys)) for r in found]
+    chosen = [Candidate(r.id, draws(state, r, keys)) for r in found]
     admission = admit(chosen, state.budgets, t, batch)
     claimed: list[ClaimedStep] = []
     backoff = None
@@ -130,7 +100,7 @@ def claim_budgeted(
         # More may be admitted now: the candidates filled the batch, or held some back while
         # others beyond them may be admissible.
         full=len(found) == window and bool(claimed) and (window == batch or bool(admission.held)),
-        limited=bool(exhausted) or bool(admission.held),
+        limited=bool(exhausted) or _full(admission),
         admitted=admitted,
         held=held,
         tokens={
@@ -141,68 +111,14 @@ def claim_budgeted(
     )
 
 
-def _budgets(
-    conn: Connection, plan: FlowPlan, locked: Sequence[Limit], agents: set[str], at: datetime
-) -> _Budgets:
-    """Every family of the claim, its steps in flight per key, its buckets, and the budgets
-    of the families without a key (those with one get theirs per key, on first use)."""
-    state = _Budgets(at)
-    counted = _families(state, plan, locked, agents)
-    if counted:
-        for row in conn.execute(in_flight(counted)):
-            state.counts[(row.name, row.key)] = int(row.n)
-    rated = [n for n, lim in state.limits.items() if lim.rate is not None]
-    state.tats = rows.busy_buckets(conn, rated, at)
-    for name, limit in state.limits.items():
-        if limit.key is None:
-            state.of_limit(limit, "")
-        else:  # the keys in flight or in a busy bucket: those that may be exhausted
-            for key in {k for n, k in (*state.counts, *state.tats) if n == name}:
-                state.of_limit(limit, key)
-    for bound in plan.bounds.values():
-        if bound.name in state.families:
-            room = bound.bound - state.counts.get((bound.name, ""), 0)
-            state.budgets[(bound.name, "")] = Budget(room=room, concurrency_reason=bound.reason)
-    for hold in plan.breakers:
-        if hold.name in state.families:
-            room = 0 if at < hold.until else 1 - state.counts.get((hold.name, ""), 0)
-            state.budgets[(hold.name, "")] = Budget(room=room, concurrency_reason=hold.reason(at))
-            if at < hold.until:
-                state.opens.append(hold.until)
-    return state
+def _full(admission: Admission) -> bool:
+    """Whether a concurrency budget has no room left after the claim (or held a step)."""
+    if admission.held:
+        return True
+    return any(b.room is not None and b.room <= 0 for b in admission.budgets.values())
 
 
-def _families(
-    state: _Budgets, plan: FlowPlan, locked: Sequence[Limit], agents: set[str]
-) -> list[Family]:
-    """Register the families of the claim (the locked limits, whose dependency the fleet
-    resolves; the fleet bounds and breaker holds of `agents`); the ones whose steps in flight
-    count."""
-    counted = []
-    for limit in locked:
-        actions = frozenset(limit.actions) if limit.actions is not None else None
-        if limit.dependency is not None:
-            actions = plan.actions_of(limit)
-            if actions is None:
-                continue  # no live instance reports the dependency: it selects nothing yet
-        family = Family(limit.name, Selector(limit.agent, actions), limit.key)
-        state.limits[limit.name] = limit
-        state.families[limit.name] = family
-        if limit.concurrency is not None:
-            counted.append(family)
-    for agent, bound in sorted(plan.bounds.items()):
-        if agent in agents and bound.bound > 0:
-            state.families[bound.name] = Family(bound.name, Selector(agent))
-            counted.append(state.families[bound.name])
-    for hold in plan.breakers:
-        if hold.agent in agents:
-            state.families[hold.name] = Family(hold.name, Selector(hold.agent, hold.actions))
-            if state.at >= hold.until:
-                counted.append(state.families[hold.name])
-    return counted
-
-
-def _window(state: _Budgets, agents: set[str], batch: int, t: float) -> int:
+def _window(state: Budgets, agents: set[str], batch: int, t: float) -> int:
     """How many candidates to lock: a batch, less when the budgets that cover whole agents
     (no key, every action) admit fewer (a rate limit's next call, say, locks one row)."""
     most = dict.fromkeys(agents, batch)
@@ -214,7 +130,7 @@ def _window(state: _Budgets, agents: set[str], batch: int, t: float) -> int:
 
 
 def _excluded(
-    state: _Budgets, exhausted: dict[BudgetKey, str], agents: set[str]
+    state: Budgets, exhausted: dict[BudgetKey, str], agents: set[str]
 ) -> tuple[list[Excluded], set[str]]:
     """What the candidates leave out (the steps of the budgets that admit nothing now), and
     the agents left with steps to look at."""
@@ -235,21 +151,7 @@ def _excluded(
     return excluded, open_agents
 
 
-def _draws(state: _Budgets, row: Any, keys: Sequence[KeyExpr]) -> tuple[BudgetKey, ...]:
-    """The budgets a candidate row draws from."""
-    draws = []
-    for name, family in state.families.items():
-        if not family.selector.covers(row.agent, row.action):
-            continue
-        limit = state.limits.get(name)
-        if limit is None or limit.key is None:  # an implicit bound, or a limit without a key
-            draws.append((name, ""))
-        else:
-            draws.append(state.of_limit(limit, getattr(row, f"k{keys.index(limit.key)}")))
-    return tuple(draws)
-
-
-def _write(conn: Connection, state: _Budgets, admission: Admission) -> None:
+def _write(conn: Connection, state: Budgets, admission: Admission) -> None:
     """The admitted steps' buckets, and when their limits last admitted."""
     tats = {}
     for key in admission.drawn:
@@ -262,7 +164,7 @@ def _write(conn: Connection, state: _Budgets, admission: Admission) -> None:
     )
 
 
-def _due(state: _Budgets, admission: Admission, t: float, backoff: float | None) -> float | None:
+def _due(state: Budgets, admission: Admission, t: float, backoff: float | None) -> float | None:
     waits = [w for w in (admission.wait(t), backoff) if w is not None]
     waits += [(until - state.at).total_seconds() for until in state.opens]
     if not waits:

@@ -20,18 +20,15 @@ from functools import cached_property
 from sasflow.store.flow.fleet import FleetView
 from sasflow.store.flow.model import Limit
 
-DEFAULT_FLEET_FACTOR = 2.0
-"""The fleet bound of an agent: this many steps in flight per unit of its live instances'
-capacity (their summed concurrency): one running and one waiting in the queue per thread."""
-
 
 @dataclass(frozen=True)
 class FleetBound:
-    """An agent's implicit concurrency: `bound` steps in flight cluster-wide."""
+    """An agent's implicit concurrency: `bound` steps in flight cluster-wide (0: it has no live
+    instance; None: no bound but that)."""
 
     agent: str
     capacity: int
-    bound: int
+    bound: int | None
 
     @property
     def name(self) -> str:
@@ -95,7 +92,7 @@ class FlowPlan:
         """The agents the budgeted claim takes (the others: the plain claim)."""
         limited = {limit.agent for limit in self.limits}
         limited.update(b.agent for b in self.breakers)
-        limited.update(a for a, b in self.bounds.items() if b.bound > 0)
+        limited.update(a for a, b in self.bounds.items() if b.bound)
         return frozenset(limited - self.paused)
 
     def limits_of(self, agents: frozenset[str] | set[str]) -> tuple[Limit, ...]:
@@ -106,13 +103,24 @@ NO_PLAN = FlowPlan()
 """No limit, no fleet: every agent is claimed by the plain claim."""
 
 
-def make_plan(limits: list[Limit], fleet: FleetView, *, fleet_factor: float | None) -> FlowPlan:
-    """The plan of these limits over this fleet; `fleet_factor` None: no fleet bound."""
+def make_plan(
+    limits: list[Limit],
+    fleet: FleetView,
+    *,
+    fleet_bound: bool = True,
+    fleet_factor: float | None = None,
+) -> FlowPlan:
+    """The plan of these limits over this fleet. With `fleet_bound`, an agent that has instance
+    rows but no live instance is paused (none of its steps is claimed), and with `fleet_factor`
+    each other agent known to the fleet is bounded to ceil(factor * its live capacity) steps in
+    flight; an agent with no instance rows (an agent speaking the wire protocol without
+    heartbeats) gets no implicit bound."""
     bounds = {}
-    if fleet_factor is not None:
+    if fleet_bound:
         for agent in sorted(fleet.known):
             capacity = fleet.capacity.get(agent, 0)
-            bounds[agent] = FleetBound(agent, capacity, math.ceil(capacity * fleet_factor))
+            bound = None if fleet_factor is None else math.ceil(capacity * fleet_factor)
+            bounds[agent] = FleetBound(agent, capacity, 0 if capacity == 0 else bound)
     holds = tuple(
         BreakerHold(b.agent, b.dependency, fleet.uses[(b.agent, b.dependency)], b.until)
         for b in fleet.open_breakers

@@ -108,3 +108,18 @@ def candidates(
         .limit(window)
         .with_for_update(of=steps, skip_locked=True)
     )
+
+
+def ready_count(selector: Selector) -> Select[Any]:
+    """The steps of `selector` ready to be claimed now (ix_steps_ready)."""
+    return (
+        select(func.count())
+        .select_from(steps.join(runs, runs.c.id == steps.c.run_id))
+        .where(
+            steps.c.state == StepState.PENDING,
+            steps.c.locked_by.is_(None),
+            steps.c.not_before <= now(),
+            claimable_in_run(),
+            selector.where(),
+        )
+    )
