@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sasflow.commands import StoredError
 from sasflow.errors import (
@@ -48,6 +48,22 @@ CAPPED_RECHECK = 0.1
 """Seconds until a scheduler with an agent at its in-flight bound counts again: the replies
 that free room may be applied by another scheduler (one reply queue for all), which does not
 wake this one."""
+
+
+@dataclass
+class Claimed:
+    """What one claim pass says of the next."""
+
+    full: bool = False
+    """The plain claim took a full batch: more may be ready."""
+    due: float | None = None
+    """Seconds until the earliest backoff ends (a retry is claimed when it is due, not at the
+    next rescan)."""
+    flow_full: bool = False
+    """The budgeted claim may admit more now."""
+    flow_due: float | None = None
+    """Seconds until the budgeted claim may admit more (a rate's next call, a breaker's hold
+    ending; None: nothing to wait for but a reply or a notification)."""
 
 
 class Dispatcher(Part):
@@ -81,18 +97,13 @@ class Dispatcher(Part):
         for agent in self._registry.agents:
             self._declare_agent(agent.name)
 
-    def claim_and_dispatch(
-        self, *, plain: bool = True, budgeted: bool = True
-    ) -> tuple[bool, float | None, float | None]:
+    def claim_and_dispatch(self, *, plain: bool = True, budgeted: bool = True) -> Claimed:
         """Claim one batch and publish it: the plain claim's and the budgeted claim's (either
-        may be left out). Returns whether a batch was full (more may be ready), the seconds
-        until the earliest backoff ends (so a retry is claimed when it is due, not at the next
-        rescan), and the seconds until the budgeted claim may admit more (a rate's next call,
-        a breaker's hold ending; None: nothing to wait for)."""
+        may be left out); see `Claimed` for what it returns."""
         batch = self._batch
         plan = self._flow.plan
         claimed: list[ClaimedStep] = []
-        full, due, flow_due = False, None, None
+        done = Claimed()
         skip: list[str] = []
         if plain:
             started = time.monotonic()
@@ -101,22 +112,22 @@ class Dispatcher(Part):
                     skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
                     if self._in_flight.all_capped(a.name for a in self._registry.agents):
                         # Nothing to claim, and a claim would walk every pending step to find it.
-                        return False, CAPPED_RECHECK, None
+                        return Claimed(due=CAPPED_RECHECK)
                 left_out = skip + sorted(plan.agents | plan.paused)
-                claimed, due = claim(conn, locked_by=self._id, batch=batch, skip_agents=left_out)
+                claimed, done.due = claim(
+                    conn, locked_by=self._id, batch=batch, skip_agents=left_out
+                )
                 self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
-            full = len(claimed) == batch
+            done.full = len(claimed) == batch
         if budgeted and plan.agents:
             got = self._claim_budgeted(skip)
             claimed += got.claimed
-            full = full or got.full
-            flow_due = got.due
+            done.flow_full, done.flow_due = got.full, got.due
         if self._in_flight.capped:
-            due = CAPPED_RECHECK if due is None else min(due, CAPPED_RECHECK)
-        if not claimed:
-            return False, due, flow_due
-        full, due = self._dispatch(claimed, full, due)
-        return full, due, flow_due
+            done.due = CAPPED_RECHECK if done.due is None else min(done.due, CAPPED_RECHECK)
+        if claimed:
+            self._dispatch(claimed)
+        return done
 
     def _claim_budgeted(self, skip: list[str]) -> BudgetedClaim:
         started = time.monotonic()
@@ -129,16 +140,14 @@ class Dispatcher(Part):
         self._hooks.steps_budgeted(got.admitted, got.held, got.tokens)
         return got
 
-    def _dispatch(
-        self, claimed: list[ClaimedStep], full: bool, due: float | None
-    ) -> tuple[bool, float | None]:
+    def _dispatch(self, claimed: list[ClaimedStep]) -> None:
         """Publish the claimed steps' requests (see the module docstring)."""
         claimed_at = time.monotonic()
         self._stats.claimed += len(claimed)
         self._outbox.claimed()  # their events go out soon (RelayDuty.claimed says when)
         claimed = self._wait_for_pools(claimed)
         if not claimed:
-            return full, due
+            return
         try:
             results = self._transport.publish_many(
                 [self._request(step, claimed_at) for step in claimed]
@@ -152,7 +161,6 @@ class Dispatcher(Part):
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return full, due
 
     def _settle(
         self, claimed: list[ClaimedStep], results: list[Exception | None], claimed_at: float

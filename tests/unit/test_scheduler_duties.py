@@ -9,7 +9,7 @@ from typing import cast
 from sasflow.relay import Relay
 from sasflow.scheduler.claims import ClaimDuty, ClusterDuty
 from sasflow.scheduler.cluster.member import ClusterMember
-from sasflow.scheduler.dispatch import Dispatcher
+from sasflow.scheduler.dispatch import Claimed, Dispatcher
 from sasflow.scheduler.duty import INF, Periodic
 from sasflow.scheduler.outbox import CONFIRM_POLL, RELAY_BATCH, RelayDuty
 
@@ -25,15 +25,19 @@ class FakeMember:
 
 class FakeDispatcher:
     def __init__(
-        self, full: bool = False, due: float | None = None, flow_due: float | None = None
+        self,
+        full: bool = False,
+        due: float | None = None,
+        flow_due: float | None = None,
+        flow_full: bool = False,
     ) -> None:
-        self.answer = (full, due, flow_due)
+        self.answer = Claimed(full=full, due=due, flow_full=flow_full, flow_due=flow_due)
         self.claims = 0
-        self.plain: list[bool] = []
+        self.calls: list[tuple[bool, bool]] = []
 
-    def claim_and_dispatch(self, *, plain: bool = True) -> tuple[bool, float | None, float | None]:
+    def claim_and_dispatch(self, *, plain: bool = True, budgeted: bool = True) -> Claimed:
         self.claims += 1
-        self.plain.append(plain)
+        self.calls.append((plain, budgeted))
         return self.answer
 
 
@@ -92,7 +96,8 @@ def test_a_full_batch_claims_again_without_sleeping() -> None:
     dispatcher, wake = FakeDispatcher(full=True), threading.Event()
     duty = _claim_duty(FakeMember(), dispatcher, wake)
     assert duty.run(5.0) == 0.0
-    assert wake.is_set()
+    assert duty.run(5.0) == 0.0
+    assert dispatcher.calls == [(True, True), (True, False)]  # again: the full claim alone
 
 
 def test_a_backoff_ending_before_the_rescan_brings_the_claim_forward() -> None:
@@ -107,13 +112,13 @@ def test_a_budgeted_claim_due_first_runs_alone_and_the_plain_claim_keeps_its_res
     dispatcher, wake = FakeDispatcher(flow_due=0.0), threading.Event()
     duty = _claim_duty(FakeMember(), dispatcher, wake)
     duty.run(1e9)  # far past this process's monotonic clock: the budgeted claim is due first
-    assert dispatcher.plain == [True]
+    assert dispatcher.calls == [(True, True)]
     assert duty.due < 1e9
     duty.run(1e9 + 0.1)
-    assert dispatcher.plain == [True, False]
+    assert dispatcher.calls[-1] == (False, True)
     wake.set()
     duty.run(1e9 + 0.2)
-    assert dispatcher.plain == [True, False, True]
+    assert dispatcher.calls[-1] == (True, True)
 
 
 def test_no_claim_without_a_lease() -> None:

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
-from sasflow.store.flow import limits as rows
 from sasflow.store.flow.admission import Budget, BudgetKey, limit_budget
 from sasflow.store.flow.model import KeyExpr, Limit
 from sasflow.store.flow.plan import FlowPlan
-from sasflow.store.flow.queries import Family, Selector, in_flight
+from sasflow.store.flow.queries import Family, Selector, budget_reads
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -42,24 +43,36 @@ class Budgets:
 
 
 def read_budgets(
-    conn: Connection, plan: FlowPlan, limits: Sequence[Limit], agents: set[str], at: datetime
+    conn: Connection, plan: FlowPlan, limits: Sequence[Limit], agents: set[str]
 ) -> Budgets:
     """Every family of `limits` (the claim's, locked) and of the plan's implicit bounds over
-    `agents`, their steps in flight per key, their buckets, and the budgets of the families
-    without a key (those with one get theirs per key, on first use)."""
-    state = Budgets(at)
+    `agents`, their steps in flight per key and their busy buckets, read in one statement with
+    the database's clock (`Budgets.at`, the statement's time: after any lock the transaction
+    waited for); and the budgets of the families without a key (those with one get theirs per
+    key, on first use)."""
+    state = Budgets(_NEVER)
     counted = _families(state, plan, limits, agents)
-    if counted:
-        for row in conn.execute(in_flight(counted)):
-            state.counts[(row.name, row.key)] = int(row.n)
     rated = [n for n, lim in state.limits.items() if lim.rate is not None]
-    state.tats = rows.busy_buckets(conn, rated, at)
+    for row in conn.execute(budget_reads(counted, rated)):
+        if row.kind == "t":
+            state.at = row.at
+        elif row.kind == "c":
+            state.counts[(row.name, row.key)] = int(row.n)
+        else:
+            state.tats[(row.name, row.key)] = row.at
     for name, limit in state.limits.items():
         if limit.key is None:
             state.of_limit(limit, "")
         else:  # the keys in flight or in a busy bucket: those that may be exhausted
             for key in {k for n, k in (*state.counts, *state.tats) if n == name}:
                 state.of_limit(limit, key)
+    _implicit(state, plan)
+    return state
+
+
+def _implicit(state: Budgets, plan: FlowPlan) -> None:
+    """The budgets of the fleet bounds and breaker holds among the families."""
+    at = state.at
     for bound in plan.bounds.values():
         if bound.name in state.families and bound.bound is not None:
             room = bound.bound - state.counts.get((bound.name, ""), 0)
@@ -70,7 +83,6 @@ def read_budgets(
             state.budgets[(hold.name, "")] = Budget(room=room, concurrency_reason=hold.reason(at))
             if at < hold.until:
                 state.opens.append(hold.until)
-    return state
 
 
 def _families(
@@ -98,8 +110,7 @@ def _families(
     for hold in plan.breakers:
         if hold.agent in agents:
             state.families[hold.name] = Family(hold.name, Selector(hold.agent, hold.actions))
-            if state.at >= hold.until:
-                counted.append(state.families[hold.name])
+            counted.append(state.families[hold.name])  # its one trial, once half-open
     return counted
 
 

@@ -17,21 +17,24 @@ SQLite runs the same statements without FOR UPDATE (one writer at a time).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from sasflow.store.flow import limits as rows
 from sasflow.store.flow.admission import Admission, BudgetKey, Candidate, admit
 from sasflow.store.flow.admission import exhausted as exhausted_budgets
 from sasflow.store.flow.budgets import Budgets, draws, read_budgets
+from sasflow.store.flow.model import Limit
 from sasflow.store.flow.plan import FlowPlan
 from sasflow.store.flow.queries import Excluded, Selector, candidates
-from sasflow.store.runs.claim import ClaimedStep, claim_chosen
-from sasflow.store.sqltime import statement_now
+from sasflow.store.runs.claim import ClaimedStep, claim, claim_chosen
 
+ADMITTED_PRECISION = timedelta(seconds=1)
+"""How stale a limit's `last_admitted_at` may be."""
 MIN_WAIT = 0.005
 """Seconds a scheduler waits at least before claiming again for a rate: at a high rate each
 claim then admits several steps, not one."""
@@ -68,32 +71,39 @@ def claim_budgeted(
     agents = set(plan.agents) - set(skip_agents)
     if not agents:
         return BudgetedClaim()
-    locked = rows.lock_limits(conn, sorted(agents)) if plan.limits_of(agents) else []
-    at: datetime = conn.execute(select(statement_now())).scalar_one()
-    state = read_budgets(conn, plan, locked, agents, at)
-    t = at.timestamp()
+    locked: list[Limit] = []
+    admitted_at: dict[str, datetime | None] = {}
+    if plan.limits_of(agents):
+        locked, admitted_at = rows.lock_limits(conn, sorted(agents))
+    state = read_budgets(conn, plan, locked, agents)
+    t = state.at.timestamp()
     exhausted = exhausted_budgets(state.budgets, t)
     excluded, open_agents = _excluded(state, exhausted, agents)
     if not open_agents:
         return BudgetedClaim(
             due=_due(state, Admission(budgets=state.budgets), t, None), limited=True
         )
-    keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
-    window = _window(state, open_agents, batch, t)
-    found = conn.execute(candidates(sorted(open_agents), excluded, keys, window)).all()
-    chosen = [Candidate(r.id, draws(state, r, keys)) for r in found]
-    admission = admit(chosen, state.budgets, t, batch)
-    claimed: list[ClaimedStep] = []
-    backoff = None
-    if admission.admitted:
-        claimed, backoff = claim_chosen(conn, admission.admitted, locked_by=locked_by)
-        _write(conn, state, admission)
-    admitted: dict[str, int] = {}
-    for (name, _), n in admission.drawn.items():
-        admitted[name] = admitted.get(name, 0) + n
-    held: dict[str, int] = {}
-    for name, _ in admission.held.values():
-        held[name] = held.get(name, 0) + 1
+    window, whole = _window(state, open_agents, batch, t)
+    if whole and not excluded:
+        # Every budget covers whole agents and admits the window: the plain claim's one
+        # statement, for these agents, takes it.
+        claimed, backoff = claim(
+            conn, locked_by=locked_by, batch=window, only_agents=sorted(open_agents)
+        )
+        found: Sequence[Any] = claimed
+        admission = admit(
+            [Candidate(c.id, draws(state, c, ())) for c in claimed], state.budgets, t, window
+        )
+    else:
+        keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
+        found = conn.execute(candidates(sorted(open_agents), excluded, keys, window)).all()
+        chosen = [Candidate(r.id, draws(state, r, keys)) for r in found]
+        admission = admit(chosen, state.budgets, t, batch)
+        claimed, backoff = [], None
+        if admission.admitted:
+            claimed, backoff = claim_chosen(conn, admission.admitted, locked_by=locked_by)
+    if claimed:
+        _write(conn, state, admission, admitted_at)
     return BudgetedClaim(
         claimed=claimed,
         due=_due(state, admission, t, backoff),
@@ -101,14 +111,21 @@ def claim_budgeted(
         # others beyond them may be admissible.
         full=len(found) == window and bool(claimed) and (window == batch or bool(admission.held)),
         limited=bool(exhausted) or _full(admission),
-        admitted=admitted,
-        held=held,
+        admitted=_per_name(admission.drawn.items()),
+        held=_per_name((key, 1) for key in admission.held.values()),
         tokens={
             name: budget.gcra.tokens(t)
             for (name, key), budget in admission.budgets.items()
             if budget.gcra is not None and key == "" and state.limits[name].key is None
         },
     )
+
+
+def _per_name(counts: Iterable[tuple[BudgetKey, int]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for (name, _), n in counts:
+        found[name] = found.get(name, 0) + n
+    return found
 
 
 def _full(admission: Admission) -> bool:
@@ -118,15 +135,25 @@ def _full(admission: Admission) -> bool:
     return any(b.room is not None and b.room <= 0 for b in admission.budgets.values())
 
 
-def _window(state: Budgets, agents: set[str], batch: int, t: float) -> int:
+def _window(state: Budgets, agents: set[str], batch: int, t: float) -> tuple[int, bool]:
     """How many candidates to lock: a batch, less when the budgets that cover whole agents
-    (no key, every action) admit fewer (a rate limit's next call, say, locks one row)."""
+    (no key, every action) admit fewer (a rate limit's next call, say, locks one row); and
+    whether those budgets are all there is and admit the whole window whatever its agents (one
+    agent, or each with room for a batch)."""
     most = dict.fromkeys(agents, batch)
+    whole = True
     for (name, key), budget in state.budgets.items():
-        selector = state.families[name].selector
-        if key == "" and selector.actions is None and selector.agent in most:
-            most[selector.agent] = budget.capacity(t, most[selector.agent])
-    return max(1, min(batch, sum(most.values())))
+        family = state.families[name]
+        if family.selector.agent not in most:
+            continue
+        if key == "" and family.key is None and family.selector.actions is None:
+            most[family.selector.agent] = budget.capacity(t, most[family.selector.agent])
+        else:
+            whole = False
+    if any(f.key is not None for f in state.families.values() if f.selector.agent in most):
+        whole = False
+    window = max(1, min(batch, sum(most.values())))
+    return window, whole and (len(most) == 1 or min(most.values()) >= batch)
 
 
 def _excluded(
@@ -151,16 +178,28 @@ def _excluded(
     return excluded, open_agents
 
 
-def _write(conn: Connection, state: Budgets, admission: Admission) -> None:
-    """The admitted steps' buckets, and when their limits last admitted."""
+def _write(
+    conn: Connection,
+    state: Budgets,
+    admission: Admission,
+    admitted_at: Mapping[str, datetime | None],
+) -> None:
+    """The admitted steps' buckets, and when their limits last admitted (at most once a
+    second each: `last_admitted_at` is for people, and its write would cost every claim)."""
     tats = {}
     for key in admission.drawn:
         budget = admission.budgets[key]
         if budget.gcra is not None:
             tats[key] = datetime.fromtimestamp(budget.gcra.tat, UTC)
     rows.write_buckets(conn, tats)
+    stale = state.at - ADMITTED_PRECISION
+    names = {name for name, _ in admission.drawn if name in state.limits}
     rows.mark_admitted(
-        conn, sorted({name for name, _ in admission.drawn if name in state.limits}), state.at
+        conn,
+        sorted(
+            n for n in names if (admitted_at.get(n) or datetime.min.replace(tzinfo=UTC)) < stale
+        ),
+        state.at,
     )
 
 

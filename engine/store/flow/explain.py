@@ -55,7 +55,7 @@ def _reason(
         return None
     state = cache.get(agent)
     if state is None:
-        state = cache[agent] = read_budgets(conn, plan, plan.limits_of({agent}), {agent}, at)
+        state = cache[agent] = read_budgets(conn, plan, plan.limits_of({agent}), {agent})
     keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
     values: Sequence[Any] = ()
     if keys:
@@ -65,7 +65,7 @@ def _reason(
     row = SimpleNamespace(
         agent=agent, action=step["action"], **{f"k{i}": v for i, v in enumerate(values)}
     )
-    t = at.timestamp()
+    t = state.at.timestamp()
     for key in draws(state, row, keys):
         reason = state.budgets[key].refusal(t)
         if reason is not None:

@@ -87,17 +87,20 @@ def enabled_limits(conn: Connection) -> list[Limit]:
     return _valid(conn.execute(query))
 
 
-def lock_limits(conn: Connection, agents: Sequence[str]) -> list[Limit]:
-    """Lock the enabled limits of `agents` in name order and read them (ix_flow_limits_agent):
-    the claims of one limit are serialized here, across every scheduler, and taking the locks
-    in one order leaves no deadlock."""
+def lock_limits(
+    conn: Connection, agents: Sequence[str]
+) -> tuple[list[Limit], dict[str, datetime | None]]:
+    """Lock the enabled limits of `agents` in name order and read them, with when each last
+    admitted a step (ix_flow_limits_agent): the claims of one limit are serialized here, across
+    every scheduler and host, and taking the locks in one order leaves no deadlock."""
     query = (
         select(flow_limits)
         .where(flow_limits.c.agent.in_(list(agents)), flow_limits.c.enabled)
         .order_by(flow_limits.c.name)
         .with_for_update()
     )
-    return _valid(conn.execute(query))
+    found = conn.execute(query).all()
+    return _valid(found), {r.name: r.last_admitted_at for r in found}
 
 
 def save(conn: Connection, limit: Limit, *, actor: str, reason: str | None) -> bool:

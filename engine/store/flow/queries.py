@@ -8,14 +8,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, literal, not_, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    cast,
+    func,
+    literal,
+    not_,
+    null,
+    select,
+    union_all,
+)
 
 from sasflow.states import StepState
 from sasflow.store.flow.keys import key_value
 from sasflow.store.flow.model import KeyExpr
 from sasflow.store.runs.queries import claimable_in_run
-from sasflow.store.schema import runs, steps
-from sasflow.store.sqltime import now
+from sasflow.store.schema import flow_buckets, runs, steps
+from sasflow.store.sqltime import now, statement_now
+from sasflow.store.types import Timestamp
 
 
 @dataclass(frozen=True)
@@ -43,10 +55,51 @@ class Family:
     key: KeyExpr | None = None
 
 
+def budget_reads(families: Sequence[Family], rated: Sequence[str]) -> Select[Any]:
+    """What the budgeted claim reads once it holds its locks, in one round trip: rows (kind,
+    name, key, n, at) of the statement's clock (kind 't', `at`), the steps in flight per family
+    and key (kind 'c', `n`, as `in_flight`) and the busy buckets of the `rated` limits (kind
+    'b', their `tat` in `at`; flow_buckets' primary key)."""
+    clock = select(
+        literal("t").label("kind"),
+        literal("").label("name"),
+        literal("").label("key"),
+        literal(0).label("n"),
+        statement_now().label("at"),
+    )
+    parts: list[Select[Any]] = [clock]
+    for part in _counts(families):
+        counted = part.subquery()
+        parts.append(
+            select(
+                literal("c"), counted.c.name, counted.c.key, counted.c.n, cast(null(), Timestamp())
+            )
+        )
+    if rated:
+        parts.append(
+            select(
+                literal("b"),
+                flow_buckets.c.limit_name,
+                flow_buckets.c.key,
+                literal(0),
+                flow_buckets.c.tat,
+            ).where(
+                flow_buckets.c.limit_name.in_(list(rated)), flow_buckets.c.tat > statement_now()
+            )
+        )
+    if len(parts) == 1:
+        return clock
+    return select(*union_all(*parts).subquery().c)
+
+
 def in_flight(families: Sequence[Family]) -> Select[Any]:
     """(name, key, n): the steps in `processing` of each family, per key (ix_steps_expiry, then
     the runs' primary key for a keyed family)."""
-    parts = []
+    return select(*union_all(*_counts(families)).subquery().c)
+
+
+def _counts(families: Sequence[Family]) -> list[Select[Any]]:
+    parts: list[Any] = []
     for family in families:
         where = [steps.c.state == StepState.PROCESSING, family.selector.where()]
         if family.key is None:
@@ -66,7 +119,7 @@ def in_flight(families: Sequence[Family]) -> Select[Any]:
                 .group_by(key)
             )
         parts.append(part)
-    return select(*union_all(*parts).subquery().c)
+    return parts
 
 
 @dataclass(frozen=True)

@@ -44,15 +44,23 @@ def claim_steps(
 
 
 def claim(
-    conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
+    conn: Connection,
+    *,
+    locked_by: str,
+    batch: int,
+    skip_agents: Sequence[str] = (),
+    only_agents: Sequence[str] = (),
 ) -> tuple[list[ClaimedStep], float | None]:
     """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
-    rows when it found work, else with a second statement)."""
+    rows when it found work, else with a second statement). `only_agents`: the steps of these
+    agents alone (the budgeted claim's, store/flow/claim.py)."""
     values: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
     skipping = bool(skip_agents)
     if skipping:
         values["b_skip_agents"] = list(skip_agents)
-    rows = _claim_rows(conn, values, skipping=skipping, chosen=False)
+    if only_agents:
+        values["b_only_agents"] = list(only_agents)
+    rows = _claim_rows(conn, values, skipping=skipping, chosen=False, only=bool(only_agents))
     if not rows:
         return [], seconds_until_due(conn)
     due = None if len(rows) == batch else _remaining(rows[0].due, rows[0].db_now)
@@ -73,12 +81,12 @@ def claim_chosen(
 
 
 def _claim_rows(
-    conn: Connection, values: dict[str, Any], *, skipping: bool, chosen: bool
+    conn: Connection, values: dict[str, Any], *, skipping: bool, chosen: bool, only: bool = False
 ) -> Sequence[Any]:
     if capabilities(conn).merged_claim:
-        statement: Any = queries.claim_and_start(skipping=skipping, chosen=chosen)
+        statement: Any = queries.claim_and_start(skipping=skipping, chosen=chosen, only=only)
     else:
-        statement = queries.claim_ready(skipping=skipping, chosen=chosen)
+        statement = queries.claim_ready(skipping=skipping, chosen=chosen, only=only)
     return conn.execute(statement, values).all()
 
 

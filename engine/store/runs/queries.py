@@ -80,11 +80,12 @@ def claimable_in_run() -> ColumnElement[bool]:
     )
 
 
-def _ready(skipping: bool) -> CTE:
+def _ready(skipping: bool, only: bool = False) -> CTE:
     """Up to :batch ready steps, locked (ix_steps_ready); `skipping`: not those of the agents
-    in :b_skip_agents (at their in-flight bound, scheduler/inflight.py). The locking select sits
-    in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can update more rows than the
-    limit (PostgreSQL bug #15715)."""
+    in :b_skip_agents (at their in-flight bound, scheduler/inflight.py); `only`: those of the
+    agents in :b_only_agents (the budgeted claim's, when its budgets admit the whole batch).
+    The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
+    update more rows than the limit (PostgreSQL bug #15715)."""
     wanted = [
         steps.c.state == StepState.PENDING,
         steps.c.locked_by.is_(None),
@@ -93,6 +94,8 @@ def _ready(skipping: bool) -> CTE:
     ]
     if skipping:
         wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
+    if only:
+        wanted.append(steps.c.agent.in_(bindparam("b_only_agents", expanding=True)))
     return (
         select(steps.c.id)
         .join(runs, runs.c.id == steps.c.run_id)
@@ -147,13 +150,13 @@ _claimed_columns = (
 
 
 @cache
-def claim_ready(*, skipping: bool = False, chosen: bool = False) -> Update:
+def claim_ready(*, skipping: bool = False, chosen: bool = False, only: bool = False) -> Update:
     """Lock up to :batch ready steps and mark them processing (ix_steps_ready), each row with
     `due` and `db_now` as `next_due` gives them (the claimed steps were ready, so they do not
     count): a claim that finds work needs no second statement to learn when to claim next.
     `chosen`: the steps :b_step_ids instead, which the budgeted claim locked (primary key).
     """
-    return _claim(_chosen() if chosen else _ready(skipping)).returning(
+    return _claim(_chosen() if chosen else _ready(skipping, only)).returning(
         *_claimed_columns,
         joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         _next_due().scalar_subquery().label("due"),
@@ -162,14 +165,16 @@ def claim_ready(*, skipping: bool = False, chosen: bool = False) -> Update:
 
 
 @cache
-def claim_and_start(*, skipping: bool = False, chosen: bool = False) -> Select[Any]:
+def claim_and_start(
+    *, skipping: bool = False, chosen: bool = False, only: bool = False
+) -> Select[Any]:
     """PostgreSQL: `claim_ready`, `start_runs` and the events of both (`claim.claim_steps`
     records the same rows) in one statement, with data-modifying CTEs (ix_steps_ready, then
     primary keys; `chosen`: the steps :b_step_ids, primary key). The rows: `claim_ready`'s.
     The events go in in the order `claim_steps` records them: the runs started, by id, then the
     steps claimed, by id."""
     claimed = (
-        _claim(_chosen() if chosen else _ready(skipping))
+        _claim(_chosen() if chosen else _ready(skipping, only))
         .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
         .cte("claimed")
     )
