@@ -46,24 +46,12 @@ def list_command(obj: CliContext, output: str) -> None:
         return
     print_table(
         f"{len(found)} limit(s)",
-        [
-            "name",
-            "selects",
-            "key",
-            "limit",
-            "enabled",
-            "in flight",
-            "tokens",
-            "ready",
-            "last admitted",
-        ],
+        ["name", "selects", "limit", "in flight", "tokens", "ready", "last admitted"],
         [
             [
                 f["name"],
                 _selects(f),
-                f["key"],
-                f["description"],
-                "yes" if f["enabled"] else "no",
+                f["description"] + ("" if f["enabled"] else " (disabled)"),
                 f["state"]["in_flight"] if f["state"]["resolved"] else "unresolved",
                 _tokens(f["state"]),
                 f["state"]["ready"],

@@ -70,7 +70,7 @@ def test_keys_of_numbers_and_strings_are_limited_per_value_across_threads(
         sqlite_engine,
         Limit("per-account", "pay", key=KeyExpr.parse("input.account"), concurrency=1),
     )
-    rounds: list[list[object]] = []
+    rounds: list[list[str]] = []
     lock = threading.Lock()
 
     def claimer() -> None:

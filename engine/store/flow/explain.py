@@ -22,7 +22,7 @@ from sasflow.store.schema import runs
 from sasflow.store.sqltime import now
 
 
-def waiting_reasons(conn: Connection, steps: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+def waiting_reasons(conn: Connection, steps: Sequence[Mapping[Any, Any]]) -> dict[int, str]:
     """Step id -> why it waits, for the `pending` ones of `steps` (rows with id, run_id, agent,
     action, state, not_before) that wait for something; a ready step with room is left out."""
     pending = [s for s in steps if s["state"] == StepState.PENDING]
@@ -42,7 +42,7 @@ def waiting_reasons(conn: Connection, steps: Sequence[Mapping[str, Any]]) -> dic
 def _reason(
     conn: Connection,
     plan: FlowPlan,
-    step: Mapping[str, Any],
+    step: Mapping[Any, Any],
     at: datetime,
     cache: dict[str, Budgets],
 ) -> str | None:

@@ -11,8 +11,9 @@ from sqlalchemy import Connection, select
 
 from sasflow.store.flow import limits
 from sasflow.store.flow.admission import Gcra
+from sasflow.store.flow.fleet import read_fleet
 from sasflow.store.flow.model import Limit
-from sasflow.store.flow.plan import FlowPlan
+from sasflow.store.flow.plan import FlowPlan, make_plan
 from sasflow.store.flow.queries import Family, Selector, in_flight, ready_count
 from sasflow.store.sqltime import now
 
@@ -58,3 +59,21 @@ def limit_state(conn: Connection, limit: Limit, plan: FlowPlan) -> dict[str, Any
         "tokens": tokens,
         "ready": int(conn.execute(ready_count(selector)).scalar_one()),
     }
+
+
+def held_counts(conn: Connection) -> dict[str, int]:
+    """Enabled limit -> its ready steps (what `sasflow_limit_held_steps` shows); an unresolved
+    dependency limit counts none."""
+    plan = make_plan(limits.enabled_limits(conn), read_fleet(conn))
+    found = {}
+    for limit in plan.limits:
+        actions = frozenset(limit.actions) if limit.actions is not None else None
+        if limit.dependency is not None:
+            actions = plan.actions_of(limit)
+        if limit.dependency is not None and actions is None:
+            found[limit.name] = 0
+            continue
+        found[limit.name] = int(
+            conn.execute(ready_count(Selector(limit.agent, actions))).scalar_one()
+        )
+    return found
