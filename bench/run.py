@@ -1,7 +1,7 @@
 """The sasflow benchmark suite: limits of this machine, then the engine against them.
 
-    python bench/run.py [--quick] [--only W0,W1,W1c,W1s,W2,W2c,W3,sweep,recovery] [--repeat N]
-                        [--flow-limits none|other|generous]
+    python bench/run.py [--quick] [--only W0,W1,W1c,W1s,W2,W2c,W3,sweep,recovery,ratelimit]
+                        [--repeat N] [--flow-limits none|other|generous]
 
 Prints a machine line, then each figure as the median and min-max of its repeats, its ratio to
 the W0 limits measured in the same run and, where issue 11 sets one, the target with PASS or
@@ -23,13 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Sizes
 from bench.report import Results, load_line, machine_line, say
+from bench.workloads.ratelimit import run_ratelimit
 from bench.workloads.recovery import run_recovery
 from bench.workloads.sweep import run_sweep
 from bench.workloads.w0 import run_w0
 from bench.workloads.w3 import run_w3
 from bench.workloads.w12 import FLOW_LIMITS, FORMS, run_w12
 
-WORKLOADS = ("W0", *FORMS, "W3", "sweep", "recovery")
+WORKLOADS = ("W0", *FORMS, "W3", "sweep", "recovery", "ratelimit")
 
 
 def main() -> None:
@@ -75,6 +76,8 @@ def main() -> None:
         run_sweep(sizes, results)
     if "recovery" in which:
         run_recovery(sizes, results)
+    if "ratelimit" in which:
+        run_ratelimit(sizes, results)
     say(f"done in {time.monotonic() - began:.0f}s; {load_line()}", results)
 
 
