@@ -38,7 +38,7 @@ from sqlalchemy.dialects import postgresql
 from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
-from sasflow.store.sqltime import now, plus_seconds
+from sasflow.store.sqltime import now, plus_seconds, statement_now
 
 _processing_with_attempt = and_(
     steps.c.id == bindparam("b_step_id"),
@@ -117,7 +117,11 @@ def _chosen() -> CTE:
     )
 
 
-def _claim(ready: CTE) -> Update:
+def _claim(ready: CTE, *, budgeted: bool = False) -> Update:
+    """The claim's SET. `budgeted`: the budgeted claim's, stamped with the statement's time,
+    which follows the limits' locks its transaction waited for, as its rates' clock does (so
+    `dispatched_at` shows the steps started when the rate started them)."""
+    at = statement_now() if budgeted else now()
     return (
         update(steps)
         .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
@@ -125,8 +129,8 @@ def _claim(ready: CTE) -> Update:
             state=StepState.PROCESSING,
             locked_by=bindparam("b_locked_by"),
             attempt=steps.c.attempt + 1,
-            complete_by=plus_seconds(now(), steps.c.timeout_s),
-            dispatched_at=now(),
+            complete_by=plus_seconds(at, steps.c.timeout_s),
+            dispatched_at=at,
             updated_at=now(),
         )
     )
@@ -156,7 +160,8 @@ def claim_ready(*, skipping: bool = False, chosen: bool = False, only: bool = Fa
     count): a claim that finds work needs no second statement to learn when to claim next.
     `chosen`: the steps :b_step_ids instead, which the budgeted claim locked (primary key).
     """
-    return _claim(_chosen() if chosen else _ready(skipping, only)).returning(
+    ready = _chosen() if chosen else _ready(skipping, only)
+    return _claim(ready, budgeted=chosen or only).returning(
         *_claimed_columns,
         joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         _next_due().scalar_subquery().label("due"),
@@ -174,7 +179,7 @@ def claim_and_start(
     The events go in in the order `claim_steps` records them: the runs started, by id, then the
     steps claimed, by id."""
     claimed = (
-        _claim(_chosen() if chosen else _ready(skipping, only))
+        _claim(_chosen() if chosen else _ready(skipping, only), budgeted=chosen or only)
         .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
         .cte("claimed")
     )
