@@ -88,7 +88,11 @@ def claim_budgeted(
         # Every budget covers whole agents and admits the window: the plain claim's one
         # statement, for these agents, takes it.
         claimed, backoff = claim(
-            conn, locked_by=locked_by, batch=window, only_agents=sorted(open_agents)
+            conn,
+            locked_by=locked_by,
+            batch=window,
+            only_agents=sorted(open_agents),
+            at=state.at,
         )
         found: Sequence[Any] = claimed
         admission = admit(
@@ -101,7 +105,9 @@ def claim_budgeted(
         admission = admit(chosen, state.budgets, t, batch)
         claimed, backoff = [], None
         if admission.admitted:
-            claimed, backoff = claim_chosen(conn, admission.admitted, locked_by=locked_by)
+            claimed, backoff = claim_chosen(
+                conn, admission.admitted, locked_by=locked_by, at=state.at
+            )
     if claimed:
         _write(conn, state, admission, admitted_at)
     return BudgetedClaim(

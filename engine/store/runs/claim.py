@@ -50,16 +50,18 @@ def claim(
     batch: int,
     skip_agents: Sequence[str] = (),
     only_agents: Sequence[str] = (),
+    at: datetime | None = None,
 ) -> tuple[list[ClaimedStep], float | None]:
     """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
     rows when it found work, else with a second statement). `only_agents`: the steps of these
-    agents alone (the budgeted claim's, store/flow/claim.py)."""
+    agents alone, claimed `at` that database time (the budgeted claim's, store/flow/claim.py)."""
     values: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
     skipping = bool(skip_agents)
     if skipping:
         values["b_skip_agents"] = list(skip_agents)
     if only_agents:
         values["b_only_agents"] = list(only_agents)
+        values["b_at"] = at
     rows = _claim_rows(conn, values, skipping=skipping, chosen=False, only=bool(only_agents))
     if not rows:
         return [], seconds_until_due(conn)
@@ -68,12 +70,13 @@ def claim(
 
 
 def claim_chosen(
-    conn: Connection, step_ids: Sequence[int], *, locked_by: str
+    conn: Connection, step_ids: Sequence[int], *, locked_by: str, at: datetime
 ) -> tuple[list[ClaimedStep], float | None]:
     """Claim the steps `step_ids`, which this transaction chose and locked (the budgeted claim,
-    store/flow/claim.py), exactly as `claim` claims; and, when it claimed some, the seconds
-    until the earliest backoff ends (as `claim`'s rows give them)."""
-    values = {"b_step_ids": list(step_ids), "b_locked_by": locked_by}
+    store/flow/claim.py), exactly as `claim` claims but `at` the database time its rates
+    admitted them; and, when it claimed some, the seconds until the earliest backoff ends (as
+    `claim`'s rows give them)."""
+    values = {"b_step_ids": list(step_ids), "b_locked_by": locked_by, "b_at": at}
     rows = _claim_rows(conn, values, skipping=False, chosen=True)
     if not rows:
         return [], None

@@ -38,7 +38,8 @@ from sqlalchemy.dialects import postgresql
 from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
-from sasflow.store.sqltime import now, plus_seconds, statement_now
+from sasflow.store.sqltime import now, plus_seconds
+from sasflow.store.types import Timestamp
 
 _processing_with_attempt = and_(
     steps.c.id == bindparam("b_step_id"),
@@ -118,10 +119,10 @@ def _chosen() -> CTE:
 
 
 def _claim(ready: CTE, *, budgeted: bool = False) -> Update:
-    """The claim's SET. `budgeted`: the budgeted claim's, stamped with the statement's time,
-    which follows the limits' locks its transaction waited for, as its rates' clock does (so
-    `dispatched_at` shows the steps started when the rate started them)."""
-    at = statement_now() if budgeted else now()
+    """The claim's SET. `budgeted`: the budgeted claim's, stamped with :b_at, the database
+    time its rates admitted the steps at (read after the limits' locks), so `dispatched_at`
+    and the deadline start when the rate started the step."""
+    at = bindparam("b_at", type_=Timestamp()) if budgeted else now()
     return (
         update(steps)
         .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
