@@ -1,12 +1,13 @@
 """ratelimit: a rate limit of 50/s on one agent, held by 3 scheduler processes under a backlog
 of 10,000 steps (issue 22's acceptance figure; docs/flow-control.md).
 
-The backlog of one-step runs is submitted up front; the limit is set through the operators'
-service; 3 `sasflow scheduler` processes and one `sasflow agent noop -c 16` (far more capacity
-than 50/s needs) run for the measurement window. The steps started are read afterwards from
-their `dispatched_at` (database clock: the claim transaction's start, at most the lock wait
-before the rate's clock). Printed: the steps started in each whole second of the window, their
-mean, min and max, the share of seconds within 5% of the limit, and the most started in any
+The backlog of one-step runs is submitted up front, held by a paused limit (concurrency 0)
+while 3 `sasflow scheduler` processes and one `sasflow agent noop -c 16` (far more capacity
+than 50/s needs) start and settle; then the limit is set to the rate through the operators'
+service (the schedulers hear it by NOTIFY) and the window runs. The steps started are read
+afterwards from their `dispatched_at` (database clock: the time the rate admitted them at).
+Printed: the steps started in each whole second of the window, their mean, min and max, the
+share of seconds within 5% of the limit, and the most started in any
 1-second window (sliding, ending at each start), against what GCRA allows (burst + rate x 1 s).
 The burst is small (5): after a pause of the claimers at most 5 steps start at once to catch
 up."""
@@ -41,6 +42,11 @@ def _backlog(engine: Engine, names: Names, count: int) -> None:
             submit_run(conn, registry, "one", {"i": i}, key=f"rl-{i}", namespace=names.namespace)
 
 
+def _limit(engine: Engine, names: Names, limit: Limit) -> None:
+    with engine.begin() as conn:
+        limits.set_limit(conn, limit, actor="bench", reason="bench", namespace=names.namespace)
+
+
 def run_ratelimit(sizes: Sizes, results: Results) -> None:
     backlog, window = sizes.ratelimit_backlog, sizes.ratelimit_seconds
     burst = BURST
@@ -53,20 +59,15 @@ def run_ratelimit(sizes: Sizes, results: Results) -> None:
     with scratch("rl", ["noop"]) as (url, engine, names):
         started = time.perf_counter()
         _backlog(engine, names, backlog)
-        with engine.begin() as conn:
-            limits.set_limit(
-                conn,
-                Limit("bench-rate", "noop", rate=RATE, burst=burst),
-                actor="bench",
-                reason="bench",
-                namespace=names.namespace,
-            )
+        _limit(engine, names, Limit("bench-rate", "noop", concurrency=0))  # paused meanwhile
         say(f"  backlog recorded in {time.perf_counter() - started:.1f}s", results)
         with processes(url, names, "bench.apps") as procs:
             procs.start("agent", "agent", "noop", "--concurrency", "16")
             for i in range(SCHEDULERS):
                 procs.start(f"scheduler-{i}", "scheduler")
-            time.sleep(SETTLE + window)
+            time.sleep(SETTLE)  # the roles started and settled; the window opens
+            _limit(engine, names, Limit("bench-rate", "noop", rate=RATE, burst=burst))
+            time.sleep(window + 1.0)
             procs.assert_alive()
         with engine.connect() as conn:
             times = [

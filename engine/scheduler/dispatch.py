@@ -104,7 +104,7 @@ class Dispatcher(Part):
         plan = self._flow.plan
         claimed: list[ClaimedStep] = []
         done = Claimed()
-        skip: list[str] = []
+        skip = list(self._in_flight.left_out)
         if plain:
             started = time.monotonic()
             with transaction(self._engine) as conn:

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 POLL_BATCH = 500
 """Heartbeats taken (and written in one transaction) per poll."""
+SEEN_MOST = 10_000
+"""Instances whose last heartbeat a recorder remembers (to tell a change)."""
 
 
 class FleetRecorder:
@@ -83,6 +85,8 @@ class FleetRecorder:
     def _changed(self, taken: list[AgentHeartbeat]) -> bool:
         """Whether a heartbeat changes what the flow plan reads of its instance."""
         changed = False
+        if len(self._seen) > SEEN_MOST:  # instances lost long ago: start again (one notify)
+            self._seen.clear()
         for beat in taken:
             seen = (beat.stopping, beat.concurrency, beat.actions, sorted(beat.breakers.items()))
             if self._seen.get(beat.instance_id) != seen:
