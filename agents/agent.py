@@ -160,5 +160,10 @@ class Agent:
     def spec(self, action: str) -> HandlerSpec | None:
         return self._handlers.get(action)
 
+    def uses(self) -> dict[str, str | None]:
+        """Each action -> the dependency (breaker) its handler calls through, or None: what
+        the agent's heartbeats tell the cluster (flow limits on a dependency, docs/protocol.md)."""
+        return {action: spec.dependency for action, spec in sorted(self._handlers.items())}
+
     def __repr__(self) -> str:
         return f"Agent({self._name!r}, actions={sorted(self._handlers)})"

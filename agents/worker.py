@@ -112,6 +112,7 @@ class AgentWorker:
             names,
             concurrency=concurrency,
             interval=self._options.heartbeat_interval,
+            actions=agent.uses(),
         )
         self._breakers = {
             dep: SharedBreaker(

@@ -136,6 +136,14 @@ class SchedulerNotFoundError(SasflowError):
     """No scheduler registered with that name."""
 
 
+class InvalidLimitError(SasflowError):
+    """The flow limit's definition is invalid (name, selector, key, rate, burst, concurrency)."""
+
+
+class LimitNotFoundError(SasflowError):
+    """No flow limit with that name."""
+
+
 # -- refusals: a permanent misconfiguration, not an outage ------------------------------------
 
 

@@ -59,6 +59,14 @@ class Hooks:
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         """A claim statement took `steps` (possibly none) in `seconds`, in its transaction."""
 
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        """The budgeted claim (flow limits, docs/flow-control.md) committed: steps admitted and
+        candidates held back per limit (implicit bounds named `fleet:AGENT`,
+        `breaker:AGENT/DEPENDENCY`), and the calls each rate limit without a key would admit
+        now."""
+
     def request_headers(self, step: ClaimedStep) -> Headers | None:
         """Headers for the request that dispatches `step`."""
         return None
@@ -167,6 +175,11 @@ class HookChain(Hooks):
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self._each("steps_claimed", lambda h: h.steps_claimed(conn, steps, seconds))
+
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        self._each("steps_budgeted", lambda h: h.steps_budgeted(admitted, held, tokens))
 
     def request_headers(self, step: ClaimedStep) -> Headers | None:
         return _merge(self._each("request_headers", lambda h: h.request_headers(step)))

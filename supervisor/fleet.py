@@ -1,4 +1,5 @@
-"""The supervisor's fleet pass: agent instances that stopped heartbeating become `lost`.
+"""The supervisor's fleet pass: agent instances that stopped heartbeating become `lost`; gone
+instances and idle flow-limit buckets are forgotten.
 
 The supervisor judges loss because it is the one role that acts alone (under its lease) and
 periodically: each lost instance is marked once, appends one fleet event (entity "agent") to
@@ -17,6 +18,7 @@ from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.cluster import fleet
 from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Engine, transaction
+from sasflow.store.flow import limits as flow_limits
 from sasflow.store.outbox import stream
 from sasflow.store.outbox.alerts import AGENT_LOST, Alert, raise_alert
 from sasflow.store.runs import events
@@ -76,3 +78,5 @@ def flag_lost_agents(
         stream.queue_failures(conn, failures, namespace=namespace)
         report.agents_lost += len(lost)
         fleet.forget_gone(conn, after_s=FORGET_AFTER_S)
+        # Idle rate buckets hold a full burst, as no row does: keys no longer used go.
+        flow_limits.forget_idle_buckets(conn)

@@ -1,8 +1,8 @@
 """flow control: the three clocks of a step (wait, execution, heartbeat) and run deadlines
 
 Revision ID: 0011
-Revises: 0009
-Create Date: 2027-01-12 10:00:00.000000
+Revises: 0010
+Create Date: 2026-11-25 09:00:00.000000
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '0011'
-down_revision: str | None = '0009'
+down_revision: str | None = '0010'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

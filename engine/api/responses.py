@@ -81,6 +81,12 @@ class StepResponse(_Response):
     input: Any
     output: Any
     idempotency_key: str
+    waiting: str | None = Field(
+        default=None,
+        description="What a pending step waits for: a backoff, a flow limit (`rate-limited: "
+        "payments 100/s`), a breaker, no live agent instance (docs/flow-control.md); null when "
+        "it is not held.",
+    )
 
 
 class EventResponse(_Response):
@@ -298,3 +304,51 @@ class AgentResponse(_Response):
 
 class AgentListResponse(_Response):
     agents: list[AgentResponse]
+
+
+# -- flow limits ------------------------------------------------------------------------------
+
+
+class LimitStateResponse(_Response):
+    """A limit's live state (docs/flow-control.md)."""
+
+    resolved: bool = Field(
+        description="False: a dependency no live agent instance reports; it holds nothing."
+    )
+    actions: list[str] | None = Field(description="The actions it selects (null: every one).")
+    in_flight: int = Field(description="Its steps in processing.")
+    in_flight_keys: dict[str, int] = Field(description="The busiest keys and their steps.")
+    tokens: float | None = Field(description="Steps its rate would start now (no key only).")
+    ready: int = Field(description="Ready steps it selects (held while it has no room).")
+
+
+class LimitResponse(_Response):
+    """A flow limit: its row, as operators read it, and its live state."""
+
+    name: str
+    agent: str
+    actions: list[str] | None
+    dependency: str | None
+    key: str | None
+    rate: float | None = Field(description="Steps started per second.")
+    burst: int | None
+    concurrency: int | None
+    enabled: bool
+    last_admitted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str
+    reason: str | None
+    description: str = Field(description="e.g. `100/s (burst 100), 40 at once`.")
+    burst_effective: int | None
+    state: LimitStateResponse
+    created: bool | None = Field(default=None, description="PUT: whether it was new.")
+
+
+class LimitListResponse(_Response):
+    limits: list[LimitResponse]
+
+
+class LimitDeletedResponse(_Response):
+    name: str
+    deleted: bool

@@ -105,6 +105,25 @@ def submitter(obj: CliContext, prefetch: int, on_backlog: SubmitterPolicy) -> No
     "left out of claims; 0: no bound.",
 )
 @click.option(
+    "--fleet-bound/--no-fleet-bound",
+    default=SchedulerOptions.fleet_bound,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_FLEET_BOUND",
+    show_envvar=True,
+    help="Claim no step of an agent whose instances are all gone (stopped or lost): they stay "
+    "pending, uncharged, until one is back (docs/flow-control.md).",
+)
+@click.option(
+    "--fleet-bound-factor",
+    type=click.FloatRange(0.1, 10_000),
+    default=SchedulerOptions.fleet_bound_factor,
+    envvar="SASFLOW_SCHEDULER_FLEET_BOUND_FACTOR",
+    show_envvar=True,
+    help="Also keep each agent's steps in flight, cluster-wide, within this many per unit of "
+    "its live instances' capacity (summed concurrency), e.g. 2 for slow handlers "
+    "[default: no such bound].",
+)
+@click.option(
     "--rescan-interval",
     type=click.FloatRange(0.05, 60),
     default=None,
@@ -168,6 +187,8 @@ def scheduler(
     batch: int,
     reply_prefetch: int,
     max_in_flight: int,
+    fleet_bound: bool,
+    fleet_bound_factor: float | None,
     rescan_interval: float | None,
     name: str | None,
     address: str | None,
@@ -184,6 +205,8 @@ def scheduler(
             claim_batch=batch,
             reply_prefetch=reply_prefetch,
             max_in_flight=max_in_flight or None,
+            fleet_bound=fleet_bound,
+            fleet_bound_factor=fleet_bound_factor,
             rescan_interval=rescan_interval,
             pool_limits=PoolLimits(
                 give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks

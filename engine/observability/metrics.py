@@ -207,6 +207,28 @@ class SchedulerMetrics(_Relay, _RunsFinished):
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.limit_admitted = Counter(
+            "sasflow_limit_admitted",
+            "Steps this scheduler's budgeted claims admitted, by flow limit (implicit ones: "
+            "fleet:AGENT, breaker:AGENT/DEPENDENCY).",
+            ["limit"],
+            registry=registry,
+        )
+        self.limit_tokens = Gauge(
+            "sasflow_limit_tokens",
+            "Steps a rate limit (without a key) would start at once, after this scheduler's "
+            "last claim under it.",
+            ["limit"],
+            registry=registry,
+        )
+
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        for name, count in admitted.items():
+            self.limit_admitted.labels(name).inc(count)
+        for name, left in tokens.items():
+            self.limit_tokens.labels(name).set(left)
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self.claim_seconds.observe(seconds)
@@ -407,6 +429,39 @@ class ApiMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its Content-Type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class LimitGauges(Collector):
+    """The supervisor's gauge of the steps each flow limit holds (its ready steps), read from
+    the database on a scrape (at most every `min_interval` seconds; see store.flow.state)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]], min_interval: float = 5.0) -> None:
+        self._read = read
+        self._min_interval = min_interval
+        self._cached: Mapping[str, int] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._at >= self._min_interval:
+                try:
+                    self._cached, self._at = self._read(), now
+                except StoreUnavailableError as exc:
+                    log.warning("limit gauges not read: %s", exc)
+                    self._cached = None
+            counts = self._cached
+        if counts is None:
+            return
+        held = GaugeMetricFamily(
+            "sasflow_limit_held_steps",
+            "Ready steps a flow limit selects: held while it has no room.",
+            labels=["limit"],
+        )
+        for name, value in sorted(counts.items()):
+            held.add_metric([name], value)
+        yield held
 
 
 class StateGauges(Collector):

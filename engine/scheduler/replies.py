@@ -15,6 +15,7 @@ from sasflow.commands import StoredError
 from sasflow.errors import InvalidMessageError, StoreUnavailableError
 from sasflow.messages import Limits, Progress, Reply, Unknown, parse_on_replies, safe_text
 from sasflow.scheduler.context import Context, Part
+from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.outbox import RelayDuty
 from sasflow.states import ReplyStatus
@@ -32,11 +33,18 @@ class Replies(Part):
     """Holds the replies delivered since the last pass until the loop applies them."""
 
     def __init__(
-        self, ctx: Context, limits: Limits, *, in_flight: InFlightCap, outbox: RelayDuty
+        self,
+        ctx: Context,
+        limits: Limits,
+        *,
+        in_flight: InFlightCap,
+        outbox: RelayDuty,
+        flow: FlowDuty,
     ) -> None:
         super().__init__(ctx)
         self._limits = limits
         self._in_flight = in_flight
+        self._flow = flow
         self._outbox = outbox
         self.waiting: list[Held] = []
         """Delivered, not applied yet (unacked): replies and agents' progress messages."""
@@ -163,7 +171,7 @@ class Replies(Part):
             self._outbox.recorded()
         if report.ready or report.backing_off:
             self._wake.set()  # claim what is ready; or learn when the backoff ends
-        if self._in_flight.capped and report.applied:
+        if (self._in_flight.capped or self._flow.limited) and report.applied:
             self._wake.set()  # an agent left out of the last claim may have room again
 
     def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -410,6 +411,11 @@ agent_instances = Table(
     # scheduler took it later) changes nothing, so a goodbye is never undone by a late beat.
     Column("seq", BigInteger, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False),
+    # What the instance's handlers call: action -> the dependency (breaker) it names, or null
+    # (NULL: an agent too old to say). Resolves the flow limits set on a dependency.
+    Column("actions", Json, nullable=True),
+    # Seconds, as of `heartbeat_at`, until each open breaker lets a trial call through.
+    Column("breakers_open_for", Json, nullable=True),
     _ts("first_seen_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),
     _ts("gone_at"),
@@ -508,4 +514,44 @@ stream_updates = Table(
     _ts("sent_at"),
     # Serves a stream's read of its subscriber's due updates, in commit order.
     Index("ix_stream_updates_subscriber_id_id", "subscriber_id", "id"),
+)
+
+flow_limits = Table(
+    "flow_limits",
+    metadata,
+    # Rate and concurrency limits evaluated by the claim (docs/flow-control.md): which steps
+    # (an agent's, all or some of its actions, or those using a dependency), one budget or one
+    # per key (an expression of the run), calls started per second with a burst, steps at once.
+    Column("name", String(100), primary_key=True),
+    Column("agent", String(100), nullable=False),
+    Column("actions", Json, nullable=True),
+    Column("dependency", String(100), nullable=True),
+    Column("key", String(200), nullable=True),
+    Column("rate", Float, nullable=True),
+    Column("burst", Integer, nullable=True),
+    Column("concurrency", Integer, nullable=True),
+    Column("enabled", Boolean, nullable=False, server_default=true()),
+    # When a claim last admitted a step under it (written by that claim).
+    _ts("last_admitted_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    Column("updated_by", String(200), nullable=False),
+    Column("reason", Text, nullable=True),
+    # Serves the claim's lock of the limits of the agents it claims for.
+    Index("ix_flow_limits_agent", "agent"),
+)
+
+flow_buckets = Table(
+    "flow_buckets",
+    metadata,
+    # The rate of a limit, per key ('' when the limit has no key): GCRA's theoretical arrival
+    # time. A row whose `tat` is past holds a full burst, as a missing row does.
+    Column(
+        "limit_name",
+        String(100),
+        ForeignKey("flow_limits.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("key", String(200), primary_key=True),
+    _ts("tat", nullable=False),
 )

@@ -32,6 +32,13 @@ class _Now(FunctionElement[Any]):
     type = Timestamp()
 
 
+class _StatementNow(FunctionElement[Any]):
+    """The database's current timestamp at the start of the statement."""
+
+    inherit_cache = True
+    type = Timestamp()
+
+
 class _PlusSeconds(FunctionElement[Any]):
     """`ts + seconds`, seconds being a number or a numeric SQL expression (the two arguments)."""
 
@@ -42,6 +49,13 @@ class _PlusSeconds(FunctionElement[Any]):
 def now() -> ColumnElement[Any]:
     """The database's transaction timestamp."""
     return _Now()
+
+
+def statement_now() -> ColumnElement[Any]:
+    """The database's timestamp at the start of the current statement (PostgreSQL's
+    `statement_timestamp()`): later than `now()` by what the transaction waited for, e.g. a
+    lock. The budgeted claim reads its rate clock with it once it holds its limits' locks."""
+    return _StatementNow()
 
 
 def plus_seconds(ts: ColumnElement[Any], seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
@@ -56,6 +70,16 @@ def _now_default(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noq
 
 @compiles(_Now, "sqlite")
 def _now_sqlite(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.strftime(SQLITE_FORMAT, "now"), **kw)
+
+
+@compiles(_StatementNow)
+def _statement_now_default(element: _StatementNow, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.statement_timestamp(), **kw)
+
+
+@compiles(_StatementNow, "sqlite")
+def _statement_now_sqlite(element: _StatementNow, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
     return compiler.process(func.strftime(SQLITE_FORMAT, "now"), **kw)
 
 

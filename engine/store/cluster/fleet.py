@@ -4,7 +4,7 @@ scheduler), the supervisor's loss detection, and the operators' list."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,13 @@ class InstanceReport:
     """Counts the instance's heartbeats: an older one than recorded is ignored."""
     stopping: bool = False
     """The instance's goodbye on a clean exit."""
+    actions: dict[str, str | None] | None = None
+    """Action -> the dependency it uses (None: the agent did not say)."""
+    breakers_open_for_s: dict[str, float] = field(default_factory=dict)
+    """Open breaker -> seconds until its trial call, as of this heartbeat."""
+
+
+_NOT_COLUMNS = frozenset({"stopping", "breakers_open_for_s"})
 
 
 def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> None:
@@ -47,7 +54,8 @@ def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> No
             latest[report.instance_id] = report
     rows = [
         {
-            **{k: v for k, v in asdict(r).items() if k != "stopping"},
+            **{k: v for k, v in asdict(r).items() if k not in _NOT_COLUMNS},
+            "breakers_open_for": r.breakers_open_for_s,
             "state": AgentState.STOPPED if r.stopping else AgentState.LIVE,
         }
         for r in latest.values()
