@@ -130,8 +130,8 @@ def test_heartbeats_wake_the_owner_and_go_out_at_its_next_pass() -> None:
     job.call.heartbeat()  # rate-limited: not sent
     assert transport.wakes == 1
     link.flush([job], lambda _job: True)
-    assert [kind for _, kind, _ in _sent(transport)] == ["step.heartbeat"]
-    assert stats.heartbeats == 1
+    assert [kind for _, kind, _ in _sent(transport)] == ["step.started", "step.heartbeat"]
+    assert (stats.started, stats.heartbeats) == (1, 1)
 
 
 def test_what_a_lost_connection_did_not_send_is_sent_on_the_next() -> None:
