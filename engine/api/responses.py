@@ -76,6 +76,14 @@ class StepResponse(_Response):
     max_failures: int
     locked_by: str | None
     complete_by: datetime | None
+    started_at: datetime | None = Field(
+        default=None,
+        description="When an agent said it started this attempt (null: not yet, or not "
+        "processing); complete_by is then its execution deadline, before it the envelope.",
+    )
+    wait_expiries: int = Field(
+        default=0, description="Requests in a row no agent took within the wait timeout."
+    )
     not_before: datetime
     error: Any
     input: Any

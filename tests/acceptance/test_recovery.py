@@ -42,6 +42,12 @@ def test_agent_killed_mid_step_is_recovered_by_the_supervisor_and_another_agent(
             conn, ops.registry, "killable", {"delay": 2}, key="k", namespace=names.namespace
         )
     harness.wait_for(lambda: len(_calls(remote_log)) == 1, what="the first agent starts")
+    # Killed once it said `started` (docs/timeouts.md): its silence is then an execution
+    # timeout, charged, and not mistaken for the wait of an absent agent.
+    harness.wait_for(
+        lambda: harness.step_rows(engine, run.run_id)[0].started_at is not None,
+        what="the scheduler applies the agent's started",
+    )
     procs.signal("agent-1", signal.SIGKILL)
     assert procs.wait("agent-1") == -signal.SIGKILL
     # The broker requeues the killed agent's request; it expires unconsumed (its TTL is the

@@ -282,6 +282,45 @@ def test_a_request_nobody_takes_expires_uncharged_and_the_step_completes_when_th
     assert raised == []
 
 
+def test_progress_messages_travel_and_a_heartbeating_step_outlives_its_heartbeat_timeout(
+    stack: Stack,
+) -> None:
+    """`step.started` and `step.heartbeat` go from the agent over the bus to the scheduler, which
+    applies them: a 1.5 s handler under a 0.5 s heartbeat clock completes, uncharged, its
+    `started` recorded once."""
+    slow = Agent("slow")
+
+    @slow.handler("work")
+    def work(call: Call) -> dict[str, int]:
+        until = threading.Event()
+        for _ in range(30):
+            call.heartbeat()
+            until.wait(0.05)
+        return {"attempt": call.attempt}
+
+    policy = StepPolicy(timeout=20, heartbeat_timeout=0.5, max_failures=1)
+    registry = Registry([Workflow("beat", [Step("only", "slow", "work", policy=policy)])], [slow])
+    with stack.engine.begin() as conn:
+        run = submit_run(conn, registry, "beat", {}, key="beat-1", namespace=stack.names.namespace)
+    scheduler, agent = stack.scheduler(registry), stack.agent(slow)
+    with harness.running(scheduler, agent, stack.supervisor(interval=0.1)):
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            timeout=20,
+            what=f"the heartbeating run completes on {stack.label}",
+        )
+    (step,) = harness.step_rows(stack.engine)
+    assert (step.failure_count, step.attempt) == (0, 1)
+    assert (agent.stats.started, scheduler.stats.started) == (1, 1)
+    assert agent.stats.heartbeats >= 3
+    assert scheduler.stats.heartbeats >= 3
+    with stack.engine.connect() as conn:
+        reasons = (
+            conn.execute(select(events.c.reason).where(events.c.step_id == step.id)).scalars().all()
+        )
+    assert reasons == [None, "started", None]
+
+
 def test_a_poison_request_is_dead_lettered_with_a_reason(stack: Stack, observer: Observer) -> None:
     """Garbage on an agent's queue is dead-lettered with the reason; the agent goes on."""
     names = stack.names

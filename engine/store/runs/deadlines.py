@@ -7,7 +7,16 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, Update, bindparam, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    literal_column,
+    select,
+    update,
+)
 
 from sasflow.states import RunState
 from sasflow.store.dialect import one_of
@@ -34,7 +43,9 @@ def past_deadline() -> Select[Any]:
         .where(
             runs.c.deadline_at < now(),
             runs.c.deadline_fired_at.is_(None),
-            runs.c.state.in_([s.value for s in DUE_STATES]),
+            # Constants, not parameters: the planner proves the partial index's predicate
+            # from them whatever plan it caches.
+            runs.c.state.in_([literal_column(f"'{s.value}'") for s in DUE_STATES]),
         )
         .order_by(runs.c.deadline_at)
         .limit(bindparam("b_batch"))
