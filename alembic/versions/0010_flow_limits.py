@@ -1,4 +1,4 @@
-"""flow limits: flow_limits, flow_buckets; what agent instances report of their actions and breakers
+"""flow limits: flow_limits, flow_buckets, ix_steps_ready_agent; what agent instances report of their actions and breakers
 
 Revision ID: 0010
 Revises: 0009
@@ -46,6 +46,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('name', name=op.f('pk_flow_limits'))
     )
     op.create_index('ix_flow_limits_agent', 'flow_limits', ['agent'], unique=False)
+    op.create_index('ix_steps_ready_agent', 'steps', ['agent', sa.text('priority DESC'), 'not_before', 'id'], unique=False, postgresql_where=sa.text("state = 'pending'"), sqlite_where=sa.text("state = 'pending'"))
     op.create_table('flow_buckets',
     sa.Column('limit_name', sa.String(length=100), nullable=False),
     sa.Column('key', sa.String(length=200), nullable=False),
@@ -56,6 +57,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index('ix_steps_ready_agent', table_name='steps', postgresql_where=sa.text("state = 'pending'"), sqlite_where=sa.text("state = 'pending'"))
     op.drop_table('flow_buckets')
     op.drop_index('ix_flow_limits_agent', table_name='flow_limits')
     op.drop_table('flow_limits')

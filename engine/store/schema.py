@@ -170,6 +170,17 @@ steps = Table(
         postgresql_where=text("state = 'pending'"),
         sqlite_where=text("state = 'pending'"),
     ),
+    # Serves the budgeted claim (flow limits): one agent's ready steps in claim order, so a
+    # rate-limited agent's claim does not walk the other agents' backlogs.
+    Index(
+        "ix_steps_ready_agent",
+        "agent",
+        text("priority DESC"),
+        "not_before",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
     # Serves the supervisor sweep: only in-flight steps, by deadline.
     Index(
         "ix_steps_expiry",

@@ -38,7 +38,7 @@ def _plan(engine: Engine, *defined: Limit) -> FlowPlan:
 
 def test_a_rate_admits_its_burst_and_refills_on_sqlite(sqlite_engine: Engine) -> None:
     _submit(sqlite_engine, [f"a{i}" for i in range(20)])
-    plan = _plan(sqlite_engine, Limit("pay-rate", "pay", rate=2, burst=4))
+    plan = _plan(sqlite_engine, Limit("pay-rate", "pay", rate=1, burst=4))
     with transaction(sqlite_engine) as conn:
         first = claim_budgeted(conn, plan, locked_by="s1", batch=100)
     with sqlite_engine.connect() as conn:
@@ -55,7 +55,7 @@ def test_a_rate_admits_its_burst_and_refills_on_sqlite(sqlite_engine: Engine) ->
             )
         ).all()
     assert (len(first.claimed), again.claimed, after) == (4, [], held)
-    time.sleep(1.05)  # two calls' worth at 2/s
+    time.sleep(2.2)  # two calls' worth at 1/s
     with transaction(sqlite_engine) as conn:
         assert len(claim_budgeted(conn, plan, locked_by="s1", batch=100).claimed) == 2
 

@@ -53,7 +53,7 @@ def read_budgets(
     state = Budgets(_NEVER)
     counted = _families(state, plan, limits, agents)
     rated = [n for n, lim in state.limits.items() if lim.rate is not None]
-    for row in conn.execute(budget_reads(counted, rated)):
+    for row in conn.execute(budget_reads(tuple(counted), tuple(rated))):
         if row.kind == "t":
             state.at = row.at
         elif row.kind == "c":

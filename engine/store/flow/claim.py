@@ -28,7 +28,7 @@ from sasflow.store.flow import limits as rows
 from sasflow.store.flow.admission import Admission, BudgetKey, Candidate, admit
 from sasflow.store.flow.admission import exhausted as exhausted_budgets
 from sasflow.store.flow.budgets import Budgets, draws, read_budgets
-from sasflow.store.flow.model import Limit
+from sasflow.store.flow.model import KeyExpr, Limit
 from sasflow.store.flow.plan import FlowPlan
 from sasflow.store.flow.queries import Excluded, Selector, candidates
 from sasflow.store.runs.claim import ClaimedStep, claim, claim_chosen
@@ -84,15 +84,16 @@ def claim_budgeted(
             due=_due(state, Admission(budgets=state.budgets), t, None), limited=True
         )
     window, whole = _window(state, open_agents, batch, t)
-    if whole and not excluded:
-        # Every budget covers whole agents and admits the window: the plain claim's one
-        # statement, for these agents, takes it.
+    if whole and not excluded and len(open_agents) == 1:
+        # Every budget covers the whole agent and admits the window: the plain claim's one
+        # statement, for this agent, takes it.
         claimed, backoff = claim(
             conn,
             locked_by=locked_by,
             batch=window,
             only_agents=sorted(open_agents),
             at=state.at,
+            learn_due=False,
         )
         found: Sequence[Any] = claimed
         admission = admit(
@@ -100,7 +101,7 @@ def claim_budgeted(
         )
     else:
         keys = sorted({lim.key for lim in state.limits.values() if lim.key is not None}, key=str)
-        found = conn.execute(candidates(sorted(open_agents), excluded, keys, window)).all()
+        found = _candidates(conn, sorted(open_agents), excluded, keys, window)
         chosen = [Candidate(r.id, draws(state, r, keys)) for r in found]
         admission = admit(chosen, state.budgets, t, batch)
         claimed, backoff = [], None
@@ -125,6 +126,24 @@ def claim_budgeted(
             if budget.gcra is not None and key == "" and state.limits[name].key is None
         },
     )
+
+
+def _candidates(
+    conn: Connection,
+    agents: Sequence[str],
+    excluded: Sequence[Excluded],
+    keys: Sequence[KeyExpr],
+    window: int,
+) -> Sequence[Any]:
+    """Up to `window` candidates in claim order over `agents`: each agent's first `window`
+    (one statement each, served by its own index range), merged; the rows past the window stay
+    locked until the commit, unclaimed."""
+    found: list[Any] = []
+    for agent in agents:
+        found += conn.execute(candidates(agent, tuple(excluded), tuple(keys), window)).all()
+    if len(agents) > 1:
+        found.sort(key=lambda r: (-r.priority, r.not_before, r.id))
+    return found[:window]
 
 
 def _per_name(counts: Iterable[tuple[BudgetKey, int]]) -> dict[str, int]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, Select, delete, func, select, update
 
 from sasflow.errors import InvalidLimitError
 from sasflow.store.dialect import has_notifications, upsert_insert
@@ -93,14 +94,18 @@ def lock_limits(
     """Lock the enabled limits of `agents` in name order and read them, with when each last
     admitted a step (ix_flow_limits_agent): the claims of one limit are serialized here, across
     every scheduler and host, and taking the locks in one order leaves no deadlock."""
-    query = (
+    found = conn.execute(_locking(tuple(agents))).all()
+    return _valid(found), {r.name: r.last_admitted_at for r in found}
+
+
+@lru_cache(maxsize=256)
+def _locking(agents: tuple[str, ...]) -> Select[Any]:
+    return (
         select(flow_limits)
         .where(flow_limits.c.agent.in_(list(agents)), flow_limits.c.enabled)
         .order_by(flow_limits.c.name)
         .with_for_update()
     )
-    found = conn.execute(query).all()
-    return _valid(found), {r.name: r.last_admitted_at for r in found}
 
 
 def save(conn: Connection, limit: Limit, *, actor: str, reason: str | None) -> bool:

@@ -1,11 +1,13 @@
-"""The budgeted claim's statements (store/flow/claim.py), built per claim from the limits that
-apply (SQLAlchemy caches their compiled form by shape): the steps in flight per budget, and
-the candidates. Every time comparison uses the database clock."""
+"""The budgeted claim's statements (store/flow/claim.py), built from the limits that apply and
+kept (lru_cache: the same limits give the same statement object, whose compiled form
+SQLAlchemy caches): the steps in flight per budget, and the candidates. Every time comparison
+uses the database clock."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -55,7 +57,8 @@ class Family:
     key: KeyExpr | None = None
 
 
-def budget_reads(families: Sequence[Family], rated: Sequence[str]) -> Select[Any]:
+@lru_cache(maxsize=256)
+def budget_reads(families: tuple[Family, ...], rated: tuple[str, ...]) -> Select[Any]:
     """What the budgeted claim reads once it holds its locks, in one round trip: rows (kind,
     name, key, n, at) of the statement's clock (kind 't', `at`), the steps in flight per family
     and key (kind 'c', `n`, as `in_flight`) and the busy buckets of the `rated` limits (kind
@@ -92,7 +95,8 @@ def budget_reads(families: Sequence[Family], rated: Sequence[str]) -> Select[Any
     return select(*union_all(*parts).subquery().c)
 
 
-def in_flight(families: Sequence[Family]) -> Select[Any]:
+@lru_cache(maxsize=256)
+def in_flight(families: tuple[Family, ...]) -> Select[Any]:
     """(name, key, n): the steps in `processing` of each family, per key (ix_steps_expiry, then
     the runs' primary key for a keyed family)."""
     return select(*union_all(*_counts(families)).subquery().c)
@@ -136,26 +140,30 @@ class Excluded:
         return not_(and_(self.selector.where(), key_value(self.key).in_(self.keys)))
 
 
+@lru_cache(maxsize=256)
 def candidates(
-    agents: Sequence[str], excluded: Sequence[Excluded], keys: Sequence[KeyExpr], window: int
+    agent: str, excluded: tuple[Excluded, ...], keys: tuple[KeyExpr, ...], window: int
 ) -> Select[Any]:
-    """Up to `window` ready steps of `agents` that no exhausted budget covers, in claim order,
-    locked, with their runs' value of each of `keys` (k0, k1, ...) (ix_steps_ready)."""
+    """Up to `window` ready steps of `agent` that no exhausted budget covers, in claim order,
+    locked, with their runs' value of each of `keys` (k0, k1, ...) (ix_steps_ready_agent: one
+    agent's steps in claim order, whatever the other agents' backlogs)."""
     return (
         select(
             steps.c.id,
             steps.c.agent,
             steps.c.action,
+            steps.c.priority,
+            steps.c.not_before,
             *(key_value(k).label(f"k{i}") for i, k in enumerate(keys)),
         )
         .join(runs, runs.c.id == steps.c.run_id)
         .where(
             steps.c.state == StepState.PENDING,
+            steps.c.agent == agent,
             steps.c.locked_by.is_(None),
             steps.c.not_before <= now(),
             claimable_in_run(),
-            steps.c.agent.in_(list(agents)),
-            *(e.where() for e in excluded),
+            *(e.where() for e in excluded if e.selector.agent == agent),
         )
         .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)
         .limit(window)
@@ -163,6 +171,7 @@ def candidates(
     )
 
 
+@lru_cache(maxsize=256)
 def ready_count(selector: Selector) -> Select[Any]:
     """The steps of `selector` ready to be claimed now (ix_steps_ready)."""
     return (

@@ -43,7 +43,7 @@ def limit_state(conn: Connection, limit: Limit, plan: FlowPlan) -> dict[str, Any
     at: datetime = conn.execute(select(now())).scalar_one()
     counts = {
         str(r.key): int(r.n)
-        for r in conn.execute(in_flight([Family(limit.name, selector, limit.key)]))
+        for r in conn.execute(in_flight((Family(limit.name, selector, limit.key),)))
         if int(r.n) > 0
     }
     busiest = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_KEYS]

@@ -56,10 +56,12 @@ def claim(
     skip_agents: Sequence[str] = (),
     only_agents: Sequence[str] = (),
     at: datetime | None = None,
+    learn_due: bool = True,
 ) -> tuple[list[ClaimedStep], float | None]:
     """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
     rows when it found work, else with a second statement). `only_agents`: the steps of these
-    agents alone, claimed `at` that database time (the budgeted claim's, store/flow/claim.py)."""
+    agents alone, claimed `at` that database time (the budgeted claim's, store/flow/claim.py);
+    `learn_due` False: no second statement when it finds nothing (the due is None then)."""
     values: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
     skipping = bool(skip_agents)
     if skipping:
@@ -69,7 +71,7 @@ def claim(
         values["b_at"] = at
     rows = _claim_rows(conn, values, skipping=skipping, chosen=False, only=bool(only_agents))
     if not rows:
-        return [], seconds_until_due(conn)
+        return [], seconds_until_due(conn) if learn_due else None
     due = None if len(rows) == batch else _remaining(rows[0].due, rows[0].db_now)
     return _record(conn, rows, locked_by), due
 

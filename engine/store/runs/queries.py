@@ -84,7 +84,8 @@ def claimable_in_run() -> ColumnElement[bool]:
 def _ready(skipping: bool, only: bool = False) -> CTE:
     """Up to :batch ready steps, locked (ix_steps_ready); `skipping`: not those of the agents
     in :b_skip_agents (at their in-flight bound, scheduler/inflight.py); `only`: those of the
-    agents in :b_only_agents (the budgeted claim's, when its budgets admit the whole batch).
+    agent in :b_only_agents (the budgeted claim's, when its budgets admit the whole batch;
+    ix_steps_ready_agent).
     The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
     update more rows than the limit (PostgreSQL bug #15715)."""
     wanted = [
