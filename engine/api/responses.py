@@ -38,6 +38,13 @@ class RunResponse(_Response):
     pool: str | None
     trace_parent: str | None
     on_failure: str
+    deadline_at: datetime | None = Field(
+        default=None, description="When its workflow's deadline passes (docs/timeouts.md)."
+    )
+    on_deadline: str | None = Field(default=None, description="alert, cancel or compensate.")
+    deadline_fired_at: datetime | None = Field(
+        default=None, description="When the supervisor acted on the passed deadline."
+    )
     output: Any
     error: Any
     created_at: datetime
