@@ -78,6 +78,7 @@ class FleetLink:
         self._breakers: Mapping[str, SharedBreaker] = {}
         self.next_heartbeat = time.monotonic()
         self.heartbeats = 0
+        self._connections = 0
         self.announced = 0
         self.applied = 0
 
@@ -87,8 +88,12 @@ class FleetLink:
         """After each (re)connection: listen to the peers' breakers, say we are here."""
         self._breakers = breakers
         if breakers:
-            # The instance id's last part is unique to this process incarnation.
-            suffix = self.instance_id.rpartition(":")[2]
+            # A queue of its own per connection: its name is unique to this process incarnation
+            # (the instance id's last part) and connection. On a cluster a classic queue whose
+            # node is down cannot be declared again ("home node ... is down"); the queue of an
+            # earlier connection is deleted by the broker once unused (x-expires).
+            self._connections += 1
+            suffix = f"{self.instance_id.rpartition(':')[2]}-{self._connections}"
             queue_name = declare_breaker_queue(self._transport, self._names, self._agent, suffix)
             self._transport.consume(queue_name, self._on_announcement, prefetch=BREAKER_PREFETCH)
         self.heartbeat(breakers, in_flight=0)

@@ -8,6 +8,7 @@ needs a superuser (ALTER DATABASE, ending other roles' sessions) takes `admin_da
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +19,20 @@ from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import services
+
+CLUSTER_LONG = "SASFLOW_CLUSTER_LONG"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The cluster tier's long form (marked `cluster_long`) runs only when asked for."""
+    if os.environ.get(CLUSTER_LONG) == "1":
+        return
+    skip = pytest.mark.skip(
+        reason=f"the cluster tier's long form: {CLUSTER_LONG}=1 (scripts/cluster test)"
+    )
+    for item in items:
+        if item.get_closest_marker("cluster_long") is not None:
+            item.add_marker(skip)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol, TypeVar
 
+import psycopg
+
 from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from tests import services
 from tests.chaos.instances import PostgresInstance, RabbitInstance, ServiceError
+from tests.cluster.local import LocalCluster
 
 PREFIX = "sasflow-test"
 """Of the directories (/tmp/sasflow-test-*) and RabbitMQ node names (sasflow-test-*@localhost):
@@ -121,24 +124,28 @@ def _thrown_away(what: str, make: Callable[[Path, str], T]) -> Iterator[T]:
         close()
 
 
+def _migrated_template(template: str, admin: str, owner: str) -> None:
+    """Database `template` made by the shipped roles script (as `admin`, a superuser's URL)
+    and migrated by its owner role (`owner`, that role's URL of it)."""
+    services.apply_roles_script(
+        template, owner=OWNER, runtime=RUNTIME, readonly=READONLY, admin=admin
+    )
+    engine = make_engine(owner, pool_size=1)
+    try:
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def postgres(say: Callable[[str], None] = print) -> Iterator[PrivatePostgres]:
     """A PostgreSQL instance of the caller's own, with a migrated template database."""
     started = time.monotonic()
     with _thrown_away("postgres", lambda root, _: PostgresInstance(root)) as instance:
         template = "sasflow_tpl"
-        services.apply_roles_script(
-            template,
-            owner=OWNER,
-            runtime=RUNTIME,
-            readonly=READONLY,
-            admin=_url(instance, "postgres", "postgres"),
+        _migrated_template(
+            template, _url(instance, "postgres", "postgres"), _url(instance, OWNER, template)
         )
-        owner = make_engine(_url(instance, OWNER, template), pool_size=1)
-        try:
-            migrate.upgrade(owner)
-        finally:
-            owner.dispose()
         say(
             f"\n[private services] PostgreSQL on :{instance.port} ({instance.data}), "
             f"migrated, in {time.monotonic() - started:.1f}s"
@@ -159,3 +166,63 @@ def rabbitmq(say: Callable[[str], None] = print) -> Iterator[RabbitInstance]:
             f"{time.monotonic() - started:.1f}s"
         )
         yield instance
+
+
+@dataclass(frozen=True)
+class PrivateCluster:
+    """The local cluster (tests/cluster) with a template database made by the shipped roles
+    script and migrated by its owner role; each test clones its own database from it."""
+
+    cluster: LocalCluster
+    template: str
+
+    def new_database(self) -> str:
+        """A fresh database cloned from the template, on the current primary; its multi-host
+        URL as the runtime role."""
+        name = services.unique("sasflow_test")
+        self.cluster.postgres.primary.admin(
+            f'CREATE DATABASE "{name}" TEMPLATE "{self.template}" OWNER {OWNER}'
+        )
+        return self.cluster.database_url(RUNTIME, name)
+
+    def drop_database(self, url: str) -> None:
+        name = url.partition("@/")[2].partition("?")[0]
+        self.cluster.postgres.primary.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def cluster(
+    running: Path | None = None, say: Callable[[str], None] = print
+) -> Iterator[PrivateCluster]:
+    """The local cluster with a migrated template: the one started in `running` (by
+    `scripts/cluster start`), taken over and left running, its nodes started again if a test
+    left them down; else a throw-away one of the caller's own."""
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if running is not None:
+            found = LocalCluster.load(running)
+            if found is None:
+                raise ServiceError(f"no cluster in {running}: run scripts/cluster start")
+            found.attach()
+            stack.callback(found.heal)
+            local = found
+        else:
+            local = stack.enter_context(
+                _thrown_away("cluster", lambda root, _: LocalCluster.new(root))
+            )
+        template = services.unique("sasflow_tpl")
+        primary = local.postgres.primary
+        _migrated_template(
+            template, _url(primary, "postgres", "postgres"), local.database_url(OWNER, template)
+        )
+        say(
+            f"\n[private services] cluster in {local.root} "
+            f"({'taken over' if running else 'started'}, template migrated) in "
+            f"{time.monotonic() - started:.1f}s"
+        )
+        private = PrivateCluster(local, template)
+        try:
+            yield private
+        finally:
+            with contextlib.suppress(ServiceError, psycopg.Error):
+                private.drop_database(local.database_url(OWNER, template))

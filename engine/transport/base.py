@@ -102,10 +102,10 @@ class Transport(Protocol):
         """Publish every message persistently and wait until the broker settled all of them.
 
         Returns one entry per message, in order: None when confirmed, the PublishError that
-        refused it (an UnroutableError when no queue took a mandatory message; nacked, not
-        sendable), or a BrokerUnavailableError for a message
-        not sent because the broker closed the channel over an earlier one of the batch (send
-        it again after reconnecting). Raises BrokerUnavailableError when the connection fails;
+        refused it (an UnroutableError when no queue took a mandatory message; not sendable),
+        or a BrokerUnavailableError for a message not taken (nacked by the broker) or not sent
+        because the broker closed the channel over an earlier one of the batch (send it again
+        after reconnecting). Raises BrokerUnavailableError when the connection fails;
         then no message of the batch may be assumed delivered.
         """
         ...

@@ -6,13 +6,23 @@ message it cannot route comes back as `basic.return` *before* the ack that settl
 return carries no delivery tag, so it is matched to the oldest unsettled mandatory message
 with the same exchange, routing key and body (returns arrive in publish order, and only two
 identical messages could be confused, which then makes no difference).
+
+A `basic.nack` says the broker could not take the message now (a quorum queue electing a
+leader, a queue full under `reject-publish`), not that the message is bad: a message AMQP
+cannot carry, or one over the broker's size limit, is refused otherwise. So a nacked message
+is one not sent, to publish again on a new connection (BrokerUnavailableError), never refused
+for good: RabbitMQ 3.10 keeps nacking every publish of a channel that first published to a
+quorum queue just after its leader's node died, until that channel is closed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sasflow.errors import PublishError, UnroutableError
+from sasflow.errors import BrokerUnavailableError, PublishError, UnroutableError
+
+Refusal = PublishError | BrokerUnavailableError
+"""Why a settled message was not taken: refused for good, or to be sent again."""
 
 
 @dataclass
@@ -30,7 +40,7 @@ class ConfirmTracker:
     def __init__(self) -> None:
         self._last_tag = 0
         self._pending: dict[int, _Slot] = {}
-        self._settled: dict[int, PublishError | None] = {}
+        self._settled: dict[int, Refusal | None] = {}
 
     def sent(self, exchange: str, routing_key: str, body: bytes, *, mandatory: bool) -> int:
         """Record one message handed to the channel; returns its delivery tag."""
@@ -59,8 +69,9 @@ class ConfirmTracker:
             if slot is None:
                 continue
             if nack:
-                self._settled[t] = PublishError(
-                    "broker refused the message: nacked by the broker (internal error)"
+                self._settled[t] = BrokerUnavailableError(
+                    "broker could not take the message (nacked): publish it again on a new "
+                    "connection"
                 )
             elif slot.returned is not None:
                 self._settled[t] = UnroutableError(
@@ -72,9 +83,9 @@ class ConfirmTracker:
     def is_settled(self, tags: list[int]) -> bool:
         return all(t in self._settled for t in tags)
 
-    def take(self, tag: int) -> PublishError | None:
+    def take(self, tag: int) -> Refusal | None:
         """Forget a settled tag; returns why it was refused (UnroutableError when it was
-        returned), or None when it was confirmed."""
+        returned, BrokerUnavailableError when nacked), or None when it was confirmed."""
         return self._settled.pop(tag)
 
     def forget(self, tags: list[int]) -> None:

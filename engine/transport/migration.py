@@ -37,7 +37,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from sasflow.errors import ConfigurationError
 from sasflow.transport.queues import QueueOptions, QueueType, queue_arguments
 from sasflow.transport.rabbitmq import PRECONDITION_FAILED, BrokerOptions, broker_parameters
-from sasflow.transport.topology import DEAD_REQUESTS_MAX, Names
+from sasflow.transport.topology import DEAD_REQUESTS_MAX, FLEET_MAX, Names
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def work_queues(names: Names, agent_queues: Sequence[str]) -> list[WorkQueue]:
             max_length=DEAD_REQUESTS_MAX,
             bindings=((dlx, f"{names.namespace}.agent.#"),),
         ),
+        WorkQueue(names.fleet, None, max_length=FLEET_MAX, bindings=((names.fleet, "#"),)),
         *(WorkQueue(queue, dlx) for queue in sorted(set(agent_queues))),
     ]
 

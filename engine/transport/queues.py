@@ -1,15 +1,15 @@
 """Queue types: which arguments declare a queue on RabbitMQ.
 
-The durable work queues (submissions, replies, agent and pool requests, dead letters) take the
-deployment's queue type: `classic` (the default, a queue living on one node) or `quorum` (the
+The durable work queues (submissions, replies, agent and pool requests, dead letters, and the
+fleet's heartbeats, which every role declares when it connects) take the deployment's queue
+type: `classic` (the default, a queue living on one node) or `quorum` (the
 replicated type, the production choice on a cluster: docs/howto/production-topology.md). A
 quorum work queue that dead-letters does so at least once (`x-dead-letter-strategy`, which needs
 `x-overflow: reject-publish`), since the supervisor counts dead-lettered requests, and redelivers
 a message at most `delivery_limit` times before dead-lettering it (a request that crashes every
-agent that takes it ends as a counted failure, not a crash loop). Queues that are temporary by
-design (fleet heartbeats, each instance's breaker queue) are always declared `classic`, by
-name, so a virtual host whose default queue type is quorum does not turn them into queues that
-refuse `x-expires`-style use.
+agent that takes it ends as a counted failure, not a crash loop). Each agent instance's breaker
+queue, temporary by design, is always declared `classic`, by name, so a virtual host whose
+default queue type is quorum does not turn it into a queue that refuses `x-expires`-style use.
 
 A queue's type cannot be changed in place: `sasflow queues migrate` moves a deployment's
 messages (sasflow.transport.migration).

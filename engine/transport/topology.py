@@ -165,7 +165,10 @@ def declare_common(transport: Transport, names: Names) -> None:
     for queue in (names.submit, names.replies):
         transport.declare_queue(queue, dead_letter_exchange=names.dead_letter_exchange, work=True)
     transport.declare_exchange(names.fleet, "topic")
-    transport.declare_queue(names.fleet, dead_letter_exchange=None, max_length=FLEET_MAX)
+    # A work queue by type, though its messages are not work: every role declares it when it
+    # connects, and a classic queue whose node is down cannot be declared (404), so on a
+    # cluster it must be as replicated as the work queues or the loss of its node stops them.
+    transport.declare_queue(names.fleet, dead_letter_exchange=None, max_length=FLEET_MAX, work=True)
     transport.bind_queue(names.fleet, names.fleet, "#")
 
 

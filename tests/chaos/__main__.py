@@ -1,4 +1,5 @@
-"""`python -m tests.chaos --runs N --seed S --duration SECONDS`: the chaos suite's long form.
+"""`python -m tests.chaos --runs N --seed S --duration SECONDS [--cluster]`: the chaos suite's
+long form, on instances of its own or (`--cluster`) on the local cluster.
 
 Exits 0 when every invariant held, 1 on any violation, 2 when the suite could not run (its
 own PostgreSQL or RabbitMQ instance did not start). Ctrl-C and SIGTERM stop the processes
@@ -40,7 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--logs", type=Path, default=None, help="keep the processes' logs in this directory"
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on the local cluster (3 RabbitMQ nodes, quorum queues, a PostgreSQL primary and "
+        "its synchronous standby) with the cluster's faults",
+    )
+    parser.add_argument(
+        "--cluster-dir",
+        type=Path,
+        default=None,
+        help="with --cluster: use the running cluster of this state directory "
+        "(scripts/cluster start; default: start one of the run's own)",
+    )
     args = parser.parse_args(argv)
+    if args.cluster_dir is not None and not args.cluster:
+        parser.error("--cluster-dir needs --cluster")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     config = ChaosConfig(
@@ -51,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.heal_timeout is not None
         else max(120.0, args.runs / 20),
         logs=args.logs,
+        cluster=args.cluster,
+        cluster_dir=args.cluster_dir,
     )
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -1,11 +1,14 @@
 """A publisher that outlives broker restarts, and the end-of-run dead-letter drain.
 
-Each thread that publishes owns one `Publisher` (pika connections are not thread-safe).
+Each thread that publishes owns one `Publisher` (pika connections are not thread-safe). Both
+take a broker list (`url1,url2,...`, as SASFLOW_BROKER_URL does) and connect to the nodes in a
+new random order each time, so that a node that is down costs one failed attempt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,18 +16,35 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from sasflow.urllist import split_urls
+
 AMQP_ERRORS = (pika.exceptions.AMQPError, OSError)
 """What a publish may raise while the broker restarts or is killed."""
+
+
+def parameters(url: str) -> list[pika.URLParameters]:
+    """One set of connection parameters per node of the broker list `url`."""
+    found = []
+    for entry in split_urls(url):
+        params = pika.URLParameters(entry)
+        params.connection_attempts = 1
+        params.socket_timeout = 5
+        params.blocked_connection_timeout = 10
+        found.append(params)
+    return found
+
+
+def connect(url: str) -> pika.BlockingConnection:
+    """A connection to the first node of the list, in a random order, that accepts one."""
+    nodes = parameters(url)
+    return pika.BlockingConnection(random.sample(nodes, len(nodes)))
 
 
 class Publisher:
     """Confirmed, persistent publishes to the default exchange, reconnecting as needed."""
 
     def __init__(self, url: str) -> None:
-        self.parameters = pika.URLParameters(url)
-        self.parameters.connection_attempts = 1
-        self.parameters.socket_timeout = 5
-        self.parameters.blocked_connection_timeout = 10
+        self.url = url
         self.connection: pika.BlockingConnection | None = None
         self.channel: Any = None
 
@@ -36,7 +56,7 @@ class Publisher:
             or self.channel.is_closed
         ):
             self.close()
-            self.connection = pika.BlockingConnection(self.parameters)
+            self.connection = connect(self.url)
             self.channel = self.connection.channel()
             self.channel.confirm_delivery()
         return self.channel
@@ -89,8 +109,7 @@ def drain(url: str, queue: str, *, timeout: float = 30.0) -> list[DeadLetter]:
     """Take every message of `queue` (the namespace's `.dead`, which nobody consumes)."""
     found: list[DeadLetter] = []
     deadline = time.monotonic() + timeout
-    parameters = pika.URLParameters(url)
-    with contextlib.closing(pika.BlockingConnection(parameters)) as connection:
+    with contextlib.closing(connect(url)) as connection:
         channel = connection.channel()
         while time.monotonic() < deadline:
             method, properties, body = channel.basic_get(queue, auto_ack=True)

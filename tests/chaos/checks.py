@@ -40,6 +40,8 @@ class Observed:
     healed: bool
     heal_seconds: float
     fault_errors: list[str]
+    fault_types: tuple[str, ...] = ALL_FAULTS
+    """The kinds the schedule had to inject, each at least once."""
 
 
 @dataclass
@@ -232,7 +234,7 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
         f"errors: {seen.fault_errors[:3]}",
     )
     report.figures["faults"] = dict(kinds)
-    report.figures["missing_fault_types"] = sorted(set(ALL_FAULTS) - kinds.keys())
+    report.figures["missing_fault_types"] = sorted(set(seen.fault_types) - kinds.keys())
 
     # Recovery per fault type: fault start -> the probe run's first step; -> in-flight settled.
     recovery: dict[str, list[float | None]] = defaultdict(list)

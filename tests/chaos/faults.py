@@ -38,6 +38,19 @@ WEIGHTS = {
     **dict.fromkeys(SERVICE_FAULTS, 1),
     **dict.fromkeys(MESSAGE_FAULTS, 2),
 }
+CLUSTER_FAULTS = (
+    "leader_kill_agent",
+    "leader_kill_submit",
+    "leader_kill_replies",
+    "node_kill_other",
+    "queue_delete",
+    "pg_failover",
+)
+"""The local cluster's (`--cluster`): a RabbitMQ node SIGKILLed (the one leading an agent queue,
+the submit or the replies queue, or one leading no agent queue), a queue deleted under its
+consumers, the PostgreSQL standby promoted and the old primary fenced."""
+CLUSTER_RUN = CLUSTER_FAULTS + MESSAGE_FAULTS
+CLUSTER_WEIGHTS = {**dict.fromkeys(CLUSTER_FAULTS, 3), **dict.fromkeys(MESSAGE_FAULTS, 1)}
 
 
 @dataclass(frozen=True)
@@ -68,22 +81,30 @@ class Injected:
     (watched from the fault's start, so it may be shorter than the fault itself)."""
 
 
-def plan(seed: int, window: float, slots: dict[str, list[str]]) -> list[Fault]:
+def plan(
+    seed: int,
+    window: float,
+    slots: dict[str, list[str]],
+    weights: dict[str, int] | None = None,
+) -> list[Fault]:
     """The schedule for `window` seconds: one fault every ~6 s, each type at least once.
 
-    `slots` maps a role (agent, scheduler, supervisor, submitter) to its fleet slot names.
+    `slots` maps a role (agent, scheduler, supervisor, submitter) to its fleet slot names, and
+    a fault kind to what it may hit (a kind it does not name hits its service); `weights`, the
+    fault kinds and their weights (default WEIGHTS: every kind of the single-node run).
     """
+    weights = WEIGHTS if weights is None else weights
     rng = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
-    count = max(len(ALL_FAULTS), int(window / 6))
-    kinds = list(ALL_FAULTS)
-    kinds += rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=count - len(kinds))
+    count = max(len(weights), int(window / 6))
+    kinds = list(weights)
+    kinds += rng.choices(list(weights), weights=list(weights.values()), k=count - len(kinds))
     rng.shuffle(kinds)
     step = window / (count + 1)
     faults = []
     for n, kind in enumerate(kinds):
         at = round(step * (n + 1) + rng.uniform(-step / 4, step / 4), 2)
-        role = kind.split("_", 1)[1] if kind in PROCESS_FAULTS else ""
-        target = rng.choice(slots[role]) if role else kind.split("_", 1)[0]
+        role = kind.split("_", 1)[1] if kind in PROCESS_FAULTS else kind
+        target = rng.choice(slots[role]) if role in slots else kind.split("_", 1)[0]
         hold = round(rng.uniform(1.0, 8.0), 2)  # often past the 4 s step timeout
         faults.append(Fault(at, kind, target, hold))
     return faults
@@ -105,6 +126,8 @@ class Injector:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     errors: list[str] = field(default_factory=list)
+    ready: Callable[[], None] = lambda: None
+    """Called before each fault's clock starts (waits until the last fault was undone)."""
     before: Callable[[], object] = lambda: None
     """Snapshot taken before each fault, handed to `after`."""
     after: Callable[[Injected, object], None] = lambda _record, _snapshot: None
@@ -121,6 +144,10 @@ class Injector:
         for fault in self.faults:
             if self.stop.wait(max(0.0, opened + fault.at - time.monotonic())):
                 return
+            try:
+                self.ready()
+            except Exception as exc:  # noqa: BLE001 - reported like a failed fault
+                self.errors.append(f"before {fault.kind}: {type(exc).__name__}: {exc}")
             self.started_count += 1
             self.last_start = time.monotonic()
             started = time.time()

@@ -8,6 +8,7 @@ checked are signalled.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,19 @@ RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 
 class ServiceError(RuntimeError):
     """A dedicated service instance could not be started or controlled."""
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run instances, if it cannot: they need root (PostgreSQL runs
+    as the postgres user), the PostgreSQL and RabbitMQ binaries, runuser and psql."""
+    if os.geteuid() != 0:
+        return "the instances need root (PostgreSQL runs as the postgres user)"
+    if not any(PG_ROOT.glob("*/bin/initdb")):
+        return f"no PostgreSQL binaries under {PG_ROOT}"
+    if not (RABBIT_BIN / "rabbitmq-server").exists():
+        return f"no RabbitMQ binaries under {RABBIT_BIN}"
+    missing = [tool for tool in ("runuser", "psql") if shutil.which(tool) is None]
+    return f"missing: {', '.join(missing)}" if missing else None
 
 
 def free_port() -> int:
@@ -75,7 +89,9 @@ class PostgresInstance:
     `pg_ctlcluster <version> <name> restart -m immediate` runs for a packaged cluster.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, port: int | None = None, name: str | None = None) -> None:
+        """`port`: its port (default: a free one); `name`: its `cluster_name`, which a standby
+        streams under (its walreceiver's application_name)."""
         versions = (
             sorted((p.name for p in PG_ROOT.iterdir() if (p / "bin/initdb").exists()), key=float)
             if PG_ROOT.is_dir()
@@ -86,9 +102,11 @@ class PostgresInstance:
         if shutil.which("runuser") is None:
             raise ServiceError("runuser is needed to run PostgreSQL as the postgres user")
         self.bin = PG_ROOT / versions[-1] / "bin"
+        self.root = root
         self.data = root / "pgdata"
         self.sockets = root / "pgsock"
-        self.port = free_port()
+        self.port = port or free_port()
+        self.name = name
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/sasflow"
         """The superuser's: the suite's own checks and fault actions."""
         self.app_url = f"postgresql+psycopg://{APP_ROLE}@127.0.0.1:{self.port}/sasflow"
@@ -97,6 +115,15 @@ class PostgresInstance:
 
     def _as_postgres(self, *argv: str, timeout: float = 120) -> None:
         _run(["runuser", "-u", "postgres", "--", *argv], timeout=timeout)
+
+    def options(self) -> str:
+        """The server's command-line settings (pg_ctl -o): its port and sockets are not in
+        its data directory, which a standby copies."""
+        named = f" -c cluster_name={self.name}" if self.name else ""
+        return (
+            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
+            f"-c fsync=on -c synchronous_commit=on -c max_connections=200{named}"
+        )
 
     def start(self) -> None:
         for folder in (self.data, self.sockets):
@@ -114,24 +141,8 @@ class PostgresInstance:
             "UTF8",
             "--no-instructions",
         )
-        options = (
-            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-            "-c fsync=on -c synchronous_commit=on -c max_connections=200"
-        )
         self.started = True
-        self._as_postgres(
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-w",
-            "-t",
-            "60",
-            "-l",
-            str(self.data / "server.log"),
-            "-o",
-            options,
-            "start",
-        )
+        self._pg_ctl_start()
         self._as_postgres(
             str(self.bin / "createdb"),
             "-h",
@@ -145,6 +156,21 @@ class PostgresInstance:
             "sasflow",
         )
         self.admin(f"CREATE ROLE {APP_ROLE} LOGIN", f"ALTER DATABASE sasflow OWNER TO {APP_ROLE}")
+
+    def _pg_ctl_start(self) -> None:
+        self._as_postgres(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.data / "server.log"),
+            "-o",
+            self.options(),
+            "start",
+        )
 
     def admin(self, *statements: str) -> None:
         """Run statements as the superuser, each in its own transaction, whatever the server's
@@ -199,7 +225,7 @@ class PostgresInstance:
             "restart",
         )
 
-    def ensure_running(self) -> None:
+    def running(self) -> bool:
         done = subprocess.run(
             [
                 "runuser",
@@ -215,18 +241,36 @@ class PostgresInstance:
             timeout=30,
             check=False,
         )
-        if done.returncode != 0:
-            self._as_postgres(
-                str(self.bin / "pg_ctl"),
-                "-D",
-                str(self.data),
-                "-w",
-                "-t",
-                "60",
-                "-l",
-                str(self.data / "server.log"),
-                "start",
-            )
+        return done.returncode == 0
+
+    def ensure_running(self) -> None:
+        """Start the server if it is down, with its own port and sockets (a plain `pg_ctl
+        start` would take the data directory's defaults: port 5432)."""
+        if not self.running():
+            self._pg_ctl_start()
+
+    def in_recovery(self) -> bool:
+        """Whether the server is a standby."""
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", connect_timeout=5
+        ) as conn:
+            return bool(conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,))
+
+    def synchronous_standbys(self, names: str | None) -> None:
+        """Set `synchronous_standby_names` (None: reset to none, commits wait for no standby)
+        and reload: what a failover manager such as Patroni does on a primary."""
+        setting = (
+            "ALTER SYSTEM RESET synchronous_standby_names"
+            if names is None
+            else f"ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+        )
+        self.admin(setting, "SELECT pg_reload_conf()")
+
+    def promote(self) -> None:
+        """`pg_ctl promote`: a standby becomes a primary (waits until it accepts writes)."""
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "promote"
+        )
 
     def stop(self) -> None:
         if self.started:
@@ -246,59 +290,60 @@ class PostgresInstance:
                 )
 
 
-class PostgresStandby:
-    """A streaming standby of `primary` (pg_basebackup -R), on a free port."""
+class PostgresStandby(PostgresInstance):
+    """A streaming standby of `primary` (pg_basebackup -R), on a free port (or `port`).
 
-    def __init__(self, primary: PostgresInstance, root: Path) -> None:
+    It streams as `name`, which the primary's `synchronous_standby_names` may list. Once
+    promoted it is a primary like any other, and may be the `primary` of a new standby."""
+
+    def __init__(
+        self,
+        primary: PostgresInstance,
+        root: Path,
+        *,
+        port: int | None = None,
+        name: str = "sasflow_standby",
+    ) -> None:
+        super().__init__(root, port=port, name=name)
         self.primary = primary
-        self.data = root / "pgdata"
-        self.sockets = root / "pgsock"
-        self.port = free_port()
-        self.started = False
-
-    def _pg(self, program: str, *argv: str) -> None:
-        self.primary._as_postgres(str(self.primary.bin / program), *argv)
 
     def start(self) -> None:
         for folder in (self.data.parent, self.sockets):
             folder.mkdir(parents=True, exist_ok=True)
             shutil.chown(folder, "postgres", "postgres")
-        self._pg(
-            "pg_basebackup",
+        self._as_postgres(
+            str(self.bin / "pg_basebackup"),
             *("-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres"),
             *("-D", str(self.data), "-R", "-X", "stream", "--checkpoint=fast"),
         )
         self.started = True
-        options = (
-            f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=200"  # as the primary's: a standby needs at least as many
-        )
-        log = str(self.data / "server.log")
-        self._pg(
-            "pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", log, "-o", options, "start"
-        )
-
-    def promote(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
-
-    def stop(self) -> None:
-        if self.started:
-            self.started = False
-            with contextlib.suppress(ServiceError):
-                self._pg("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+        self._pg_ctl_start()
 
 
 class RabbitInstance:
     """A second RabbitMQ node on this machine with its own name, ports, cookie and files."""
 
-    def __init__(self, root: Path, run_id: str, *, prefix: str = "sasflow-chaos") -> None:
+    def __init__(
+        self,
+        root: Path,
+        run_id: str,
+        *,
+        prefix: str = "sasflow-chaos",
+        ports: tuple[int, int] | None = None,
+        cookie: str | None = None,
+        config: str = "",
+    ) -> None:
+        """`ports`: its AMQP and distribution ports (default: free ones); `cookie`: its Erlang
+        cookie (default: a random one; nodes of one cluster share theirs); `config`: lines
+        added to its rabbitmq.conf."""
         server = RABBIT_BIN / "rabbitmq-server"
         if not server.exists():
             raise ServiceError(f"RabbitMQ is not installed ({server} missing)")
         self.root = root / "rabbitmq"
         self.node = f"{prefix}-{run_id}@localhost"
-        self.port = free_port()
-        self.dist_port = free_port()
+        self.port, self.dist_port = ports or (free_port(), free_port())
+        self.cookie = cookie or os.urandom(16).hex().upper()
+        self.config = config
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
         self.os_pid: int | None = None
         self.started = False
@@ -331,7 +376,7 @@ class RabbitInstance:
         for folder in (home, self.root / "mnesia", self.root / "log"):
             folder.mkdir(parents=True, exist_ok=True)
         cookie = home / ".erlang.cookie"
-        cookie.write_text(os.urandom(16).hex().upper())
+        cookie.write_text(self.cookie)
         cookie.chmod(0o400)
         (self.root / "enabled_plugins").write_text("[].\n")
         (self.root / "rabbitmq-env.conf").write_text("# sasflow chaos: nothing from /etc\n")
@@ -340,6 +385,7 @@ class RabbitInstance:
             f"listeners.tcp.local = 127.0.0.1:{self.port}\n"
             "log.console = false\n"
             "log.file.level = warning\n"
+            f"{self.config}"
         )
 
     def ctl(
@@ -347,7 +393,8 @@ class RabbitInstance:
     ) -> subprocess.CompletedProcess[str]:
         return _run([*self.ctl_base, *args], env=self.env, timeout=timeout, check=check)
 
-    def _boot(self) -> None:
+    def boot(self) -> None:
+        """Start the node on its files (a node of a cluster rejoins it)."""
         _run([str(RABBIT_BIN / "rabbitmq-server"), "-detached"], env=self.env, timeout=60)
         _wait(
             lambda: self.ctl("ping", "--timeout", "5", check=False).returncode == 0,
@@ -355,13 +402,13 @@ class RabbitInstance:
             what=f"RabbitMQ node {self.node} to answer",
         )
         self.ctl("await_startup", "--timeout", "90", timeout=100)
-        self.os_pid = int(self.ctl("eval", "os:getpid().").stdout.strip().strip('"'))
-        self._check_ours(self.os_pid)
+        self.os_pid = None
+        self.pid()
 
     def start(self) -> None:
         self._write_files()
         self.started = True
-        self._boot()
+        self.boot()
 
     def _check_ours(self, pid: int) -> None:
         """Refuse to signal a process that is not this node's beam."""
@@ -387,13 +434,43 @@ class RabbitInstance:
         self.ctl("await_startup", "--timeout", "90", timeout=100)
 
     def hard_kill_and_restart(self, down_for: float) -> None:
-        if self.os_pid is None:
-            raise ServiceError("RabbitMQ node pid unknown")
-        self._check_ours(self.os_pid)
-        os.kill(self.os_pid, signal.SIGKILL)
-        _wait(lambda: not Path(f"/proc/{self.os_pid}").exists(), 30, "the beam to die")
+        self.kill()
         time.sleep(down_for)
-        self._boot()
+        self.boot()
+
+    def pid(self) -> int:
+        """The beam's OS pid (asked of the node when this object did not boot it)."""
+        if self.os_pid is None:
+            self.os_pid = int(self.ctl("eval", "os:getpid().").stdout.strip().strip('"'))
+        self._check_ours(self.os_pid)
+        return self.os_pid
+
+    def kill(self, pid: int | None = None) -> None:
+        """SIGKILL the node's beam (checked to be ours; `pid`: as `pid()` found it) and wait
+        until it is gone."""
+        pid = pid or self.pid()
+        self._check_ours(pid)
+        os.kill(pid, signal.SIGKILL)
+        _wait(lambda: not Path(f"/proc/{pid}").exists(), 30, "the beam to die")
+        self.os_pid = None
+
+    def answers(self) -> bool:
+        """Whether RabbitMQ runs in the node (not only the Erlang VM)."""
+        return self.ctl("await_startup", "--timeout", "3", check=False, timeout=30).returncode == 0
+
+    def join(self, seed: RabbitInstance) -> None:
+        """Make this fresh node a member of `seed`'s cluster (same cookie)."""
+        self.ctl("stop_app")
+        self.ctl("reset")
+        self.ctl("join_cluster", seed.node)
+        self.start_app()
+
+    def listing(self, kind: str, *fields: str) -> list[dict[str, object]]:
+        """`rabbitmqctl <kind>` (list_queues, list_exchanges, ...) as this node sees the
+        cluster, one dict an item (`--local` among `fields`: only what this node hosts)."""
+        done = self.ctl(kind, "-q", "--formatter", "json", *fields, timeout=60)
+        rows = json.loads(done.stdout or "[]")
+        return [row for row in rows if isinstance(row, dict)]
 
     def freeze_for(self, seconds: float) -> None:
         """SIGSTOP the node (a network hang: connections open, nothing answers, handshakes
@@ -422,12 +499,14 @@ class RabbitInstance:
                 self.ctl("start_app")
                 self.ctl("await_startup", "--timeout", "90", timeout=100)
             else:
-                self._boot()
+                self.boot()
 
     def stop(self) -> None:
         if not self.started:
             return
         self.started = False
+        with contextlib.suppress(ServiceError, subprocess.TimeoutExpired, ValueError):
+            self.pid()  # known before the node is asked to stop, to make sure it did
         with contextlib.suppress(ServiceError, subprocess.TimeoutExpired):
             self.ctl("stop", timeout=60)
         if self.os_pid is not None and Path(f"/proc/{self.os_pid}").exists():

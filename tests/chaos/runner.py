@@ -26,11 +26,13 @@ from sasflow.transport.topology import Names
 from tests.chaos import faults as faultplan
 from tests.chaos.broker import Publisher, drain
 from tests.chaos.checks import Observed, Report, check
+from tests.chaos.cluster_faults import Cluster
 from tests.chaos.faults import Fault, Injected, Injector
 from tests.chaos.fleet import Fleet
-from tests.chaos.instances import PostgresInstance, RabbitInstance, ServiceError
+from tests.chaos.instances import ServiceError
 from tests.chaos.recovery import SettleWatch, first_step_done, in_flight
 from tests.chaos.remote import RemoteService
+from tests.chaos.stacks import SingleNode, Stack
 from tests.chaos.workload import Driver, Poison, inject_poison, inject_stale_replies
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,9 +45,6 @@ SKEW_SITE = Path(__file__).resolve().parent / "skew"
 CLOCK_SKEW = {"scheduler-2": 90.0, "alpha-2": -90.0, "supervisor-2": 30.0}
 """Seconds the processes' wall clocks are off the database's, as on hosts whose clocks
 drifted: every deadline and backoff is on the database clock, so none of them may matter."""
-FREEZE_BASE = 12.0
-"""Seconds a `rabbit_freeze` lasts at least: past pika's socket and handshake timeouts, so a
-role reconnecting meanwhile meets a stalled AMQP handshake."""
 PAST_DEADLINE_SLACK = 2.0
 """Seconds past `complete_by + sweep interval` before a `processing` step counts as left
 behind: one sweep may be running when the deadline passes."""
@@ -62,6 +61,12 @@ class ChaosConfig:
     agents_per_name: int = 2
     logs: Path | None = None
     """Where the processes' logs are kept (default: removed with the run's directory)."""
+    cluster: bool = False
+    """On the local cluster (three RabbitMQ nodes, quorum queues, a PostgreSQL primary and its
+    synchronous standby) with its faults, instead of one instance of each."""
+    cluster_dir: Path | None = None
+    """With `cluster`: the state directory of a running cluster (`scripts/cluster start`) to
+    use and leave running, instead of one of the run's own."""
 
 
 @dataclass
@@ -82,8 +87,11 @@ class ChaosRun:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.names = Names(f"chaos{run_id}")
         self.remote = RemoteService()
-        self.postgres = PostgresInstance(self.root)
-        self.rabbit = RabbitInstance(self.root, run_id)
+        self.stack: Stack = (
+            Cluster(self.root, self.config.cluster_dir, self.names)
+            if self.config.cluster
+            else SingleNode(self.root, run_id)
+        )
         self.fleet: Fleet | None = None
         self.engine: Engine | None = None
         self.rng = random.Random(self.config.seed * 7919 + 1)  # noqa: S311 - reproducible
@@ -94,8 +102,9 @@ class ChaosRun:
     def _env(self) -> dict[str, str]:
         return {
             **os.environ,
-            "SASFLOW_DATABASE_URL": self.postgres.app_url,
-            "SASFLOW_BROKER_URL": self.rabbit.url,
+            **self.stack.environment(),
+            "SASFLOW_DATABASE_URL": self.stack.database_url,
+            "SASFLOW_BROKER_URL": self.stack.broker_url,
             "SASFLOW_NAMESPACE": self.names.namespace,
             "SASFLOW_APP": "tests.chaos.app",
             "SASFLOW_CHAOS_REMOTE_URL": self.remote.url,
@@ -106,8 +115,7 @@ class ChaosRun:
     def start(self) -> None:
         started = time.monotonic()
         try:
-            self.postgres.start()
-            self.rabbit.start()
+            self.stack.start()
         except (ServiceError, OSError, subprocess.TimeoutExpired) as exc:
             raise ServiceError(
                 f"the chaos suite could not start its own service instances: {exc}"
@@ -122,7 +130,9 @@ class ChaosRun:
             capture_output=True,
             timeout=120,
         )
-        self.engine = make_engine(self.postgres.url, application_name="sasflow-chaos", pool_size=2)
+        self.engine = make_engine(
+            self.stack.admin_url, application_name="sasflow-chaos", pool_size=2
+        )
         fleet = Fleet(self.logs, env, REPO)
         skews = self.skews()
         fleet.add("submitter", "submitter")
@@ -157,8 +167,8 @@ class ChaosRun:
         fleet.start()
         self.say(
             f"[chaos] services and {len(fleet.slots)} processes up in "
-            f"{time.monotonic() - started:.1f}s (postgres :{self.postgres.port}, "
-            f"rabbitmq {self.rabbit.node} :{self.rabbit.port}, ns {self.names.namespace}); "
+            f"{time.monotonic() - started:.1f}s ({self.stack.describe()}, "
+            f"ns {self.names.namespace}); "
             f"clock skew: {self.skew_note()}"
         )
 
@@ -203,6 +213,9 @@ class ChaosRun:
         """Submit a probe run once the fault is over and wait (bounded) for its first step;
         collect when the steps in flight at the fault's start had settled."""
         assert self.engine is not None
+        hit = self.stack.began()
+        if hit is not None:
+            record.started = hit  # not when its target was being looked for
         key = f"probe-{self.config.seed}-{len(self.probes)}"
         self.probes.append(key)
         if driver.probe(publisher, key):
@@ -212,7 +225,8 @@ class ChaosRun:
             record.in_flight = len(watch.steps_in_flight)
             settled = watch.result()
             if record.in_flight:
-                record.settled = None if settled is None else settled - record.started
+                # 0 when they settled before a cluster fault hit (its target being looked for)
+                record.settled = None if settled is None else max(0.0, settled - record.started)
 
     def _actions(self, driver: Driver, publisher: Publisher) -> dict[str, Callable[[Fault], str]]:
         assert self.fleet is not None
@@ -249,45 +263,8 @@ class ChaosRun:
             self.stale_sent += sent
             return f"{sent} stale replies"
 
-        def rabbit_stop_app(fault: Fault) -> str:
-            self.rabbit.stop_app_start_app(fault.hold)
-            return f"stop_app, start_app after {fault.hold}s"
-
-        def rabbit_kill(fault: Fault) -> str:
-            self.rabbit.hard_kill_and_restart(fault.hold)
-            return f"beam SIGKILL, restarted after {fault.hold}s"
-
-        def pg_restart(fault: Fault) -> str:
-            self.postgres.restart_immediate()
-            return "pg_ctl restart -m immediate"
-
-        def pg_read_only(fault: Fault) -> str:
-            self.postgres.read_only_for(fault.hold * 2)
-            return f"read-only for {fault.hold * 2:.1f}s"
-
-        def pg_connection_limit(fault: Fault) -> str:
-            self.postgres.connection_limit_for(fault.hold)
-            return f"role connection limit 0, its sessions cut, for {fault.hold}s"
-
-        def rabbit_freeze(fault: Fault) -> str:
-            # A scheduler restarting now must connect to a node that does not answer.
-            victim = f"scheduler-{1 + int(fault.hold) % 2}"
-            fleet.kill(victim)
-            self.rabbit.freeze_for(FREEZE_BASE + fault.hold)
-            return f"beam SIGSTOP for {FREEZE_BASE + fault.hold:.1f}s, {victim} killed first"
-
-        def rabbit_disk_alarm(fault: Fault) -> str:
-            self.rabbit.disk_alarm_for(fault.hold)
-            return f"disk alarm for {fault.hold}s"
-
         actions: dict[str, Callable[[Fault], str]] = {
-            "rabbit_stop_app": rabbit_stop_app,
-            "rabbit_kill": rabbit_kill,
-            "pg_restart": pg_restart,
-            "pg_read_only": pg_read_only,
-            "pg_connection_limit": pg_connection_limit,
-            "rabbit_freeze": rabbit_freeze,
-            "rabbit_disk_alarm": rabbit_disk_alarm,
+            **self.stack.actions(fleet),
             "poison": poison,
             "duplicates": duplicates,
             "stale_replies": stale,
@@ -326,8 +303,7 @@ class ChaosRun:
         assert self.fleet is not None
         started = time.monotonic()
         self.fleet.resume_all()
-        self.rabbit.ensure_running()
-        self.postgres.ensure_running()
+        self.stack.ensure_running()
         deadline = started + self.config.heal_timeout
         while not self.fleet.all_running() and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -359,10 +335,12 @@ class ChaosRun:
         assert self.fleet is not None
         assert self.engine is not None
         config = self.config
-        schedule = faultplan.plan(config.seed, config.duration, self._slots_by_role())
+        weights = faultplan.CLUSTER_WEIGHTS if config.cluster else faultplan.WEIGHTS
+        slots = {**self._slots_by_role(), **self.stack.targets()}
+        schedule = faultplan.plan(config.seed, config.duration, slots, weights)
         injector = Injector(schedule, {}, self.say)
         driver = Driver(
-            self.rabbit.url,
+            self.stack.broker_url,
             self.names,
             runs=config.runs,
             window=config.duration * 0.85,
@@ -371,8 +349,9 @@ class ChaosRun:
             prefix=f"s{config.seed}",
             progress=injector.progress,
         )
-        publisher = Publisher(self.rabbit.url)  # owned by the injector's thread
+        publisher = Publisher(self.stack.broker_url)  # owned by the injector's thread
         injector.actions = self._actions(driver, publisher)
+        injector.ready = self.stack.ready
         injector.before = self._watch_settling
         injector.after = lambda record, snapshot: self._recovery(
             record, snapshot, driver, publisher
@@ -394,7 +373,7 @@ class ChaosRun:
         keys = list(driver.result.keys)
         healed, heal_seconds, worst, final = self._heal(keys)
         self.fleet.stop()
-        dead = drain(self.rabbit.url, self.names.dead_letter_queue)
+        dead = drain(self.stack.broker_url, self.names.dead_letter_queue)
         calls, effects = self.remote.ledger.snapshot()
         seen = Observed(
             submissions=driver.result,
@@ -410,6 +389,7 @@ class ChaosRun:
             healed=healed,
             heal_seconds=heal_seconds,
             fault_errors=injector.errors,
+            fault_types=tuple(weights),
         )
         return check(self.engine, seen)
 
@@ -424,8 +404,7 @@ class ChaosRun:
         if self.engine is not None:
             self.engine.dispose()
         self.remote.stop()
-        self.rabbit.stop()
-        self.postgres.stop()
+        self.stack.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

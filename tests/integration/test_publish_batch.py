@@ -88,9 +88,12 @@ def test_an_unroutable_message_fails_alone(transport: RabbitMQTransport, names: 
     assert _bodies(transport, queue) == [b"first", b"same", b"last"]
 
 
-def test_messages_the_broker_nacks_fail_alone(transport: RabbitMQTransport, names: Names) -> None:
-    """A queue that rejects publishes when full makes the broker nack: those messages get a
-    PublishError, the ones it took are confirmed."""
+def test_messages_the_broker_nacks_are_to_be_sent_again(
+    transport: RabbitMQTransport, names: Names
+) -> None:
+    """A queue that rejects publishes when full makes the broker nack: those messages were not
+    taken (BrokerUnavailableError: send them again on a new connection), the ones it took are
+    confirmed."""
     queue = f"{names.namespace}.full"
     with services.broker_channel() as channel:
         channel.queue_declare(
@@ -100,7 +103,7 @@ def test_messages_the_broker_nacks_fail_alone(transport: RabbitMQTransport, name
     results = transport.publish_many([Outgoing("", queue, f"m{i}".encode()) for i in range(5)])
 
     assert results[:2] == [None, None]
-    assert all(isinstance(r, PublishError) for r in results[2:])
+    assert all(isinstance(r, BrokerUnavailableError) for r in results[2:])
     assert "nacked" in str(results[2])
     assert _bodies(transport, queue) == [b"m0", b"m1"]
 

@@ -27,7 +27,7 @@ from sasflow.transport.migration import (
 )
 from sasflow.transport.queues import QueueOptions, QueueType, queue_arguments
 from sasflow.transport.rabbitmq import PRECONDITION_FAILED, BrokerOptions, RabbitMQTransport
-from sasflow.transport.topology import Names, declare_agent_queue, declare_common
+from sasflow.transport.topology import FLEET_MAX, Names, declare_agent_queue, declare_common
 from tests import harness, services
 from tests.apps import basic
 
@@ -42,10 +42,14 @@ def _transport(role: str, queues: QueueOptions) -> RabbitMQTransport:
     )
 
 
-def _has_type(name: str, options: QueueOptions, *, dead_letter: str | None) -> bool:
+def _has_type(
+    name: str, options: QueueOptions, *, dead_letter: str | None, max_length: int | None = None
+) -> bool:
     """Whether `name` accepts a redeclaration with `options`' arguments (a queue's type is
     one of its arguments: a mismatch is refused with 406)."""
-    arguments = queue_arguments(options, work=True, dead_letter_exchange=dead_letter)
+    arguments = queue_arguments(
+        options, work=True, dead_letter_exchange=dead_letter, max_length=max_length
+    )
     with services.broker_channel() as channel:
         try:
             channel.queue_declare(name, durable=True, arguments=arguments)
@@ -112,10 +116,10 @@ def test_a_run_completes_on_quorum_queues_and_they_are_quorum(
     ):
         assert _has_type(queue, QUORUM, dead_letter=dead_letter), queue
         assert not _has_type(queue, QueueOptions(), dead_letter=dead_letter), queue
-    # The fleet queue is temporary by design: explicitly classic whatever the setting.
-    with services.broker_channel() as channel:
-        channel.queue_declare(names.fleet, passive=True)
-    assert not _has_type(names.fleet, QUORUM, dead_letter=None)
+    # The fleet queue too: every role declares it when it connects, so on a cluster it must
+    # outlive the loss of a node as the work queues do.
+    assert _has_type(names.fleet, QUORUM, dead_letter=None, max_length=FLEET_MAX)
+    assert not _has_type(names.fleet, QueueOptions(), dead_letter=None, max_length=FLEET_MAX)
 
 
 def test_a_request_that_keeps_coming_back_is_dead_lettered_at_the_delivery_limit(

@@ -39,12 +39,16 @@ def test_out_of_order_acks_settle_only_their_tag() -> None:
     assert tracker.is_settled([2])
 
 
-def test_a_nack_refuses_its_messages() -> None:
+def test_a_nack_asks_for_its_messages_to_be_sent_again() -> None:
+    """The broker could not take them now: not refused for good (PublishError), but to be
+    published again on a new connection."""
     tracker = ConfirmTracker()
     tags = _send(tracker, "a", "b", "c")
     tracker.confirmed(1, multiple=False, nack=False)
     tracker.confirmed(3, multiple=True, nack=True)
-    assert [tracker.take(t) is None for t in tags] == [True, False, False]
+    taken = [tracker.take(t) for t in tags]
+    assert taken[0] is None
+    assert [type(t) for t in taken[1:]] == [BrokerUnavailableError] * 2
 
 
 def test_a_return_refuses_the_oldest_matching_message_at_its_ack() -> None:
