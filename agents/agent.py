@@ -37,10 +37,22 @@ class Call:
     """Set when the agent gives up on the call: its deadline passed, or the agent stops and
     its drain timeout ran out. Programs started with `run` are killed then."""
     children: ChildProcesses = field(default_factory=ChildProcesses, compare=False, repr=False)
+    beat: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    """Sends this attempt's heartbeat (set by the agent when the step asks for heartbeats)."""
 
     def remaining(self) -> float:
         """Seconds left before the deadline (use it as the remote call's timeout)."""
         return max(0.0, self.deadline - time.monotonic())
+
+    def heartbeat(self) -> None:
+        """Tell the scheduler this attempt is alive (docs/timeouts.md, the heartbeat clock).
+
+        Call it as often as you like, from any thread: it returns at once and sends at most one
+        message per third of the step's heartbeat timeout. A step without a heartbeat timeout
+        needs none, and the call does nothing. It never extends the deadline: the step's
+        timeout caps the attempt however often it heartbeats."""
+        if self.beat is not None:
+            self.beat()
 
     def run(
         self,
@@ -147,6 +159,11 @@ class Agent:
 
     def spec(self, action: str) -> HandlerSpec | None:
         return self._handlers.get(action)
+
+    def uses(self) -> dict[str, str | None]:
+        """Each action -> the dependency (breaker) its handler calls through, or None: what
+        the agent's heartbeats tell the cluster (flow limits on a dependency, docs/protocol.md)."""
+        return {action: spec.dependency for action, spec in sorted(self._handlers.items())}
 
     def __repr__(self) -> str:
         return f"Agent({self._name!r}, actions={sorted(self._handlers)})"

@@ -59,7 +59,10 @@ class FleetLink:
         *,
         concurrency: int,
         interval: float,
+        actions: Mapping[str, str | None] | None = None,
     ) -> None:
+        """`actions`: each action the instance handles -> the dependency it uses (heartbeats
+        carry it, so the claim can hold a dependency's steps fleet-wide)."""
         if interval <= 0:
             raise ValueError("the heartbeat interval must be > 0")
         self.instance_id = instance_id
@@ -68,6 +71,7 @@ class FleetLink:
         self._names = names
         self._concurrency = concurrency
         self._interval = interval
+        self._actions = None if actions is None else dict(actions)
         self._version = _version()
         self._hostname = socket.gethostname()[:255]
         self._changes: queue.SimpleQueue[BreakerAnnouncement] = queue.SimpleQueue()
@@ -112,6 +116,7 @@ class FleetLink:
                 what=f"breaker {change.dependency} {change.state}",
             )
             self.announced += 1
+            self.next_heartbeat = 0.0  # tell the cluster (the claim holds open breakers) now
         if time.monotonic() >= self.next_heartbeat:
             self.heartbeat(breakers, in_flight=in_flight)
 
@@ -130,6 +135,8 @@ class FleetLink:
             interval_s=self._interval,
             seq=self.heartbeats + 1,
             stopping=stopping,
+            actions=self._actions,
+            breakers_open_for_s=_open_for(breakers),
         )
         self.next_heartbeat = time.monotonic() + self._interval
         self._publish(
@@ -174,6 +181,7 @@ class FleetLink:
             return
         if breaker.apply_remote(change.state, change.open_for_s):
             self.applied += 1
+            self.next_heartbeat = 0.0  # the fleet view learns it with the next tick
             log.info(
                 "%s: breaker %s %s, as instance %s announced",
                 self.instance_id,
@@ -208,3 +216,12 @@ _STATES: dict[str, BreakerStateName] = {
 
 def _state_name(state: str) -> BreakerStateName:
     return _STATES.get(state, "closed")
+
+
+def _open_for(breakers: Mapping[str, SharedBreaker]) -> dict[str, float]:
+    found = {}
+    for dependency, breaker in breakers.items():
+        seconds = breaker.open_for()
+        if seconds is not None:
+            found[dependency] = round(seconds, 3)
+    return found

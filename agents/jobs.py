@@ -32,6 +32,18 @@ class Job:
     held: bool = False
     """Its reply was returned by the broker: kept, and published again (`AgentWorker._hold`)."""
     reply_headers: Headers | None = None
+    begun: bool = False
+    """A worker took it (its execution clock runs: sasflow.agents.progress)."""
+    started_due: float = 0.0
+    """When its `started` is to be sent if no reply is ready by then (monotonic)."""
+    announced: bool = False
+    """Its `started` was sent."""
+    received: float = 0.0
+    """When this process received the request (monotonic)."""
+    start_confirmed: bool = False
+    """The broker confirmed its `started` message."""
+    acked: bool = False
+    """Its request was acknowledged when it started (sasflow.agents.acks): not again."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,11 @@ class AgentStats:
     silent: int = 0
     dead_lettered: int = 0
     abandoned: int = 0
+    started: int = 0
+    """`step.started` messages sent (sasflow.agents.progress)."""
+    heartbeats: int = 0
+    acked_at_start: int = 0
+    """Requests of long steps acknowledged once their start was confirmed (agents.acks)."""
 
 
 REPLY_MARGIN = 0.1

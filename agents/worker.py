@@ -16,11 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, waited_too_long
 from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.jobs import AgentStats, Job, Outcome, retry_budget
+from sasflow.agents.progress import ProgressLink
 from sasflow.agents.resilience import SharedBreaker, retrying
 from sasflow.errors import BrokerUnavailableError, InvalidMessageError, UnroutableError
 from sasflow.hooks import Hooks, guarded
@@ -61,6 +63,9 @@ class AgentOptions:
     each step until its deadline."""
     children: ChildProcesses = field(default_factory=ChildProcesses)
     """Where the programs of `Call.run` keep their pid files (none by default)."""
+    consumer_timeout: float | None = DEFAULT_CONSUMER_TIMEOUT
+    """The broker's consumer timeout in seconds (None: it has none): requests of steps whose
+    budget is at least half of it are acknowledged when they start (sasflow.agents.acks)."""
 
 
 ABORT_SETTLE = 2.0
@@ -107,6 +112,7 @@ class AgentWorker:
             names,
             concurrency=concurrency,
             interval=self._options.heartbeat_interval,
+            actions=agent.uses(),
         )
         self._breakers = {
             dep: SharedBreaker(
@@ -131,6 +137,8 @@ class AgentWorker:
         self._retry_backoff = Reconnect(initial=0.5, maximum=5.0)
         self._jobs: dict[tuple[int, int], Job] = {}
         self.stats = AgentStats()
+        self._progress = ProgressLink(transport, names, agent.name, self.stats)
+        self._early_acks = EarlyAcks(transport, self._options.consumer_timeout, self.stats)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -214,6 +222,9 @@ class AgentWorker:
         if limit is not None:
             deadlines.append(limit)
         deadlines.append(self.fleet.next_heartbeat)
+        started_due = self._progress.next_due(self._jobs.values())
+        if started_due is not None:
+            deadlines.append(started_due)
         if self._held:
             deadlines.append(self._retry_at)
         until = min(deadlines, default=time.monotonic() + 0.5) - time.monotonic()
@@ -234,11 +245,13 @@ class AgentWorker:
             )
             return
         self.stats.received += 1
+        # Until a worker takes it (progress.start times the budget from then), its deadline
+        # is the whole envelope: the wait, then the execution.
         call = Call(
             input=request.input,
             idempotency_key=request.idempotency_key,
             attempt=request.attempt,
-            deadline=received + request.budget_ms / 1000,
+            deadline=received + ((request.wait_ms or 0) + request.budget_ms) / 1000,
             step_id=request.step_id,
             run_id=request.run_id,
             workflow=request.workflow,
@@ -247,7 +260,7 @@ class AgentWorker:
             kind=request.kind,
             children=self._options.children,
         )
-        job = Job(delivery, request, call)
+        job = Job(delivery, request, call, received=received)
         key = (request.step_id, request.attempt)
         running = self._jobs.get(key)
         if running is not None:
@@ -298,6 +311,8 @@ class AgentWorker:
                 outcome.job.held = False
         if outcomes:
             self._finish(outcomes)
+        self._progress.flush(self._jobs.values(), self._running)
+        self._early_acks.settle(self._jobs.values())
         self.fleet.tick(self._breakers, in_flight=len(self._jobs))
         now = time.monotonic()
         for key, job in list(self._jobs.items()):
@@ -312,8 +327,14 @@ class AgentWorker:
                     job.request.attempt,
                     "before its returned reply could be routed" if job.held else "while running",
                 )
-                self._transport.ack(job.delivery)
+                if not job.acked:
+                    self._transport.ack(job.delivery)
                 del self._jobs[key]
+
+    def _running(self, job: Job) -> bool:
+        """Whether `job` still runs here with no reply ready (its progress is worth sending)."""
+        key = (job.request.step_id, job.request.attempt)
+        return self._jobs.get(key) is job and not (job.abandoned or job.held)
 
     def _finish(self, outcomes: list[Outcome]) -> None:
         """Publish the replies of finished jobs as one batch, then ack their requests.
@@ -372,7 +393,8 @@ class AgentWorker:
             if job.held:
                 continue
             self._jobs.pop((job.request.step_id, job.request.attempt), None)
-            self._transport.ack(job.delivery)
+            if not job.acked:
+                self._transport.ack(job.delivery)
 
     def _hold(self, outcomes: list[Outcome]) -> None:
         """Keep replies the broker returned even after the queues were declared again (a
@@ -494,8 +516,9 @@ class AgentWorker:
         started = time.monotonic()
         self._hooks.handler_started(job.request, job.delivery.headers)
         try:
-            if job.call.cancelled.is_set() or job.call.remaining() <= 0:
-                return  # waited in the pool past its deadline: never call the remote late
+            if job.call.cancelled.is_set() or job.call.remaining() <= 0 or waited_too_long(job):
+                return  # waited here past its deadline or wait budget: never start it late
+            job.call = self._progress.start(job)  # the execution clock runs from now
             outcome = Outcome.of(job, self._run_handler(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
             log.exception(

@@ -33,11 +33,17 @@ class Sizes:
     drain_timeout: float
     clients: int = 4
     """Application client processes of the concurrent forms (W1c, W2c)."""
+    ratelimit_backlog: int = 10_000
+    ratelimit_seconds: float = 30.0
+    flow_limits: str = "none"
+    """Flow limits defined for W1/W2 (`--flow-limits`): none, `other` (a rate limit on an
+    agent the workload does not use) or `generous` (rate and concurrency limits on its agent
+    that never hold a step back): the cost of the budgeted claim (docs/flow-control.md)."""
 
     @staticmethod
     def of(quick: bool) -> Sizes:
         if quick:
-            return Sizes(1, 1.5, 1_000, 300, 5, 20, [100_000], 180)
+            return Sizes(1, 1.5, 1_000, 300, 5, 20, [100_000], 180, 4, 2_000, 10.0)
         return Sizes(3, 4.0, 10_000, 2_000, 20, 20, [1_000_000, 100_000], 900)
 
 

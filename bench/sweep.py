@@ -1,6 +1,6 @@
 """Supervisor sweep time on a large steps table: does it grow with the table?
 
-    python bench/sweep.py [--rows 1000000 100000] [--expired 1000] [--repeat 3]
+    python bench/sweep.py [--rows 1000000 100000] [--expired 1000] [--repeat 3] [--started 1]
 
 Creates a scratch database per size on the server of SASFLOW_DATABASE_URL (default: the local
 PostgreSQL), fills `steps` with mostly finished rows plus `--expired` processing steps whose
@@ -43,12 +43,15 @@ ANALYZE runs; ANALYZE steps;
 
 EXPIRE = """
 UPDATE steps SET state = 'processing', locked_by = 'bench', attempt = attempt + 1,
-       complete_by = now() - interval '1 minute'
+       complete_by = now() - interval '1 minute',
+       started_at = CASE WHEN random() < :started THEN now() - interval '2 minutes' END
 WHERE id IN (SELECT id FROM steps ORDER BY random() LIMIT :expired)
 """
+"""Expired steps, a share `started` of them started by an agent (execution clock: a failure
+counted), the others never started (wait clock: pending again, uncharged)."""
 
 
-def measure(rows: int, expired: int, repeat: int) -> list[float]:
+def measure(rows: int, expired: int, repeat: int, started_share: float = 1.0) -> list[float]:
     name = services.unique("sasflow_bench_sweep")
     services.create_database(name)
     engine = make_engine(services.database_url(name))
@@ -63,7 +66,7 @@ def measure(rows: int, expired: int, repeat: int) -> list[float]:
         timings = []
         for _ in range(repeat):
             with engine.begin() as conn:
-                conn.execute(text(EXPIRE), {"expired": expired})
+                conn.execute(text(EXPIRE), {"expired": expired, "started": started_share})
             if not lease.acquire(engine):
                 raise SystemExit("could not take the supervisor lease of the scratch database")
             report = SweepReport()
@@ -72,8 +75,10 @@ def measure(rows: int, expired: int, repeat: int) -> list[float]:
                 engine, lease, batch=500, budget=60, actor="bench", report=report, namespace="bench"
             )
             timings.append(time.monotonic() - started)
-            if report.reclaimed != expired:
-                raise SystemExit(f"swept {report.reclaimed}, expected {expired}")
+            if report.reclaimed + report.waited != expired:
+                raise SystemExit(
+                    f"swept {report.reclaimed} + {report.waited} waited, expected {expired}"
+                )
         return timings
     finally:
         engine.dispose()
@@ -85,13 +90,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 100_000])
     parser.add_argument("--expired", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--started", type=float, default=1.0, help="share of the expired steps started (0..1)"
+    )
     args = parser.parse_args()
     print(
         f"sweep benchmark on {os.cpu_count()} cores; {args.expired} expired steps, "
-        f"batches of 500, {args.repeat} runs each"
+        f"{args.started:.0%} of them started, batches of 500, {args.repeat} runs each"
     )
     for rows in args.rows:
-        timings = measure(rows, args.expired, args.repeat)
+        timings = measure(rows, args.expired, args.repeat, args.started)
         print(
             f"  {rows:>9,} steps: median {statistics.median(timings) * 1000:7.1f} ms "
             f"(min {min(timings) * 1000:.1f}, max {max(timings) * 1000:.1f})",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sasflow.commands import SubmitResult
 from sasflow.errors import (
     AppLoadError,
+    BacklogFullError,
     BrokerUnavailableError,
     ConfigurationError,
     DefinitionError,
@@ -32,10 +33,14 @@ from sasflow.schedules.timing import CatchUp
 from sasflow.workflow import Step, StepContext, Workflow
 
 if TYPE_CHECKING:
-    from sasflow.client import submit_run
+    from sasflow.client import submit_run, wait_for_room
     from sasflow.settings import Settings
 
-_LAZY = {"submit_run": "sasflow.client", "Settings": "sasflow.settings"}
+_LAZY = {
+    "submit_run": "sasflow.client",
+    "wait_for_room": "sasflow.client",
+    "Settings": "sasflow.settings",
+}
 """Public names imported when first used: the database side, and the settings (pydantic)."""
 
 
@@ -48,6 +53,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppLoadError",
+    "BacklogFullError",
     "Backoff",
     "BreakerPolicy",
     "BrokerUnavailableError",
@@ -72,4 +78,5 @@ __all__ = [
     "UnknownWorkflowError",
     "Workflow",
     "submit_run",
+    "wait_for_room",
 ]

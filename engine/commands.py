@@ -90,6 +90,17 @@ class StepOutcome:
 
 
 @dataclass(frozen=True)
+class StepProgress:
+    """An agent says attempt `attempt` of step `step_id` started (`started`) or is alive (a
+    heartbeat); applied only while the step is still processing that attempt (fencing)."""
+
+    step_id: int
+    attempt: int
+    started: bool
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
 class NewRun:
     """A run to record: idempotent on (workflow, key); no key means a generated one."""
 

@@ -38,6 +38,22 @@ class InvalidInputError(SasflowError):
     """The input of a run or step could not be built or is not JSON."""
 
 
+class BacklogFullError(SasflowError):
+    """The workflow has as many runs waiting to start as its bound allows: submit later."""
+
+    def __init__(self, workflow: str, *, backlog: int, bound: int, retry_after: int) -> None:
+        super().__init__(
+            f"workflow {workflow!r} has {backlog} run(s) waiting to start, its bound is {bound} "
+            f"(max_backlog): submit again in {retry_after}s"
+        )
+        self.workflow = workflow
+        self.backlog = backlog
+        """Runs waiting to start, counted up to the bound (so at least this many)."""
+        self.bound = bound
+        self.retry_after = retry_after
+        """Seconds after which a new submission may find room (docs/backpressure.md)."""
+
+
 class StoreUnavailableError(SasflowError):
     """The state store (database) cannot be reached."""
 
@@ -118,6 +134,14 @@ class ScheduleNotFoundError(SasflowError):
 
 class SchedulerNotFoundError(SasflowError):
     """No scheduler registered with that name."""
+
+
+class InvalidLimitError(SasflowError):
+    """The flow limit's definition is invalid (name, selector, key, rate, burst, concurrency)."""
+
+
+class LimitNotFoundError(SasflowError):
+    """No flow limit with that name."""
 
 
 # -- refusals: a permanent misconfiguration, not an outage ------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sasflow.workflow import NAME_PATTERN
 
@@ -39,6 +39,29 @@ class AgentHeartbeat(_FleetMessage):
     seq: int = Field(default=0, ge=0, le=2**63 - 1)
     """Counts this instance's heartbeats from 1 (0: not counted, never ignored as stale)."""
     stopping: bool = False
+    actions: dict[str, str | None] | None = Field(default=None, max_length=10000)
+    """Each action the instance handles -> the dependency (breaker) it calls through, or null;
+    None: not said (an agent older than the field). Resolves flow limits set on a dependency."""
+    breakers_open_for_s: dict[str, float] = Field(default_factory=dict, max_length=1000)
+    """For each open breaker: seconds until it lets a trial call through (its reset timeout
+    left). With `breakers`, lets the claim hold the dependency's steps until then."""
+
+    @field_validator("actions")
+    @classmethod
+    def _names(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
+        for action, dependency in (value or {}).items():
+            for name in (action, dependency):
+                if name is not None and not NAME_PATTERN.fullmatch(name):
+                    raise ValueError(f"{name!r} must match {_NAME}")
+        return value
+
+    @field_validator("breakers_open_for_s")
+    @classmethod
+    def _seconds(cls, value: dict[str, float]) -> dict[str, float]:
+        for dependency, seconds in value.items():
+            if not NAME_PATTERN.fullmatch(dependency) or not 0 <= seconds <= 86400:
+                raise ValueError(f"{dependency!r}: seconds must be 0 to 86400")
+        return value
 
 
 class BreakerAnnouncement(_FleetMessage):

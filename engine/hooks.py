@@ -49,10 +49,23 @@ class Hooks:
     def runs_submitted(self, created: int, duplicates: int) -> None:
         """A batch of submissions committed."""
 
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        """`count` submissions of `workflow` found its backlog at its bound at `door` (`api`:
+        answered 429; `submitter`: dead-lettered by its reject policy, or held in its queue
+        by the hold policy, counted once per delivery held)."""
+
     # -- scheduler ------------------------------------------------------------------------
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         """A claim statement took `steps` (possibly none) in `seconds`, in its transaction."""
+
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        """The budgeted claim (flow limits, docs/flow-control.md) committed: steps admitted and
+        candidates held back per limit (implicit bounds named `fleet:AGENT`,
+        `breaker:AGENT/DEPENDENCY`), and the calls each rate limit without a key would admit
+        now."""
 
     def request_headers(self, step: ClaimedStep) -> Headers | None:
         """Headers for the request that dispatches `step`."""
@@ -109,6 +122,11 @@ class Hooks:
         `state`) whose deadline passed (`reason` "expired") or whose request was
         dead-lettered, in its transaction."""
 
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        """The supervisor found that no agent took these steps' requests within their wait
+        timeout (rows with `id`, `run_id`, `agent`, `attempt`, `wait_expiries`): pending
+        again, no failure counted (docs/timeouts.md), in its transaction."""
+
     def sweep_finished(self, report: SweepReport | None) -> None:
         """One sweep ended (None: another supervisor holds the lease)."""
 
@@ -152,8 +170,16 @@ class HookChain(Hooks):
     def runs_submitted(self, created: int, duplicates: int) -> None:
         self._each("runs_submitted", lambda h: h.runs_submitted(created, duplicates))
 
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        self._each("submissions_refused", lambda h: h.submissions_refused(workflow, door, count))
+
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self._each("steps_claimed", lambda h: h.steps_claimed(conn, steps, seconds))
+
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        self._each("steps_budgeted", lambda h: h.steps_budgeted(admitted, held, tokens))
 
     def request_headers(self, step: ClaimedStep) -> Headers | None:
         return _merge(self._each("request_headers", lambda h: h.request_headers(step)))
@@ -202,6 +228,9 @@ class HookChain(Hooks):
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         self._each("steps_expired", lambda h: h.steps_expired(conn, rows, reason))
+
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        self._each("wait_expired", lambda h: h.wait_expired(conn, rows))
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self._each("sweep_finished", lambda h: h.sweep_finished(report))

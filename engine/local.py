@@ -17,6 +17,7 @@ from typing import Protocol
 
 from sasflow.agents.agent import Agent
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentWorker
+from sasflow.backpressure import SubmitterBackpressure
 from sasflow.errors import SasflowError
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.registry import Registry
@@ -63,6 +64,8 @@ class LocalOptions:
     limits: Limits = DEFAULT_LIMITS
     """Message limits of every role here (they replace `scheduler.limits`): one process, one
     setting."""
+    backpressure: SubmitterBackpressure = field(default_factory=SubmitterBackpressure)
+    """The submitter's bound and policy past it (docs/backpressure.md)."""
 
 
 @dataclass
@@ -195,6 +198,7 @@ def add_roles(
             names,
             prefetch=options.submitter_prefetch,
             limits=options.limits,
+            backpressure=options.backpressure,
         ),
     )
     for number in range(1, options.schedulers + 1):

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sasflow.commands import NewRun, StepOutcome, StoredError
+from sasflow.commands import NewRun, StepOutcome, StepProgress, StoredError
 from sasflow.errors import ConfigurationError, InvalidMessageError
 from sasflow.states import ReplyStatus
 from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
@@ -133,8 +133,15 @@ class Request(_Message):
     input: Any = None
     idempotency_key: str = Field(min_length=1)
     budget_ms: int = Field(ge=0)
+    """The execution clock: time the agent has for the attempt, from the moment it starts it."""
     complete_by: str
     """ISO-8601 deadline on the database clock (informative; agents time the budget locally)."""
+    wait_ms: int | None = Field(default=None, ge=0)
+    """The wait clock: how long the request could wait for an agent (its AMQP expiration).
+    Present: the scheduler applies `started` and `heartbeat` messages (`Progress`); absent
+    (an older scheduler): the agent sends none and times `budget_ms` from receipt."""
+    heartbeat_ms: int | None = Field(default=None, ge=1)
+    """The heartbeat clock: when set, the started attempt must heartbeat at least this often."""
 
 
 class Fence(_Message):
@@ -190,6 +197,55 @@ class Reply(_Message):
         )
 
 
+ProgressType = Literal["step.started", "step.heartbeat"]
+PROGRESS_TYPES: tuple[str, ...] = ("step.started", "step.heartbeat")
+
+
+class Progress(_Message):
+    """Agent -> scheduler, on the replies queue: an attempt started (a worker took the request,
+    the execution clock runs from now) or is still alive (a heartbeat). Not an outcome: the
+    attempt still ends with a `Reply`."""
+
+    v: Literal[1] = 1
+    type: ProgressType
+    step_id: int = Field(ge=1, le=2**63 - 1)
+    attempt: int = Field(ge=1, le=2**31 - 1)
+    agent: str | None = Field(default=None, max_length=200)
+
+    def progress(self) -> StepProgress:
+        """What this message tells the store."""
+        return StepProgress(
+            step_id=self.step_id,
+            attempt=self.attempt,
+            started=self.type == "step.started",
+            agent=self.agent,
+        )
+
+
+class Unknown(_Message):
+    """A message on the replies queue of a kind this version does not know (a `type` under
+    `step.` that it does not list): a newer agent's, acked and ignored, not dead-lettered."""
+
+    type: str
+
+
+def parse_on_replies(body: bytes, limits: Limits = DEFAULT_LIMITS) -> Reply | Progress | Unknown:
+    """A message taken from the replies queue: a `Reply` (it has a `status`, or no `type`), a
+    `Progress`, or `Unknown` (a `type` under `step.` that this version does not know);
+    InvalidMessageError as `parse` raises it. The body is decoded once."""
+    try:
+        data = loads(body, limits)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"Reply: {exc}") from exc
+    if isinstance(data, dict) and "type" in data and "status" not in data:
+        kind = data["type"]
+        if kind in PROGRESS_TYPES:
+            return _validate(Progress, data)
+        if isinstance(kind, str) and kind.startswith("step."):
+            return Unknown(type=kind[:100])
+    return _validate(Reply, data)
+
+
 class StatusEvent(_Message):
     """Published on the status exchange (and to a run's reply_to) for every notable change."""
 
@@ -223,6 +279,11 @@ def parse(model: type[M], body: bytes, limits: Limits = DEFAULT_LIMITS) -> M:
         data = loads(body, limits)
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{model.__name__}: {exc}") from exc
+    return _validate(model, data)
+
+
+def _validate(model: type[M], data: Any) -> M:
+    """`data` (decoded JSON) as a `model`, or InvalidMessageError saying what is wrong."""
     if not isinstance(data, dict):
         raise InvalidMessageError(
             f"{model.__name__}: body must be a JSON object, got {type(data).__name__}"

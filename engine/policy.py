@@ -50,19 +50,36 @@ class Backoff:
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """The scheduler's and supervisor's rules for one step."""
+    """The scheduler's and supervisor's rules for one step: its three clocks (docs/timeouts.md),
+    how often it may fail and how it backs off."""
 
     timeout: float = 30.0
-    """Seconds an agent has for one attempt; sets `complete_by` at claim."""
+    """The execution clock: seconds an agent has for one attempt, from the moment it starts
+    it (time waiting in the agent's queue is not deducted). Exceeding it counts a failure."""
     max_failures: int = 3
-    """Failures (expiries, give-ups) after which the step goes to `error`."""
+    """Failures (execution or heartbeat timeouts, give-ups) after which the step goes to
+    `error`."""
     backoff: Backoff = field(default_factory=Backoff)
     give_up_after: float = 86400.0
     """Seconds a step may stay deferred by open circuit breakers before that counts as failing."""
+    wait_timeout: float = 30.0
+    """The wait clock: seconds a dispatched request may wait for an agent to take it. Past it
+    the request is dropped and the step is pending again, no failure counted."""
+    heartbeat_timeout: float | None = None
+    """The heartbeat clock: when set, a started attempt must heartbeat (`Call.heartbeat()`) at
+    least this often, or it counts a failure; at most `timeout`. None: no heartbeat needed."""
 
     def __post_init__(self) -> None:
         _positive("timeout", self.timeout)
         _positive("give_up_after", self.give_up_after)
+        _positive("wait_timeout", self.wait_timeout)
+        if self.heartbeat_timeout is not None:
+            _positive("heartbeat_timeout", self.heartbeat_timeout)
+            if self.heartbeat_timeout > self.timeout:
+                raise DefinitionError(
+                    f"heartbeat_timeout ({self.heartbeat_timeout}) must be <= timeout "
+                    f"({self.timeout}): the timeout caps an attempt however it heartbeats"
+                )
         if self.max_failures < 1:
             raise DefinitionError(f"max_failures must be >= 1, got {self.max_failures!r}")
 

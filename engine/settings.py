@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from sasflow.backpressure import DEFAULT_MAX_BACKLOG
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.redact import redact_url
 
@@ -84,6 +85,15 @@ class Settings(BaseSettings):
         le=500,
         description="Deepest JSON nesting accepted in a message (the message's own object is "
         "level 1, a submission's input level 2).",
+    )
+
+    # -- backpressure at the doors (docs/backpressure.md) --------------------------------------
+    max_backlog: int = Field(
+        default=DEFAULT_MAX_BACKLOG,
+        ge=0,
+        description="Runs of one workflow that may wait to start (submitted, not started) "
+        "before the doors push back: the HTTP API answers 429, the submitter leaves "
+        "submissions in its queue; a workflow's own max_backlog wins. 0: no bound.",
     )
 
     def limits(self) -> Limits:
@@ -191,6 +201,17 @@ class Settings(BaseSettings):
         le=10_000,
         description="Quorum queues: deliveries of one message before the broker dead-letters "
         "it (a request that crashes every agent ends as a counted failure); 0: no limit.",
+    )
+
+    broker_consumer_timeout: float = Field(
+        default=1800.0,
+        ge=0,
+        le=7 * 86400,
+        description="The broker's consumer timeout in seconds (RabbitMQ's `consumer_timeout`, "
+        "30 min by default; 0: none). An agent acknowledges the request of a step whose "
+        "execution budget is at least half of it when the step starts instead of after "
+        "its reply, so the broker never closes the channel and redelivers it mid-step "
+        "(docs/timeouts.md).",
     )
 
     # -- end of connections -----------------------------------------------------------------
@@ -344,6 +365,7 @@ class Settings(BaseSettings):
             "alert_exchange": self.alert_exchange,
             "max_message_bytes": self.max_message_bytes,
             "max_json_depth": self.max_json_depth,
+            "max_backlog": self.max_backlog,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
             "api_stream_heartbeat_s": self.api_stream_heartbeat_s,

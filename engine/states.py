@@ -62,6 +62,16 @@ class OnFailure(StrEnum):
     COMPENSATE = "compensate"
 
 
+class OnDeadline(StrEnum):
+    """What the supervisor does when a run passes its deadline (`Workflow(deadline=...)`,
+    docs/timeouts.md): raise an alert and let it run, cancel it, or cancel it and compensate
+    what it did."""
+
+    ALERT = "alert"
+    CANCEL = "cancel"
+    COMPENSATE = "compensate"
+
+
 class ReplyStatus(StrEnum):
     """How an attempt ended, as an agent's reply says it (`Reply.status`, docs/protocol.md) and
     the store records it (`StepOutcome.kind`; the value is the reason of the step's event)."""

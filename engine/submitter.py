@@ -4,16 +4,31 @@ A batch of deliveries is recorded in one transaction (store.submit.record_runs: 
 PostgreSQL its runs take one statement) and acked after the commit. When the database refuses
 the data of one submission, the batch is recorded again with each submission in its own
 savepoint, so the bad one is dead-lettered with its reason without undoing the others.
+
+Backpressure (docs/backpressure.md): a submission whose workflow has as many runs waiting to
+start as its bound is, by the door's policy, held (left unacked, so it stays in `<ns>.submit`,
+and taken again once there is room; a full prefetch window of held submissions stops the
+queue), dead-lettered with the reason (reject), or recorded anyway (accept). A submission
+whose key names an existing run is always answered (acked as a duplicate).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
+from sasflow.backpressure import (
+    READ_EVERY_S,
+    Room,
+    SubmitterBackpressure,
+    bound_of,
+    split_batch,
+)
 from sasflow.commands import NewRun, Refused, SubmitResult
-from sasflow.errors import InvalidInputError, InvalidMessageError
+from sasflow.doors import BacklogGate, known_keys
+from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
@@ -23,8 +38,13 @@ from sasflow.store.db import Engine, transaction
 from sasflow.store.runs.submit import record_runs
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_common
+from sasflow.workflow import Workflow
 
 log = logging.getLogger(__name__)
+
+Entry = tuple[Delivery, NewRun]
+Rejected = tuple[Delivery, str]
+"""A delivery to dead-letter, and why."""
 
 DEFAULT_PREFETCH = 200
 """Submissions held, and inserted in one transaction, at once."""
@@ -35,6 +55,22 @@ class SubmitterStats:
     created: int = 0
     duplicates: int = 0
     dead_lettered: int = 0
+    held: int = 0
+    """Deliveries held past their workflow's bound (each time one was held anew)."""
+
+
+@dataclass
+class _Waiting:
+    """Deliveries held past the bound, oldest first, and since when each (monotonic)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    since: dict[int, float] = field(default_factory=dict)
+    looked_at: float = 0.0
+    """When they were last tried (monotonic)."""
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.since.clear()
 
 
 class Submitter:
@@ -51,6 +87,7 @@ class Submitter:
         limits: Limits = DEFAULT_LIMITS,
         stop: threading.Event | None = None,
         hooks: Hooks | None = None,
+        backpressure: SubmitterBackpressure | None = None,
     ) -> None:
         self.id = process_id("submitter")
         self._hooks = guarded(hooks)
@@ -62,6 +99,9 @@ class Submitter:
         self._limits = limits
         self._stop = stop or threading.Event()
         self._held: list[Delivery] = []
+        self._backpressure = backpressure or SubmitterBackpressure()
+        self._gate = BacklogGate(self._backpressure.max_backlog)
+        self._waiting = _Waiting()
         self.stats = SubmitterStats()
 
     @property
@@ -79,13 +119,14 @@ class Submitter:
 
     def _serve(self) -> None:
         self._held.clear()
+        self._waiting.clear()  # unacked on the old connection: the broker has them back
         self._transport.connect()
         declare_common(self._transport, self._names)
         self._transport.consume(self._names.submit, self._on_delivery, prefetch=self._prefetch)
         log.info("%s consuming %s", self.id, self._names.submit)
         while not self._stop.is_set():
             self._transport.process(0.0 if self._held else 0.5)
-            if self._held:
+            if self._held or self._waiting_due():
                 self._insert_held()
         self._transport.cancel_consumers()
         self._transport.process(0)
@@ -94,6 +135,13 @@ class Submitter:
 
     def _on_delivery(self, delivery: Delivery) -> None:
         self._held.append(delivery)
+
+    def _waiting_due(self) -> bool:
+        """Whether the held submissions should be tried again now (a new read of their
+        workflows' backlogs is due)."""
+        return bool(self._waiting.entries) and (
+            time.monotonic() - self._waiting.looked_at >= READ_EVERY_S
+        )
 
     def _insert_held(self) -> None:
         held, self._held = self._held, []
@@ -105,23 +153,41 @@ class Submitter:
                 parsed.append((delivery, self._new_run(delivery)))
             except InvalidMessageError as exc:
                 rejected.append((delivery, str(exc)))
+        # The held ones first: what arrived first is admitted first.
+        waiting, self._waiting.entries = self._waiting.entries, []
+        self._waiting.looked_at = time.monotonic()
+        parsed, over, rooms = self._admit(waiting + parsed)
+        rejected += self._past_the_bound(over, rooms)
         news = [new for _, new in parsed]
         try:
             try:
-                answers = self._record(news, isolate=False)
+                answers = self._record(news, isolate=False) if news else []
             except InvalidInputError as exc:
                 log.info(
                     "%s: batch refused (%s): recording it one submission at a time", self.id, exc
                 )
                 answers = self._record(news, isolate=True)
         except Exception:
-            self._held = held + self._held  # nothing committed: keep them unacked, retry
+            # Nothing committed: keep them unacked and try again (the held ones, held).
+            self._held = [d for d, _ in parsed] + [d for d, _ in rejected] + self._held
             raise
+        self._settle(parsed, answers, rejected)
+        self._hooks.runs_submitted(self.stats.created - created, self.stats.duplicates - duplicates)
+        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+
+    def _settle(
+        self,
+        parsed: list[tuple[Delivery, NewRun]],
+        answers: list[SubmitResult | Refused],
+        rejected: list[tuple[Delivery, str]],
+    ) -> None:
+        """After the commit: count, dead-letter what was refused, ack the rest."""
         for (delivery, new), answer in zip(parsed, answers, strict=True):
             if isinstance(answer, Refused):
                 rejected.append((delivery, answer.reason))
             elif answer.created:
                 self.stats.created += 1
+                self._gate.admitted(new.workflow, 1)
             else:
                 self.stats.duplicates += 1
                 log.info(
@@ -136,12 +202,95 @@ class Submitter:
             )
             self.stats.dead_lettered += 1
             self._hooks.dead_lettered(delivery.queue, reason)
-        self._hooks.runs_submitted(self.stats.created - created, self.stats.duplicates - duplicates)
         rejected_tags = {d.tag for d, _ in rejected}
-        for delivery in held:
+        for delivery, _ in parsed:
             if delivery.tag not in rejected_tags:
                 self._transport.ack(delivery)
-        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+            self._waiting.since.pop(delivery.tag, None)
+
+    def _admit(self, entries: list[Entry]) -> tuple[list[Entry], list[Entry], dict[str, Room]]:
+        """(the entries to record now, those past their workflow's bound, each in order, and
+        the room of each workflow once the admitted ones are recorded). A workflow without a
+        bound, or unknown (record_runs refuses it), is not read."""
+        if self._backpressure.policy == "accept" or not entries:
+            return entries, [], {}
+        bounded: dict[str, Workflow] = {}
+        for _, new in entries:
+            if new.workflow in bounded:
+                continue
+            try:
+                workflow = self._registry.workflow(new.workflow)
+            except UnknownWorkflowError:
+                continue
+            if bound_of(workflow, self._backpressure.max_backlog) is not None:
+                bounded[new.workflow] = workflow
+        if not bounded:
+            return entries, [], {}
+        if self._room_known_for_all(bounded, entries):
+            return entries, [], {}  # no read due and room for every one: no transaction
+        over_tags: set[int] = set()
+        rooms: dict[str, Room] = {}
+        with transaction(self._engine) as conn:
+            for name, workflow in bounded.items():
+                mine = [e for e in entries if e[1].workflow == name]
+                room = self._gate.room(conn, workflow)
+                split = split_batch(room, mine)
+                rooms[name] = room.admitting(len(split.admitted))
+                if split.over:
+                    # A key that names a run is answered (a duplicate), never held.
+                    keys = [n.key for _, n in split.over if n.key]
+                    known = known_keys(conn, name, keys)
+                    over_tags |= {d.tag for d, n in split.over if n.key not in known}
+        admitted = [e for e in entries if e[0].tag not in over_tags]
+        return admitted, [e for e in entries if e[0].tag in over_tags], rooms
+
+    def _room_known_for_all(self, bounded: dict[str, Workflow], entries: list[Entry]) -> bool:
+        """Whether every bounded workflow's last read (still fresh) leaves room for all of its
+        entries."""
+        for name, workflow in bounded.items():
+            room = self._gate.fresh(workflow)
+            wanted = sum(1 for _, new in entries if new.workflow == name)
+            if room is None or (room.free is not None and room.free < wanted):
+                return False
+        return True
+
+    def _past_the_bound(self, over: list[Entry], rooms: dict[str, Room]) -> list[Rejected]:
+        """Apply the policy to submissions past their bound: hold them (and hand back to the
+        queue those held HOLD_S), or return them to dead-letter with the reason."""
+        if not over:
+            return []
+        counts: dict[str, int] = {}
+        rejected: list[Rejected] = []
+        now = time.monotonic()
+        for delivery, new in over:
+            if self._backpressure.policy == "reject":
+                reason = f"backlog full: {rooms[new.workflow].refusal()}"
+                rejected.append((delivery, reason))
+                counts[new.workflow] = counts.get(new.workflow, 0) + 1
+                continue
+            since = self._waiting.since.get(delivery.tag)
+            if since is None:
+                self._waiting.since[delivery.tag] = now
+                self.stats.held += 1
+                counts[new.workflow] = counts.get(new.workflow, 0) + 1
+            elif now - since >= self._backpressure.hold_s:
+                # Never unacked for long (the broker's consumer timeout): back to the queue,
+                # which hands it to us again as a new delivery.
+                self._waiting.since.pop(delivery.tag, None)
+                self._transport.requeue(delivery)
+                continue
+            self._waiting.entries.append((delivery, new))
+        for workflow, count in counts.items():
+            self._hooks.submissions_refused(workflow, "submitter", count)
+        if counts and self._waiting.entries:
+            log.info(
+                "%s: holding %d submission(s) in %s past their workflow's bound (%s)",
+                self.id,
+                len(self._waiting.entries),
+                self._names.submit,
+                ", ".join(f"{w}: {c} new" for w, c in sorted(counts.items())),
+            )
+        return rejected
 
     def _new_run(self, delivery: Delivery) -> NewRun:
         """The run a delivery asks for (InvalidMessageError when it is not a submission)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Any, Literal
 
 from sasflow.errors import DefinitionError
 from sasflow.policy import StepPolicy
-from sasflow.states import OnFailure
+from sasflow.states import OnDeadline, OnFailure
 
 JSON = Any
 """A value that json.dumps accepts."""
@@ -20,6 +21,8 @@ WORKFLOW_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 
 FailurePolicy = Literal["error", "compensate"]
 """The values of `OnFailure` as a definition may spell them."""
+DeadlinePolicy = Literal["alert", "cancel", "compensate"]
+"""The values of `OnDeadline` as a definition may spell them."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,15 @@ class Workflow:
         version: int = 1,
         on_failure: OnFailure | FailurePolicy = OnFailure.ERROR,
         output: Callable[[StepContext], JSON] | None = None,
+        deadline: float | None = None,
+        on_deadline: OnDeadline | DeadlinePolicy = OnDeadline.ALERT,
+        max_backlog: int | None = None,
     ) -> None:
+        """`deadline`: seconds from submission (on the database clock) within which a run should
+        end; past it the supervisor does `on_deadline` (docs/timeouts.md). None: no deadline.
+        `max_backlog`: the most runs of this workflow that may wait to start before the
+        doors push back (docs/backpressure.md); None: the process's setting
+        (SASFLOW_MAX_BACKLOG), 0: no bound."""
         if not WORKFLOW_NAME_PATTERN.fullmatch(name):
             raise DefinitionError(
                 f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
@@ -99,9 +110,31 @@ class Workflow:
             raise DefinitionError(f"workflow {name!r}: on_failure must be 'error' or 'compensate'")
         if not steps:
             raise DefinitionError(f"workflow {name!r} has no steps")
+        if deadline is not None and not (
+            isinstance(deadline, int | float)
+            and not isinstance(deadline, bool)
+            and math.isfinite(deadline)
+            and deadline > 0
+        ):
+            raise DefinitionError(f"workflow {name!r}: deadline must be > 0, got {deadline!r}")
+        if on_deadline not in set(OnDeadline):
+            raise DefinitionError(
+                f"workflow {name!r}: on_deadline must be 'alert', 'cancel' or 'compensate', "
+                f"got {on_deadline!r}"
+            )
+        if max_backlog is not None and (
+            isinstance(max_backlog, bool) or not isinstance(max_backlog, int) or max_backlog < 0
+        ):
+            raise DefinitionError(
+                f"workflow {name!r}: max_backlog must be an integer >= 0 (0: no bound), "
+                f"got {max_backlog!r}"
+            )
         self.name = name
+        self.max_backlog = max_backlog
         self.version = version
         self.on_failure = OnFailure(on_failure)
+        self.deadline: float | None = None if deadline is None else float(deadline)
+        self.on_deadline = OnDeadline(on_deadline)
         self._output = output
         self.steps: tuple[Step, ...] = tuple(steps)
         self.dependencies: dict[str, tuple[str, ...]] = self._resolve_dependencies()

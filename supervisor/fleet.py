@@ -1,20 +1,30 @@
-"""The supervisor's fleet pass: agent instances that stopped heartbeating become `lost`.
+"""The supervisor's fleet pass: agent instances that stopped heartbeating become `lost`; gone
+instances and idle flow-limit buckets are forgotten.
 
 The supervisor judges loss because it is the one role that acts alone (under its lease) and
-periodically: each lost instance is marked once, raises one `agent_lost` alert (deduplicated
-per instance) and appends one fleet event (entity "agent") to the history, in one transaction.
+periodically: each lost instance is marked once, appends one fleet event (entity "agent") to
+the history and, while other instances of its agent live, raises one `agent_lost` alert
+(deduplicated per instance), in one transaction. When the last live instance of an agent is
+lost (all at once in a broker outage, or one after the other), no `agent_lost` is raised for
+it: the agent is out, and the outage watch (supervisor.outage) raises one `agent_outage` for
+the agent if work waits for it.
 """
 
 from __future__ import annotations
+
+import logging
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.cluster import fleet
 from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Engine, transaction
+from sasflow.store.flow import limits as flow_limits
 from sasflow.store.outbox import stream
 from sasflow.store.outbox.alerts import AGENT_LOST, Alert, raise_alert
 from sasflow.store.runs import events
 from sasflow.store.runs.sweeps import SweepReport
+
+log = logging.getLogger(__name__)
 
 FORGET_AFTER_S = 7 * 86400.0
 """Seconds a stopped or lost instance stays in the fleet view before it is deleted."""
@@ -28,6 +38,7 @@ def flag_lost_agents(
     with transaction(engine) as conn:
         lease.check(conn)
         lost = fleet.mark_lost(conn)
+        left = fleet.presence(conn, sorted({row.agent for row in lost}))
         batch = []
         for row in lost:
             message = (
@@ -44,9 +55,13 @@ def flag_lost_agents(
                 "in_flight": row.in_flight,
                 "reported_by": actor,
             }
-            alert_id = raise_alert(conn, Alert(AGENT_LOST, row.instance_id, message, detail=detail))
-            if alert_id is not None:
-                report.alerts.append(alert_id)
+            if left[row.agent].live:
+                alert = Alert(AGENT_LOST, row.instance_id, message, detail=detail)
+                alert_id = raise_alert(conn, alert)
+                if alert_id is not None:
+                    report.alerts.append(alert_id)
+            else:
+                log.info("%s; no instance of %r is live: no agent_lost alert", message, row.agent)
             batch.append(
                 events.Event(
                     run_id=None,
@@ -63,3 +78,5 @@ def flag_lost_agents(
         stream.queue_failures(conn, failures, namespace=namespace)
         report.agents_lost += len(lost)
         fleet.forget_gone(conn, after_s=FORGET_AFTER_S)
+        # Idle rate buckets hold a full burst, as no row does: keys no longer used go.
+        flow_limits.forget_idle_buckets(conn)

@@ -15,14 +15,16 @@ from sasflow.runtime import process_id
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import Engine
 from sasflow.store.runs.sweeps import SweepReport
+from sasflow.supervisor.deadlines import sweep_deadlines
 from sasflow.supervisor.fleet import flag_lost_agents
+from sasflow.supervisor.outage import DEFAULT_OUTAGE_AFTER_S, OutageWatch
 from sasflow.supervisor.sweep import (
     count_dead_requests,
     flag_stalled,
     sweep_expired,
 )
 from sasflow.transport.base import Delivery, Transport
-from sasflow.transport.topology import Names, declare_common
+from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,9 @@ class SupervisorOptions:
     """Seconds one sweep may take; what is left is swept next time."""
     stalled_after: float = 300.0
     """Seconds a ready step may stay unclaimed before a `stalled` alert."""
+    outage_after: float = DEFAULT_OUTAGE_AFTER_S
+    """Seconds an agent may have work waiting and nobody serving it before an `agent_outage`
+    alert (supervisor.outage)."""
     lease_ttl: float | None = None
     """Seconds the leader's lease lasts without renewal [default: max(3 x interval, 15)]."""
     retention: RetentionPolicy | None = None
@@ -93,6 +98,8 @@ class Supervisor:
         self._stop = stop or threading.Event()
         self.lease = Lease(self.id, name=SUPERVISOR_LEASE, ttl=self._options.ttl)
         self._broker_ready = False
+        self._declared: set[str] = set()
+        self._outages = OutageWatch(after_s=self._options.outage_after)
         self._pruned_at: float | None = None
 
     @property
@@ -121,6 +128,16 @@ class Supervisor:
                 hooks=self._hooks,
             )
             self._count_dead_requests(report)
+            sweep_deadlines(
+                self._engine,
+                self.lease,
+                batch=options.batch,
+                budget=options.budget,
+                actor=self.id,
+                report=report,
+                namespace=self._names.namespace,
+                hooks=self._hooks,
+            )
             flag_stalled(
                 self._engine,
                 self.lease,
@@ -133,6 +150,14 @@ class Supervisor:
                 self.lease,
                 actor=self.id,
                 namespace=self._names.namespace,
+                report=report,
+            )
+            self._outages.check(
+                self._engine,
+                self.lease,
+                self._consumer_counts,
+                actor=self.id,
+                queue_of=self._names.agent,
                 report=report,
             )
             self._enforce_retention(report)
@@ -168,14 +193,37 @@ class Supervisor:
         if not done.complete:
             self._pruned_at = None  # more to do: the next sweep goes on
 
+    def _connect_broker(self, transport: Transport) -> None:
+        if not self._broker_ready:
+            transport.connect()
+            declare_common(transport, self._names)
+            self._declared.clear()
+            self._broker_ready = True
+
+    def _consumer_counts(self, agents: list[str]) -> dict[str, int] | None:
+        """Consumers of each agent's shared queue (declared first: a queue nobody declared yet
+        has none); None without a broker, or when it cannot be reached."""
+        if self._transport is None:
+            return None
+        try:
+            self._connect_broker(self._transport)
+            counts = {}
+            for agent in agents:
+                if agent not in self._declared:
+                    declare_agent_queue(self._transport, self._names, agent)
+                    self._declared.add(agent)
+                counts[agent] = self._transport.consumer_count(self._names.agent(agent))
+        except BrokerUnavailableError as exc:
+            self._broker_ready = False
+            log.warning("%s: agents' consumers not counted: %s", self.id, exc)
+            return None
+        return counts
+
     def _count_dead_requests(self, report: SweepReport) -> None:
         if self._transport is None:
             return
         try:
-            if not self._broker_ready:
-                self._transport.connect()
-                declare_common(self._transport, self._names)
-                self._broker_ready = True
+            self._connect_broker(self._transport)
             taken: list[Delivery] = []
             while len(taken) < DEAD_REQUESTS_PER_SWEEP:
                 delivery = self._transport.get(self._names.dead_requests)
@@ -231,6 +279,8 @@ class Supervisor:
                         or report.dead_requests
                         or report.pruned
                         or report.agents_lost
+                        or report.waited
+                        or report.deadlines
                     ):
                         log.info("%s swept: %s", self.id, report.summary())
                 self._stop.wait(self._options.interval)

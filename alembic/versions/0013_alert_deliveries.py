@@ -1,7 +1,7 @@
 """alert deliveries: the sinks that took each alert, attempts, errors, the next retry
 
 Revision ID: 0013
-Revises: 0009
+Revises: 0012
 Create Date: 2026-11-25 09:30:00.000000
 """
 
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = '0013'
-down_revision: str | None = '0009'
+down_revision: str | None = '0012'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -13,6 +13,9 @@ from bench.common import Sizes, analyze, autovacuum, finished_steps, scratch
 from bench.report import Results, ratio, report, say, verdict
 from bench.workloads.drain import Drain, drain
 from bench.workloads.w0 import RR8
+from sasflow.ops import limits
+from sasflow.store.flow.model import Limit
+from sasflow.transport.topology import Names
 
 FORMS = {
     "W1": ("one", "up-front"),
@@ -43,6 +46,29 @@ FROM runs r CROSS JOIN (VALUES ('run', NULL, 'pending', 'running'),
 WHERE r.business_key LIKE 'history-%'
 """
 )
+
+
+FLOW_LIMITS = ("none", "other", "generous")
+_DEFINED = {
+    "none": [],
+    "other": [Limit("elsewhere", "other-agent", rate=10.0)],
+    "generous": [
+        Limit("noop-rate", "noop", rate=1_000_000.0),
+        Limit("noop-at-once", "noop", concurrency=1_000_000),
+    ],
+}
+
+
+def define_limits(engine: Engine, names: Names, which: str, results: Results) -> None:
+    """Set the flow limits `which` (FLOW_LIMITS) through the operators' service."""
+    with engine.begin() as conn:
+        for limit in _DEFINED[which]:
+            limits.set_limit(conn, limit, actor="bench", reason="bench", namespace=names.namespace)
+    if which != "none":
+        defined = ", ".join(
+            f"{lim.name} on {lim.agent} {lim.describe()}" for lim in _DEFINED[which]
+        )
+        say(f"  flow limits: {defined}", results)
 
 
 def load_history(engine: Engine, results: Results) -> None:
@@ -152,6 +178,7 @@ def run_w12(sizes: Sizes, results: Results, which: set[str]) -> None:
     drains: dict[str, list[Drain]] = {name: [] for name in chosen}
     with scratch("w12", ["noop"]) as (url, engine, names):
         load_history(engine, results)
+        define_limits(engine, names, sizes.flow_limits, results)
         for index in range(sizes.repeat):
             for name in chosen:
                 workflow, form = FORMS[name]

@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI
 from sasflow.api import errors
 from sasflow.api.console import actions, pages, schedule_actions, views
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import alerts, health, registrations, runs, schedules
+from sasflow.api.routes import alerts, health, limits, registrations, runs, schedules
 from sasflow.api.stream import endpoint as stream
 from sasflow.api.stream.hub import StreamHub, StreamOptions
 
@@ -29,6 +29,7 @@ def routers() -> list[APIRouter]:
         alerts.router,
         schedules.router,
         registrations.router,
+        limits.router,
         stream.router,
         pages.router,
         actions.router,

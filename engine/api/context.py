@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from fastapi import Request
 
+from sasflow.doors import BacklogGate
+from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import Limits
 from sasflow.registry import Registry
 from sasflow.settings import Settings
@@ -21,12 +23,18 @@ class ApiContext:
     """One per API server, built by `sasflow api` (or a test) and kept on `app.state`.
 
     `check_broker` raises BrokerUnavailableError when the broker cannot be reached (/readyz);
-    the in-process bus has nothing to reach and passes."""
+    the in-process bus has nothing to reach and passes. `hooks` hear the door's refusals
+    (metrics); `backlog` is the server's reads of each workflow's backlog."""
 
     engine: Engine
     registry: Registry
     settings: Settings
     check_broker: Callable[[], None]
+    hooks: Hooks = NO_HOOKS
+    backlog: BacklogGate = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backlog", BacklogGate(self.settings.max_backlog))
 
     @property
     def namespace(self) -> str:

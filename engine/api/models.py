@@ -58,3 +58,36 @@ class OperatorActionRequest(_Body):
     """An operator action on a schedule or a scheduler; the reason goes into the audit."""
 
     reason: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class LimitRequest(_Body):
+    """A flow limit's whole definition (`PUT /v1/limits/{name}` replaces it); see
+    docs/flow-control.md."""
+
+    agent: str = Field(min_length=1, max_length=100, description="The agent whose steps it limits.")
+    actions: list[str] | None = Field(
+        default=None, min_length=1, max_length=100, description="Only these actions [all]."
+    )
+    dependency: str | None = Field(
+        default=None,
+        max_length=100,
+        description="Only the agent's actions that use this dependency (breaker).",
+    )
+    key: str | None = Field(
+        default=None,
+        max_length=200,
+        description="One budget per value of `input.<field>[.<field>...]`, `business_key` or "
+        "`workflow` [one budget].",
+        examples=["input.account"],
+    )
+    rate: float | str | None = Field(
+        default=None,
+        description="Steps started per second (a number), or per period (`6000/min`).",
+        examples=["100/s"],
+    )
+    burst: int | None = Field(default=None, ge=1, description="[one second of the rate]")
+    concurrency: int | None = Field(
+        default=None, ge=0, description="Steps in flight at once (per key); 0 pauses them."
+    )
+    enabled: bool = True
+    reason: str = Field(min_length=1, max_length=2000, description="Why (audited).")

@@ -38,6 +38,13 @@ class RunResponse(_Response):
     pool: str | None
     trace_parent: str | None
     on_failure: str
+    deadline_at: datetime | None = Field(
+        default=None, description="When its workflow's deadline passes (docs/timeouts.md)."
+    )
+    on_deadline: str | None = Field(default=None, description="alert, cancel or compensate.")
+    deadline_fired_at: datetime | None = Field(
+        default=None, description="When the supervisor acted on the passed deadline."
+    )
     output: Any
     error: Any
     created_at: datetime
@@ -76,11 +83,25 @@ class StepResponse(_Response):
     max_failures: int
     locked_by: str | None
     complete_by: datetime | None
+    started_at: datetime | None = Field(
+        default=None,
+        description="When an agent said it started this attempt (null: not yet, or not "
+        "processing); complete_by is then its execution deadline, before it the envelope.",
+    )
+    wait_expiries: int = Field(
+        default=0, description="Requests in a row no agent took within the wait timeout."
+    )
     not_before: datetime
     error: Any
     input: Any
     output: Any
     idempotency_key: str
+    waiting: str | None = Field(
+        default=None,
+        description="What a pending step waits for: a backoff, a flow limit (`rate-limited: "
+        "payments 100/s`), a breaker, no live agent instance (docs/flow-control.md); null when "
+        "it is not held.",
+    )
 
 
 class EventResponse(_Response):
@@ -109,6 +130,20 @@ class SubmittedResponse(_Response):
     id: int
     created: bool = Field(description="False when the key was known: the run it maps to.")
     run: RunResponse
+
+
+class BacklogFullResponse(_Response):
+    """429 of `POST /v1/runs`: the workflow's backlog is at its bound (docs/backpressure.md)."""
+
+    error: str = Field(description="`backlog_full`")
+    message: str
+    workflow: str
+    backlog: int = Field(
+        description="Runs of the workflow waiting to start, counted up to the bound (so at "
+        "least this many)."
+    )
+    max_backlog: int = Field(description="The bound: the workflow's own, else the server's.")
+    retry_after: int = Field(description="Seconds to wait, as the `Retry-After` header says.")
 
 
 class RunListResponse(_Response):
@@ -284,3 +319,51 @@ class AgentResponse(_Response):
 
 class AgentListResponse(_Response):
     agents: list[AgentResponse]
+
+
+# -- flow limits ------------------------------------------------------------------------------
+
+
+class LimitStateResponse(_Response):
+    """A limit's live state (docs/flow-control.md)."""
+
+    resolved: bool = Field(
+        description="False: a dependency no live agent instance reports; it holds nothing."
+    )
+    actions: list[str] | None = Field(description="The actions it selects (null: every one).")
+    in_flight: int = Field(description="Its steps in processing.")
+    in_flight_keys: dict[str, int] = Field(description="The busiest keys and their steps.")
+    tokens: float | None = Field(description="Steps its rate would start now (no key only).")
+    ready: int = Field(description="Ready steps it selects (held while it has no room).")
+
+
+class LimitResponse(_Response):
+    """A flow limit: its row, as operators read it, and its live state."""
+
+    name: str
+    agent: str
+    actions: list[str] | None
+    dependency: str | None
+    key: str | None
+    rate: float | None = Field(description="Steps started per second.")
+    burst: int | None
+    concurrency: int | None
+    enabled: bool
+    last_admitted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str
+    reason: str | None
+    description: str = Field(description="e.g. `100/s (burst 100), 40 at once`.")
+    burst_effective: int | None
+    state: LimitStateResponse
+    created: bool | None = Field(default=None, description="PUT: whether it was new.")
+
+
+class LimitListResponse(_Response):
+    limits: list[LimitResponse]
+
+
+class LimitDeletedResponse(_Response):
+    name: str
+    deleted: bool

@@ -15,6 +15,7 @@ from sasflow.cli.context import (
     role_failed,
 )
 from sasflow.errors import ConfigurationError, SasflowError
+from sasflow.hooks import NO_HOOKS
 from sasflow.observability.build import api_metrics
 from sasflow.settings import Settings
 from sasflow.store.db import make_engine
@@ -90,13 +91,16 @@ def api_command(
     engine = make_engine(settings.database_url, engine_options(settings, "api", POOL_SIZE))
     metrics_server = None
     try:
-        ctx = ApiContext(engine, obj.registry(), settings, readiness)
+        observed = None
+        if settings.metrics_port is not None:
+            observed, metrics_server = api_metrics(settings)
+        hooks = NO_HOOKS if observed is None else observed.doors
+        ctx = ApiContext(engine, obj.registry(), settings, readiness, hooks=hooks)
         check_not_refused(engine)
         app = create_app(ctx)
-        if settings.metrics_port is not None:
+        if observed is not None:
             from sasflow.api.metrics import RequestMetrics  # noqa: PLC0415 - the metrics extra
 
-            observed, metrics_server = api_metrics(settings)
             app.add_middleware(RequestMetrics, metrics=observed)
         serve(app, ctx)
     except SasflowError as exc:

@@ -16,6 +16,7 @@ COMMANDS = {
     "db": "sasflow.cli.db:db",
     "dead": "sasflow.cli.dead:dead",
     "demo": "sasflow.cli.demo:demo",
+    "limits": "sasflow.cli.limits:limits",
     "queues": "sasflow.cli.queues:queues",
     "run": "sasflow.cli.run:run_command",
     "runs": "sasflow.cli.runs:runs",

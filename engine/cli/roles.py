@@ -13,6 +13,7 @@ from sasflow.agents.agent import Agent
 from sasflow.agents.children import ChildProcesses, default_state_dir
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
+from sasflow.backpressure import SUBMITTER_POLICIES, SubmitterBackpressure, SubmitterPolicy
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
@@ -33,8 +34,19 @@ from sasflow.submitter import DEFAULT_PREFETCH, Submitter
     show_envvar=True,
     help="Submissions held (and inserted per transaction) at once.",
 )
+@click.option(
+    "--on-backlog",
+    type=click.Choice(SUBMITTER_POLICIES),
+    default=SubmitterBackpressure.policy,
+    show_default=True,
+    envvar="SASFLOW_SUBMITTER_ON_BACKLOG",
+    show_envvar=True,
+    help="Past a workflow's bound (SASFLOW_MAX_BACKLOG or its max_backlog): hold the "
+    "submissions in <ns>.submit until there is room, dead-letter them (reject), or record "
+    "them anyway (accept).",
+)
 @click.pass_obj
-def submitter(obj: CliContext, prefetch: int) -> None:
+def submitter(obj: CliContext, prefetch: int, on_backlog: SubmitterPolicy) -> None:
     """Consume <ns>.submit and record each submission as a run (idempotent on its key)."""
     engine: Engine | None = None
     try:
@@ -51,6 +63,9 @@ def submitter(obj: CliContext, prefetch: int) -> None:
             limits=obj.settings.limits(),
             stop=stop_event(),
             hooks=obj.hooks("submitter"),
+            backpressure=SubmitterBackpressure(
+                max_backlog=obj.settings.max_backlog, policy=on_backlog
+            ),
         )
         role.run()
     except SasflowError as exc:
@@ -88,6 +103,25 @@ def submitter(obj: CliContext, prefetch: int) -> None:
     show_envvar=True,
     help="Steps of one agent kept in flight (dispatched, no reply yet) before the agent is "
     "left out of claims; 0: no bound.",
+)
+@click.option(
+    "--fleet-bound/--no-fleet-bound",
+    default=SchedulerOptions.fleet_bound,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_FLEET_BOUND",
+    show_envvar=True,
+    help="Claim no step of an agent whose instances are all gone (stopped or lost): they stay "
+    "pending, uncharged, until one is back (docs/flow-control.md).",
+)
+@click.option(
+    "--fleet-bound-factor",
+    type=click.FloatRange(0.1, 10_000),
+    default=SchedulerOptions.fleet_bound_factor,
+    envvar="SASFLOW_SCHEDULER_FLEET_BOUND_FACTOR",
+    show_envvar=True,
+    help="Also keep each agent's steps in flight, cluster-wide, within this many per unit of "
+    "its live instances' capacity (summed concurrency), e.g. 2 for slow handlers "
+    "[default: no such bound].",
 )
 @click.option(
     "--rescan-interval",
@@ -153,6 +187,8 @@ def scheduler(
     batch: int,
     reply_prefetch: int,
     max_in_flight: int,
+    fleet_bound: bool,
+    fleet_bound_factor: float | None,
     rescan_interval: float | None,
     name: str | None,
     address: str | None,
@@ -169,6 +205,8 @@ def scheduler(
             claim_batch=batch,
             reply_prefetch=reply_prefetch,
             max_in_flight=max_in_flight or None,
+            fleet_bound=fleet_bound,
+            fleet_bound_factor=fleet_bound_factor,
             rescan_interval=rescan_interval,
             pool_limits=PoolLimits(
                 give_up_s=obj.settings.pool_give_up_s, max_looks=obj.settings.pool_max_looks
@@ -309,6 +347,7 @@ def agent(
                 heartbeat_interval=heartbeat_interval,
                 drain_timeout=drain_timeout,
                 children=children,
+                consumer_timeout=obj.settings.broker_consumer_timeout or None,
             ),
             pool=pool,
             hooks=hooks,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sasflow.backpressure import SubmitterBackpressure
 from sasflow.cli.context import CliContext, fail, stop_event
 from sasflow.cli.roles import exit_despite_hung_handlers
 from sasflow.errors import SasflowError
@@ -79,6 +80,7 @@ def run_command(
                 scheduler=SchedulerOptions(),
                 supervisor=SupervisorOptions(interval=supervisor_interval),
                 limits=obj.settings.limits(),
+                backpressure=SubmitterBackpressure(max_backlog=obj.settings.max_backlog),
             ),
             sinks=build_sinks(obj.settings, lambda: obj.transport("alerts", long_running=True)),
         )

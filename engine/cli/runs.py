@@ -120,7 +120,8 @@ def list_command(
 @OUTPUT_OPTION
 @click.pass_obj
 def show_command(obj: CliContext, run_id: int, output: str) -> None:
-    """Show a run: its steps (state, attempt, failures, error) and its event timeline."""
+    """Show a run: its steps (state, attempt, failures, error; what a held step waits for) and
+    its event timeline."""
     detail = obj.in_transaction(lambda conn: run_ops.show_run(conn, run_id))
     if output == "json":
         click.echo(to_json(detail))
@@ -171,6 +172,9 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
             for s in detail["steps"]
         ],
     )
+    for step in detail["steps"]:
+        if step.get("waiting"):
+            click.echo(f"step {step['name']} waits: {step['waiting']}")
     print_table(
         "timeline",
         ["#", "at", "what", "from", "to", "attempt", "by", "reason"],

@@ -61,6 +61,16 @@ EXIT_COULD_NOT_RUN = 1
     help="Seconds a ready step may wait unclaimed before a 'stalled' alert.",
 )
 @click.option(
+    "--outage-after",
+    type=click.FloatRange(0, 86400),
+    default=SupervisorOptions.outage_after,
+    show_default=True,
+    envvar="SASFLOW_SUPERVISOR_OUTAGE_AFTER",
+    show_envvar=True,
+    help="Seconds an agent may have work waiting and no consumer (or, the broker away, no "
+    "live instance) before one 'agent_outage' alert.",
+)
+@click.option(
     "--lease-ttl",
     type=click.FloatRange(1, 3600),
     default=None,
@@ -103,6 +113,7 @@ def supervisor(
     budget: float,
     batch: int,
     stalled_after: float,
+    outage_after: float,
     lease_ttl: float | None,
     prune_interval: float,
     prune_batch: int,
@@ -119,6 +130,7 @@ def supervisor(
         batch=batch,
         budget=budget,
         stalled_after=stalled_after,
+        outage_after=outage_after,
         lease_ttl=lease_ttl,
         retention=RetentionPolicy.from_settings(obj.settings),
         prune_interval=prune_interval,

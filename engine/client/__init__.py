@@ -1,4 +1,5 @@
-"""Clients of sasflow: `submit_run` records a run in the caller's own database transaction;
+"""Clients of sasflow: `submit_run` records a run in the caller's own database transaction
+(`wait_for_room` waits for room in a workflow's backlog before it, in transactions of its own);
 `Client` talks to `sasflow api` over HTTP (REST tasks and the subscription stream).
 
 Names load on first use: `from sasflow.client import Client` loads httpx but not SQLAlchemy,
@@ -11,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sasflow.client.backlog import wait_for_room
     from sasflow.client.errors import ApiError
     from sasflow.client.http import Client, Page
     from sasflow.client.submit import submit_run
@@ -24,6 +26,7 @@ _LAZY = {
     "Subscription": "sasflow.client.subscription",
     "StreamFilter": "sasflow.client.subscription",
     "StreamUpdate": "sasflow.client.subscription",
+    "wait_for_room": "sasflow.client.backlog",
 }
 
 
@@ -42,4 +45,5 @@ __all__ = [
     "StreamUpdate",
     "Subscription",
     "submit_run",
+    "wait_for_room",
 ]

@@ -13,6 +13,7 @@ from sasflow.store.operator import inspect
 STEP_NEWS = {
     "failed": "failed: retries exhausted; tried again after a backoff",
     "expired": "expired (no reply before its deadline); the supervisor made it pending again",
+    "wait expired": "waited for an agent past its wait timeout; pending again, no failure counted",
 }
 RUN_NEWS = {
     RunState.COMPENSATING: "failed; compensating (refund, release)",
@@ -79,7 +80,11 @@ class StoreFeed:
                         News(kind, f"order {order} (run {row.run_id}) {RUN_NEWS[row.to_state]}")
                     )
                 else:
-                    kind = {"deferred": "breaker", "expired": "expiry"}.get(row.reason, "retry")
+                    kind = {
+                        "deferred": "breaker",
+                        "expired": "expiry",
+                        "wait expired": "expiry",
+                    }.get(row.reason, "retry")
                     news.append(
                         News(
                             kind,

@@ -13,6 +13,8 @@ from sasflow.transport.topology import Names
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from prometheus_client.registry import Collector
+
     from sasflow.observability.metrics import ApiMetrics, MetricsServer
     from sasflow.store.db import Engine
     from sasflow.store.operator.gauges import StateCounts
@@ -49,9 +51,10 @@ def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks
         raise ConfigurationError(
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
         ) from exc
-    collectors = []
+    collectors: list[Collector] = []
     if role == "supervisor" and engine is not None:
         collectors.append(metrics.StateGauges(_state_reader(engine)))
+        collectors.append(metrics.LimitGauges(_held_reader(engine)))
     port = settings.metrics_port or 0
     try:
         made = metrics.role_metrics(role, port, settings.metrics_address, collectors)
@@ -96,6 +99,17 @@ def _state_reader(engine: Engine) -> Callable[[], StateCounts]:
             return gauges.state_counts(
                 conn, lease=SUPERVISOR_LEASE, alive_within=SCHEDULER_ALIVE_WITHIN
             )
+
+    return read
+
+
+def _held_reader(engine: Engine) -> Callable[[], dict[str, int]]:
+    from sasflow.store.db import transaction  # noqa: PLC0415
+    from sasflow.store.flow.state import held_counts  # noqa: PLC0415
+
+    def read() -> dict[str, int]:
+        with transaction(engine) as conn:
+            return held_counts(conn)
 
     return read
 

@@ -108,9 +108,26 @@ class _Relay(_Consuming):
             self.relay_seconds.observe(seconds)
 
 
-class SubmitterMetrics(_Relay):
+class DoorMetrics(Hooks):
+    """What the doors that push back (the submitter, the HTTP API) count."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__(registry)
+        self.refused = Counter(
+            "sasflow_submissions_refused",
+            "Submissions that found their workflow's backlog at its bound, by workflow and "
+            "door (api: answered 429; submitter: held in its queue or dead-lettered).",
+            ["workflow", "door"],
+            registry=registry,
+        )
+
+    def submissions_refused(self, workflow: str, door: str, count: int) -> None:
+        self.refused.labels(workflow, door).inc(count)
+
+
+class SubmitterMetrics(_Relay, DoorMetrics):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        _Relay.__init__(self, registry)
+        DoorMetrics.__init__(self, registry)
         self.submitted = Counter(
             "sasflow_runs_submitted",
             "Submissions recorded: result=created (a new run) or duplicate (same key).",
@@ -190,6 +207,28 @@ class SchedulerMetrics(_Relay, _RunsFinished):
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.limit_admitted = Counter(
+            "sasflow_limit_admitted",
+            "Steps this scheduler's budgeted claims admitted, by flow limit (implicit ones: "
+            "fleet:AGENT, breaker:AGENT/DEPENDENCY).",
+            ["limit"],
+            registry=registry,
+        )
+        self.limit_tokens = Gauge(
+            "sasflow_limit_tokens",
+            "Steps a rate limit (without a key) would start at once, after this scheduler's "
+            "last claim under it.",
+            ["limit"],
+            registry=registry,
+        )
+
+    def steps_budgeted(
+        self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
+    ) -> None:
+        for name, count in admitted.items():
+            self.limit_admitted.labels(name).inc(count)
+        for name, left in tokens.items():
+            self.limit_tokens.labels(name).set(left)
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self.claim_seconds.observe(seconds)
@@ -274,6 +313,13 @@ class SupervisorMetrics(_RunsFinished):
             "Dead-lettered requests counted as a failure of their attempt by the supervisor.",
             registry=registry,
         )
+        self.wait_expiries = Counter(
+            "sasflow_wait_expiries",
+            "Requests no agent took within their wait timeout (the wait clock), by agent: the "
+            "step is pending again and no failure is counted.",
+            ["agent"],
+            registry=registry,
+        )
         self.alerts = Counter(
             "sasflow_alerts_raised",
             "Alerts raised in the cluster, by kind (counted when the supervisor delivers them).",
@@ -299,6 +345,10 @@ class SupervisorMetrics(_RunsFinished):
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         (self.expired if reason == "expired" else self.dead_requests).inc(len(rows))
+
+    def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
+        for row in rows:
+            self.wait_expiries.labels(row.agent).inc()
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self.leader.set(0 if report is None else 1)
@@ -369,6 +419,8 @@ class ApiMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.doors = DoorMetrics(self.registry)
+        """The hooks the API's door calls (submissions refused)."""
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method.upper(), route, str(status)).inc()
@@ -377,6 +429,39 @@ class ApiMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its Content-Type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class LimitGauges(Collector):
+    """The supervisor's gauge of the steps each flow limit holds (its ready steps), read from
+    the database on a scrape (at most every `min_interval` seconds; see store.flow.state)."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]], min_interval: float = 5.0) -> None:
+        self._read = read
+        self._min_interval = min_interval
+        self._cached: Mapping[str, int] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._at >= self._min_interval:
+                try:
+                    self._cached, self._at = self._read(), now
+                except StoreUnavailableError as exc:
+                    log.warning("limit gauges not read: %s", exc)
+                    self._cached = None
+            counts = self._cached
+        if counts is None:
+            return
+        held = GaugeMetricFamily(
+            "sasflow_limit_held_steps",
+            "Ready steps a flow limit selects: held while it has no room.",
+            labels=["limit"],
+        )
+        for name, value in sorted(counts.items()):
+            held.add_metric([name], value)
+        yield held
 
 
 class StateGauges(Collector):
@@ -425,6 +510,15 @@ class StateGauges(Collector):
             "Schedulers whose heartbeat is recent.",
             value=counts.schedulers_alive,
         )
+        backlog = GaugeMetricFamily(
+            "sasflow_backlog_runs",
+            "Runs submitted and not started yet (a workflow's backlog, docs/backpressure.md), "
+            "by workflow; a workflow with none is absent.",
+            labels=["workflow"],
+        )
+        for workflow, value in sorted(counts.backlog.items()):
+            backlog.add_metric([workflow], value)
+        yield backlog
         yield GaugeMetricFamily(
             "sasflow_supervisor_lease_remaining_seconds",
             "Seconds until the supervisor lease expires unless renewed (negative: expired).",

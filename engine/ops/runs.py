@@ -6,6 +6,7 @@ from typing import Any
 
 from sasflow.errors import RunNotFoundError
 from sasflow.store.db import Connection
+from sasflow.store.flow.explain import waiting_reasons
 from sasflow.store.operator import inspect
 from sasflow.store.operator.inspect import RunFilter
 
@@ -36,10 +37,16 @@ def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
 
 
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
-    """The run, its steps (forward then compensation) and its whole event timeline."""
+    """The run, its steps (forward then compensation) and its whole event timeline. Each step
+    says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
+    breaker, no live agent instance; docs/flow-control.md), else None."""
     detail = inspect.run_detail(conn, run_id)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
+    steps = [{**s, "run_id": run_id} for s in detail["steps"]]
+    reasons = waiting_reasons(conn, steps)
+    for step in detail["steps"]:
+        step["waiting"] = reasons.get(int(step["id"]))
     return detail
 
 

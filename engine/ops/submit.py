@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from sasflow.commands import NewRun, SubmitResult
+from sasflow.doors import BacklogGate, admit_one
 from sasflow.errors import InvalidInputError, InvalidMessageError
 from sasflow.messages import Limits, Submission, encode_within
 from sasflow.registry import Registry
@@ -20,10 +21,12 @@ def submit_run(
     actor: str,
     namespace: str,
     limits: Limits,
+    backlog: BacklogGate | None = None,
 ) -> SubmitResult:
     """Record `new` in the caller's transaction, idempotently on (workflow, key); its size and
     nesting are checked as the submitter checks a message. `actor` goes into the run's first
-    event."""
+    event. With `backlog`, a workflow at its bound raises BacklogFullError, unless the key
+    names an existing run (docs/backpressure.md)."""
     try:
         encode_within(
             Submission(
@@ -37,7 +40,14 @@ def submit_run(
         )
     except (ValidationError, InvalidMessageError) as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
-    return submit(conn, registry, new, namespace=namespace, actor=actor)
+    if backlog is None:
+        return submit(conn, registry, new, namespace=namespace, actor=actor)
+    workflow = registry.workflow(new.workflow)  # the latest version's bound
+    admit_one(conn, backlog.room(conn, workflow), new.key)
+    result = submit(conn, registry, new, namespace=namespace, actor=actor)
+    if result.created:
+        backlog.admitted(workflow.name, 1)
+    return result
 
 
 def known_workflows(registry: Registry) -> list[str]:

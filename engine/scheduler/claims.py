@@ -29,7 +29,10 @@ class ClusterDuty(Duty):
 
 class ClaimDuty(Duty):
     """Claims and dispatches a batch when woken or at the rescan interval, while the
-    membership may act."""
+    membership may act. The plain claim and the budgeted claim (flow limits) keep their own
+    times: a rate's next call brings the budgeted claim alone forward, and a full batch of one
+    claims again with that one alone, so neither repeats the other's walk of the pending
+    steps for nothing."""
 
     def __init__(
         self,
@@ -43,15 +46,35 @@ class ClaimDuty(Duty):
         self._dispatcher = dispatcher
         self._wake = wake
         self._rescan_interval = rescan_interval
+        self._plain_due = 0.0
+        self._flow_due = 0.0
+        self._again = (False, False)
+        """(plain, budgeted): the last batch was full, claim it again at once."""
+
+    def reset(self) -> None:
+        super().reset()
+        self._plain_due = self._flow_due = 0.0
 
     def run(self, t: float) -> float:
-        if self._member.may_act and (self._wake.is_set() or t >= self.due):
-            self._wake.clear()
-            full, due = self._dispatcher.claim_and_dispatch()
-            self.due = t + self._rescan_interval
-            if due is not None:  # a retry's backoff ends before the next rescan
-                self.due = min(self.due, time.monotonic() + due)
-            if full:  # more may be ready: claim again at once
-                self._wake.set()
-                return 0.0
+        if not self._member.may_act:
+            return INF
+        woken = self._wake.is_set()
+        rescan = t >= self._plain_due
+        plain = woken or rescan or self._again[0]
+        budgeted = woken or rescan or self._again[1] or t >= self._flow_due
+        if not (plain or budgeted):
+            return INF
+        self._wake.clear()
+        claimed = self._dispatcher.claim_and_dispatch(plain=plain, budgeted=budgeted)
+        now = time.monotonic()
+        if plain:
+            self._plain_due = t + self._rescan_interval
+            if claimed.due is not None:  # a retry's backoff ends before the next rescan
+                self._plain_due = min(self._plain_due, now + claimed.due)
+        if budgeted:
+            self._flow_due = INF if claimed.flow_due is None else now + claimed.flow_due
+        self._again = (plain and claimed.full, budgeted and claimed.flow_full)
+        self.due = min(self._plain_due, self._flow_due)
+        if any(self._again):  # more may be ready: claim again without sleeping
+            return 0.0
         return INF

@@ -20,6 +20,11 @@ class SchedulerStats:
     applied: int = 0
     dropped: int = 0
     dead_lettered: int = 0
+    started: int = 0
+    """Agents' `started` messages applied (their steps' execution clocks started)."""
+    heartbeats: int = 0
+    ignored: int = 0
+    """Messages on the replies queue of a kind this version does not know, acked unapplied."""
 
 
 @dataclass(frozen=True)

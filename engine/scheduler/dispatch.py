@@ -6,13 +6,18 @@ the in-flight bound (engine/scheduler/inflight.py) leaves out the agents this sc
 keeps busy; after it, the pool gate (engine/scheduler/pools.py) holds back the steps whose pool
 has no agent. A request the broker refuses fails its step; a batch the broker may not have
 taken is handed back (released) for any scheduler to claim again.
+
+The agents that flow control covers (engine/scheduler/flow.py: limits, the fleet bound, open
+breakers) are left out of that claim and claimed by the budgeted claim (store/flow/claim.py)
+in a transaction of its own; the agents with no live instance by neither. With no limit and no
+agent fleet, the claim is the plain statement alone.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sasflow.commands import StoredError
 from sasflow.errors import (
@@ -23,6 +28,7 @@ from sasflow.errors import (
 )
 from sasflow.messages import Request, safe_text
 from sasflow.scheduler.context import Context, Part
+from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RelayDuty
@@ -30,6 +36,7 @@ from sasflow.scheduler.pools import PoolGate
 from sasflow.scheduler.replies import Replies
 from sasflow.states import StepKind
 from sasflow.store.db import transaction
+from sasflow.store.flow.claim import BudgetedClaim, claim_budgeted
 from sasflow.store.runs import pools
 from sasflow.store.runs.claim import ClaimedStep, claim, in_flight, release_steps
 from sasflow.transport.base import Outgoing
@@ -41,6 +48,22 @@ CAPPED_RECHECK = 0.1
 """Seconds until a scheduler with an agent at its in-flight bound counts again: the replies
 that free room may be applied by another scheduler (one reply queue for all), which does not
 wake this one."""
+
+
+@dataclass
+class Claimed:
+    """What one claim pass says of the next."""
+
+    full: bool = False
+    """The plain claim took a full batch: more may be ready."""
+    due: float | None = None
+    """Seconds until the earliest backoff ends (a retry is claimed when it is due, not at the
+    next rescan)."""
+    flow_full: bool = False
+    """The budgeted claim may admit more now."""
+    flow_due: float | None = None
+    """Seconds until the budgeted claim may admit more (a rate's next call, a breaker's hold
+    ending; None: nothing to wait for but a reply or a notification)."""
 
 
 class Dispatcher(Part):
@@ -55,9 +78,11 @@ class Dispatcher(Part):
         in_flight: InFlightCap,
         replies: Replies,
         outbox: RelayDuty,
+        flow: FlowDuty,
     ) -> None:
         super().__init__(ctx)
         self._batch = options.claim_batch
+        self._flow = flow
         self._pool_limits = replace(options.pool_limits, recheck_s=rescan_interval)
         self._in_flight = in_flight
         self._pools = PoolGate(ctx.transport, ctx.names)
@@ -72,32 +97,57 @@ class Dispatcher(Part):
         for agent in self._registry.agents:
             self._declare_agent(agent.name)
 
-    def claim_and_dispatch(self) -> tuple[bool, float | None]:
-        """Claim one batch and publish it. Returns whether the batch was full (more may be
-        ready) and, when it was not, the seconds until the earliest backoff ends (so a retry is
-        claimed when it is due, not at the next rescan)."""
+    def claim_and_dispatch(self, *, plain: bool = True, budgeted: bool = True) -> Claimed:
+        """Claim one batch and publish it: the plain claim's and the budgeted claim's (either
+        may be left out); see `Claimed` for what it returns."""
         batch = self._batch
+        plan = self._flow.plan
+        claimed: list[ClaimedStep] = []
+        done = Claimed()
+        skip = list(self._in_flight.left_out)
+        if plain:
+            started = time.monotonic()
+            with transaction(self._engine) as conn:
+                if self._in_flight.needs_count(batch):
+                    skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
+                    if self._in_flight.all_capped(a.name for a in self._registry.agents):
+                        # Nothing to claim, and a claim would walk every pending step to find it.
+                        return Claimed(due=CAPPED_RECHECK)
+                left_out = skip + sorted(plan.agents | plan.paused)
+                claimed, done.due = claim(
+                    conn, locked_by=self._id, batch=batch, skip_agents=left_out
+                )
+                self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
+            done.full = len(claimed) == batch
+        if budgeted and plan.agents:
+            got = self._claim_budgeted(skip)
+            claimed += got.claimed
+            done.flow_full, done.flow_due = got.full, got.due
+        if self._in_flight.capped:
+            done.due = CAPPED_RECHECK if done.due is None else min(done.due, CAPPED_RECHECK)
+        if claimed:
+            self._dispatch(claimed)
+        return done
+
+    def _claim_budgeted(self, skip: list[str]) -> BudgetedClaim:
         started = time.monotonic()
         with transaction(self._engine) as conn:
-            skip: list[str] = []
-            if self._in_flight.needs_count(batch):
-                skip = self._in_flight.counted(in_flight(conn, locked_by=self._id))
-                if self._in_flight.all_capped(a.name for a in self._registry.agents):
-                    # Nothing to claim, and a claim would walk every pending step to find it.
-                    return False, CAPPED_RECHECK
-            claimed, due = claim(conn, locked_by=self._id, batch=batch, skip_agents=skip)
-            self._hooks.steps_claimed(conn, claimed, time.monotonic() - started)
-        if self._in_flight.capped:
-            due = CAPPED_RECHECK if due is None else min(due, CAPPED_RECHECK)
-        if not claimed:
-            return False, due
+            got = claim_budgeted(
+                conn, self._flow.plan, locked_by=self._id, batch=self._batch, skip_agents=skip
+            )
+            self._hooks.steps_claimed(conn, got.claimed, time.monotonic() - started)
+        self._flow.limited = bool(got.held) or got.limited
+        self._hooks.steps_budgeted(got.admitted, got.held, got.tokens)
+        return got
+
+    def _dispatch(self, claimed: list[ClaimedStep]) -> None:
+        """Publish the claimed steps' requests (see the module docstring)."""
         claimed_at = time.monotonic()
         self._stats.claimed += len(claimed)
         self._outbox.claimed()  # their events go out soon (RelayDuty.claimed says when)
-        full = len(claimed) == batch
         claimed = self._wait_for_pools(claimed)
         if not claimed:
-            return full, due
+            return
         try:
             results = self._transport.publish_many(
                 [self._request(step, claimed_at) for step in claimed]
@@ -111,7 +161,6 @@ class Dispatcher(Part):
         if unsent:
             self._release(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
-        return full, due
 
     def _settle(
         self, claimed: list[ClaimedStep], results: list[Exception | None], claimed_at: float
@@ -159,8 +208,11 @@ class Dispatcher(Part):
         return ready
 
     def _request(self, step: ClaimedStep, claimed_at: float) -> Outgoing:
+        # The wait clock started at the claim (docs/timeouts.md): the time spent until this
+        # publish is the wait's, and the agent gets the whole execution budget once it starts.
         elapsed_ms = (time.monotonic() - claimed_at) * 1000
-        budget_ms = max(1, int(step.timeout_s * 1000 - elapsed_ms))
+        wait_ms = max(1, int(step.wait_timeout_s * 1000 - elapsed_ms))
+        heartbeat_s = step.heartbeat_timeout_s
         request = Request(
             step_id=step.id,
             run_id=step.run_id,
@@ -172,8 +224,10 @@ class Dispatcher(Part):
             kind=StepKind(step.kind),
             input=step.input,
             idempotency_key=step.idempotency_key,
-            budget_ms=budget_ms,
+            budget_ms=max(1, int(step.timeout_s * 1000)),
             complete_by=step.complete_by.isoformat(),
+            wait_ms=wait_ms,
+            heartbeat_ms=None if heartbeat_s is None else max(1, int(heartbeat_s * 1000)),
         )
         if step.agent not in self._declared_agents:
             self._declare_agent(step.agent)
@@ -181,7 +235,7 @@ class Dispatcher(Part):
             exchange="",
             routing_key=self._names.agent_queue(step.agent, step.pool),
             body=request.encode(),
-            expiration_ms=budget_ms,
+            expiration_ms=wait_ms,
             correlation_id=f"{step.id}:{step.attempt}",
             reply_to=self._names.replies,
             mandatory=True,

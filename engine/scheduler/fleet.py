@@ -12,12 +12,14 @@ with the reason.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sasflow.errors import InvalidMessageError
 from sasflow.fleet_messages import AgentHeartbeat
 from sasflow.messages import parse
 from sasflow.store.cluster import fleet
 from sasflow.store.db import Engine, transaction
+from sasflow.store.flow import limits
 from sasflow.transport.base import Transport
 from sasflow.transport.topology import Names
 
@@ -25,15 +27,29 @@ log = logging.getLogger(__name__)
 
 POLL_BATCH = 500
 """Heartbeats taken (and written in one transaction) per poll."""
+SEEN_MOST = 10_000
+"""Instances whose last heartbeat a recorder remembers (to tell a change)."""
 
 
 class FleetRecorder:
     """Takes the heartbeats waiting for the schedulers and writes them to `agent_instances`."""
 
-    def __init__(self, engine: Engine, transport: Transport, names: Names) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        transport: Transport,
+        names: Names,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_change` hears that a heartbeat changed what flow control reads of the fleet
+        (an instance new, leaving, or with another capacity, actions or breaker states); the
+        other schedulers hear it through the `limits` notification."""
         self._engine = engine
         self._transport = transport
         self._names = names
+        self._on_change = on_change
+        self._seen: dict[str, tuple[object, ...]] = {}
         self.recorded = 0
         self.dead_lettered = 0
 
@@ -56,10 +72,29 @@ class FleetRecorder:
             self._transport.ack(delivery)
             taken.append(heartbeat)
         if taken:
+            changed = self._changed(taken)
             with transaction(self._engine) as conn:
                 fleet.record_heartbeats(conn, [report(h) for h in taken])
+                if changed:
+                    limits.notify_changed(conn, self._names.namespace)
             self.recorded += len(taken)
+            if changed and self._on_change is not None:
+                self._on_change()
         return len(taken)
+
+    def _changed(self, taken: list[AgentHeartbeat]) -> bool:
+        """Whether a heartbeat changes what the flow plan reads of its instance."""
+        changed = False
+        if len(self._seen) > SEEN_MOST:  # instances lost long ago: start again (one notify)
+            self._seen.clear()
+        for beat in taken:
+            seen = (beat.stopping, beat.concurrency, beat.actions, sorted(beat.breakers.items()))
+            if self._seen.get(beat.instance_id) != seen:
+                self._seen[beat.instance_id] = seen
+                changed = True
+            if beat.stopping:
+                self._seen.pop(beat.instance_id, None)
+        return changed
 
 
 def report(heartbeat: AgentHeartbeat) -> fleet.InstanceReport:

@@ -32,6 +32,9 @@ class InFlightCap:
         self._bounds: dict[str, int] = {}
         self.capped = False
         """The last claim left an agent out: a reply applied may make room, so claim again."""
+        self.left_out: list[str] = []
+        """The agents the last count found at the limit (a budgeted claim without a count of
+        its own leaves them out too)."""
 
     def needs_count(self, batch: int) -> bool:
         """Whether a claim of `batch` steps could take an agent past the limit."""
@@ -47,6 +50,7 @@ class InFlightCap:
             a for a, n in self._bounds.items() if self.limit is not None and n >= self.limit
         )
         self.capped = bool(full)
+        self.left_out = full
         return full
 
     def all_capped(self, agents: Iterable[str]) -> bool:

@@ -27,6 +27,7 @@ from sasflow.scheduler.context import Context, SchedulerStats
 from sasflow.scheduler.dispatch import Dispatcher
 from sasflow.scheduler.duty import INF, Duty, Periodic
 from sasflow.scheduler.fleet import FleetRecorder
+from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RELAY_BATCH, RelayDuty
@@ -81,11 +82,19 @@ class Scheduler:
             else dialect.rescan_interval(engine)
         )
         in_flight = InFlightCap(options.max_in_flight)
+        self.flow = FlowDuty(
+            engine,
+            self._wake,
+            fleet_bound=options.fleet_bound,
+            fleet_factor=options.fleet_bound_factor,
+        )
         self._outbox = RelayDuty(
             Relay(engine, transport, names, limit=RELAY_BATCH, hooks=ctx.hooks),
             interval=options.relay_interval,
         )
-        self._replies = Replies(ctx, options.limits, in_flight=in_flight, outbox=self._outbox)
+        self._replies = Replies(
+            ctx, options.limits, in_flight=in_flight, outbox=self._outbox, flow=self.flow
+        )
         self._dispatcher = Dispatcher(
             ctx,
             options,
@@ -93,8 +102,9 @@ class Scheduler:
             in_flight=in_flight,
             replies=self._replies,
             outbox=self._outbox,
+            flow=self.flow,
         )
-        self.fleet = FleetRecorder(engine, transport, names)
+        self.fleet = FleetRecorder(engine, transport, names, on_change=self.flow.refresh)
         self.cluster = ClusterMember(
             engine,
             registry,
@@ -106,6 +116,7 @@ class Scheduler:
         # Run in this order at each pass (see the module docstring).
         self._duties: tuple[Duty, ...] = (
             ClusterDuty(self.cluster),  # first: no claim without a lease
+            self.flow,  # before the claim: the plan it claims under
             ClaimDuty(self.cluster, self._dispatcher, self._wake, rescan_interval=rescan_interval),
             self._outbox,
             Periodic(options.fleet_interval, self.fleet.poll),
@@ -129,6 +140,7 @@ class Scheduler:
                 self._on_ready,
                 name=self.id,
                 on_schedules=self._on_schedules,
+                on_limits=self._on_limits,
             )
             listener.start()
         try:
@@ -152,6 +164,10 @@ class Scheduler:
         # While the loop reconnects it cannot be woken; it claims right after connecting.
         with contextlib.suppress(BrokerUnavailableError):
             self._transport.call_threadsafe(lambda: None)
+
+    def _on_limits(self) -> None:
+        self.flow.refresh()
+        self._on_ready()
 
     def _on_schedules(self) -> None:
         self.cluster.wake()

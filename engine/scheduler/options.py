@@ -25,6 +25,12 @@ class SchedulerOptions:
     relay_interval: float = 1.0
     fleet_interval: float = 1.0
     """Seconds between two takes of agent heartbeats (sasflow.scheduler.fleet)."""
+    fleet_bound: bool = True
+    """Claim none of the steps of an agent whose instances are all gone (stopped or lost), and
+    with `fleet_bound_factor` bound the others (docs/flow-control.md)."""
+    fleet_bound_factor: float | None = None
+    """Keep each agent's steps in flight, cluster-wide, within this many per unit of its live
+    instances' capacity (summed concurrency); None: no such bound."""
     pool_limits: pools.PoolLimits = field(default_factory=pools.PoolLimits)
     """When a step stops waiting for an agent of its pool (recheck_s: the rescan interval)."""
     limits: Limits = DEFAULT_LIMITS

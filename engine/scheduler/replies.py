@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from sasflow.commands import StoredError
 from sasflow.errors import InvalidMessageError, StoreUnavailableError
-from sasflow.messages import Limits, Reply, parse, safe_text
+from sasflow.messages import Limits, Progress, Reply, Unknown, parse_on_replies, safe_text
 from sasflow.scheduler.context import Context, Part
+from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.outbox import RelayDuty
 from sasflow.states import ReplyStatus
 from sasflow.store.db import transaction
 from sasflow.store.runs.apply import ApplyReport, apply_outcomes, fail_step
+from sasflow.store.runs.progress import ProgressReport, apply_progress
 from sasflow.transport.base import Delivery
+
+Held = tuple[Delivery, Reply | Progress]
 
 log = logging.getLogger(__name__)
 
@@ -28,23 +33,31 @@ class Replies(Part):
     """Holds the replies delivered since the last pass until the loop applies them."""
 
     def __init__(
-        self, ctx: Context, limits: Limits, *, in_flight: InFlightCap, outbox: RelayDuty
+        self,
+        ctx: Context,
+        limits: Limits,
+        *,
+        in_flight: InFlightCap,
+        outbox: RelayDuty,
+        flow: FlowDuty,
     ) -> None:
         super().__init__(ctx)
         self._limits = limits
         self._in_flight = in_flight
+        self._flow = flow
         self._outbox = outbox
-        self.waiting: list[tuple[Delivery, Reply]] = []
-        """Delivered, not applied yet (unacked)."""
+        self.waiting: list[Held] = []
+        """Delivered, not applied yet (unacked): replies and agents' progress messages."""
 
     def clear(self) -> None:
         """Forget the deliveries of a lost connection: the broker delivers them again."""
         self.waiting.clear()
 
     def on_reply(self, delivery: Delivery) -> None:
-        """The consumer's callback: hold a valid reply, dead-letter an invalid one."""
+        """The consumer's callback: hold a valid reply or progress message, dead-letter an
+        invalid one, ack one of a kind this version does not know (a newer agent's)."""
         try:
-            reply = parse(Reply, delivery.body, self._limits)
+            message = parse_on_replies(delivery.body, self._limits)
         except InvalidMessageError as exc:
             self._transport.dead_letter(
                 delivery, str(exc), dead_letter_exchange=self._names.dead_letter_exchange
@@ -52,14 +65,22 @@ class Replies(Part):
             self._stats.dead_lettered += 1
             self._hooks.dead_lettered(delivery.queue, str(exc))
             return
-        self.waiting.append((delivery, reply))
+        if isinstance(message, Unknown):
+            log.debug("%s: ignored a %r message (newer than this scheduler)", self._id, message)
+            self._stats.ignored += 1
+            self._transport.ack(delivery)
+            return
+        self.waiting.append((delivery, message))
 
     def apply(self) -> None:
-        """Apply the replies held and ack them. Raises StoreUnavailableError with the replies
-        not applied held again (unacked), to be applied at a later pass."""
+        """Apply the replies and progress messages held and ack them. Raises
+        StoreUnavailableError with those not applied held again (unacked), to be applied at a
+        later pass."""
         held, self.waiting = self.waiting, []
+        replies = [(d, m) for d, m in held if isinstance(m, Reply)]
+        signals = [(d, m) for d, m in held if isinstance(m, Progress)]
         try:
-            self._apply(held)
+            self._apply(replies, signals)
         except StoreUnavailableError:
             self.waiting = held + self.waiting  # keep them unacked and try again
             raise
@@ -67,12 +88,7 @@ class Replies(Part):
             log.exception(
                 "%s: applying %d replies failed; applying them one by one", self._id, len(held)
             )
-            for index, item in enumerate(held):
-                try:
-                    self._apply_alone(item)
-                except StoreUnavailableError:
-                    self.waiting = held[index:] + self.waiting  # unacked: try them again
-                    raise
+            self._apply_one_by_one(replies, signals)
             return
         # Tags grow per channel: one multiple-ack of the last covers the batch (dead-lettered
         # ones were acked already; a multiple-ack skips them).
@@ -97,9 +113,42 @@ class Replies(Part):
             self._hooks.runs_finished(conn, report.finished)
         self._count(report)
 
-    def _apply(self, held: list[tuple[Delivery, Reply]]) -> None:
+    def _apply_one_by_one(
+        self, replies: list[tuple[Delivery, Reply]], signals: list[tuple[Delivery, Progress]]
+    ) -> None:
+        """After a batch failed: the progress messages together (advisory: acked even if they
+        fail again), then each reply alone."""
+        try:
+            self._apply([], signals)
+        except StoreUnavailableError:
+            self.waiting = [*signals, *replies, *self.waiting]
+            raise
+        except Exception:
+            log.exception("%s: %d progress messages dropped", self._id, len(signals))
+        for delivery, _ in signals:
+            self._transport.ack(delivery)
+        for index, item in enumerate(replies):
+            try:
+                self._apply_alone(item)
+            except StoreUnavailableError:
+                self.waiting = [*replies[index:], *self.waiting]  # unacked: try them again
+                raise
+
+    def _apply(
+        self,
+        held: list[tuple[Delivery, Reply]],
+        signals: Sequence[tuple[Delivery, Progress]] = (),
+    ) -> None:
         started = time.monotonic()
+        progress = ProgressReport()
         with transaction(self._engine) as conn:
+            if signals:
+                progress = apply_progress(
+                    conn,
+                    [m.progress() for _, m in signals],
+                    actor=self._id,
+                    finished={(r.step_id, r.attempt) for _, r in held},
+                )
             report = apply_outcomes(
                 conn,
                 self._registry,
@@ -108,7 +157,10 @@ class Replies(Part):
                 actor=self._id,
             )
             self._hooks.runs_finished(conn, report.finished)
-        self._hooks.replies_applied(held, report, time.monotonic() - started)
+        self._stats.started += progress.started
+        self._stats.heartbeats += progress.heartbeats
+        if held:
+            self._hooks.replies_applied(held, report, time.monotonic() - started)
         self._count(report)
 
     def _count(self, report: ApplyReport) -> None:
@@ -119,7 +171,7 @@ class Replies(Part):
             self._outbox.recorded()
         if report.ready or report.backing_off:
             self._wake.set()  # claim what is ready; or learn when the backoff ends
-        if self._in_flight.capped and report.applied:
+        if (self._in_flight.capped or self._flow.limited) and report.applied:
             self._wake.set()  # an agent left out of the last claim may have room again
 
     def _apply_alone(self, item: tuple[Delivery, Reply]) -> None:

@@ -10,5 +10,7 @@ Its floors:
   plan, leases, the agent fleet;
 - `operator/`, what operators and the API read and change: transitions, reads, gauges, the
   audit trail, retention, API tokens;
-- `outbox/`, what else leaves the system: alerts, HTTP callbacks, the subscription stream.
+- `outbox/`, what else leaves the system: alerts, HTTP callbacks, the subscription stream;
+- `flow/`, flow control: rate and concurrency limits, the fleet bound and breakers held in the
+  budgeted claim, and what operators read of them.
 """

@@ -14,6 +14,7 @@ from psycopg import pq, sql
 from sasflow.runtime import Reconnect
 from sasflow.store.cluster.schedules import channel as schedules_channel
 from sasflow.store.db import EngineOptions, libpq_conninfo
+from sasflow.store.flow.limits import channel as limits_channel
 from sasflow.store.notify import channel
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,9 @@ class ProbeTimeoutError(psycopg.OperationalError):
 
 class ReadyListener:
     """Calls `on_ready` (from its own thread) whenever work is committed in the namespace (or
-    a notification arrives on `channel_name` when given: the subscription stream's), and
-    `on_schedules`, when given, whenever its schedules or scheduler registry change.
+    a notification arrives on `channel_name` when given: the subscription stream's),
+    `on_schedules`, when given, whenever its schedules or scheduler registry change, and
+    `on_limits`, when given, whenever its flow limits (or its agent fleet) change.
 
     The connection has the pool's keepalives and timeouts (`options`), reaches the primary
     of a multi-host URL as the pool does, and is probed every PROBE_INTERVAL seconds. A
@@ -56,12 +58,15 @@ class ReadyListener:
         name: str,
         channel_name: str | None = None,
         on_schedules: Callable[[], None] | None = None,
+        on_limits: Callable[[], None] | None = None,
         options: EngineOptions | None = None,
     ) -> None:
         self._dsn = libpq_conninfo(database_url, options or EngineOptions())
         self._callbacks = {channel_name or channel(namespace): on_ready}
         if on_schedules is not None:
             self._callbacks[schedules_channel(namespace)] = on_schedules
+        if on_limits is not None:
+            self._callbacks[limits_channel(namespace)] = on_limits
         self._on_ready = on_ready
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{name}-listen", daemon=True)

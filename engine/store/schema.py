@@ -19,6 +19,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     text,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -48,6 +49,10 @@ def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Colum
     )
 
 
+_DEADLINE_DUE = (
+    "deadline_at IS NOT NULL AND deadline_fired_at IS NULL AND state IN ('pending', 'running')"
+)
+
 runs = Table(
     "runs",
     metadata,
@@ -68,6 +73,12 @@ runs = Table(
     # W3C traceparent of the run's trace (tracing on): every span of the run joins it.
     Column("trace_parent", String(100), nullable=True),
     Column("on_failure", String(20), nullable=False, server_default=text("'error'")),
+    # The run's optional deadline (docs/timeouts.md): set at submission on the database clock
+    # from the workflow's `deadline`, what the supervisor does when it passes (`alert`,
+    # `cancel`, `compensate`), and when it did (a deadline fires once).
+    _ts("deadline_at"),
+    Column("on_deadline", String(20), nullable=True),
+    _ts("deadline_fired_at"),
     Column("output", Json, nullable=True),
     Column("error", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
@@ -75,6 +86,15 @@ runs = Table(
     _ts("finished_at"),
     UniqueConstraint("workflow", "business_key"),
     Index("ix_runs_state_created_at", "state", "created_at"),
+    # Serves the backlog (store.runs.backlog): the runs of one workflow waiting to start, in
+    # submission order. Partial, so it holds the backlog only: a run leaves it when it starts.
+    Index(
+        "ix_runs_backlog",
+        "workflow",
+        "created_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
     # Serves history retention (store.retention): finished runs by age. Partial, so inserting
     # a run and its state changes before it finishes never touch it.
     Index(
@@ -82,6 +102,13 @@ runs = Table(
         "finished_at",
         postgresql_where=text("finished_at IS NOT NULL"),
         sqlite_where=text("finished_at IS NOT NULL"),
+    ),
+    # Serves the supervisor's deadline sweep: only active runs whose deadline has not fired.
+    Index(
+        "ix_runs_deadline_due",
+        "deadline_at",
+        postgresql_where=text(_DEADLINE_DUE),
+        sqlite_where=text(_DEADLINE_DUE),
     ),
 )
 
@@ -104,8 +131,16 @@ steps = Table(
     Column("pool", String(100), nullable=True),
     Column("pool_looks", Integer, nullable=False, server_default=text("0")),
     _ts("pool_waiting_since"),
+    # The deadline of the clock that runs now (docs/timeouts.md): at the claim the whole envelope
+    # (wait + execution), from the agent's `started` its execution (or heartbeat) deadline.
     _ts("complete_by"),
     _ts("dispatched_at"),
+    # When an agent said it started this attempt (NULL: not yet; cleared at every claim and
+    # whenever the step leaves `processing`).
+    _ts("started_at"),
+    # Wait-clock expiries in a row (no agent took the request): not failures; reset when an
+    # agent starts the step.
+    Column("wait_expiries", Integer, nullable=False, server_default=text("0")),
     _ts("not_before", nullable=False, default_now=True),
     _ts("deferred_since"),
     Column("failure_count", Integer, nullable=False, server_default=text("0")),
@@ -116,6 +151,8 @@ steps = Table(
     Column("error", Json, nullable=True),
     # The step's policy, copied from the definition at submission (a run keeps its version).
     Column("timeout_s", Float, nullable=False),
+    Column("wait_timeout_s", Float, nullable=False, server_default=text("30")),
+    Column("heartbeat_timeout_s", Float, nullable=True),
     Column("max_failures", Integer, nullable=False),
     Column("backoff_initial_s", Float, nullable=False),
     Column("backoff_multiplier", Float, nullable=False),
@@ -127,6 +164,17 @@ steps = Table(
     # Serves the claim: only ready steps are in it, in claim order.
     Index(
         "ix_steps_ready",
+        text("priority DESC"),
+        "not_before",
+        "id",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
+    # Serves the budgeted claim (flow limits): one agent's ready steps in claim order, so a
+    # rate-limited agent's claim does not walk the other agents' backlogs.
+    Index(
+        "ix_steps_ready_agent",
+        "agent",
         text("priority DESC"),
         "not_before",
         "id",
@@ -202,6 +250,9 @@ alerts = Table(
     # Serves the cascade when retention deletes runs (one lookup per deleted run instead of a
     # scan of alerts) and retention's "no open alert" test.
     Index("ix_alerts_run_id", "run_id"),
+    # Serves "was this subject alerted since T" (an agent outage an operator acknowledged is
+    # not raised again while it lasts: supervisor.outage).
+    Index("ix_alerts_dedup_key_created_at", "dedup_key", "created_at"),
     # One open alert per step and kind.
     Index(
         "uq_alerts_open_dedup_key",
@@ -371,6 +422,11 @@ agent_instances = Table(
     # scheduler took it later) changes nothing, so a goodbye is never undone by a late beat.
     Column("seq", BigInteger, nullable=False, server_default=text("0")),
     Column("state", String(20), nullable=False),
+    # What the instance's handlers call: action -> the dependency (breaker) it names, or null
+    # (NULL: an agent too old to say). Resolves the flow limits set on a dependency.
+    Column("actions", Json, nullable=True),
+    # Seconds, as of `heartbeat_at`, until each open breaker lets a trial call through.
+    Column("breakers_open_for", Json, nullable=True),
     _ts("first_seen_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),
     _ts("gone_at"),
@@ -469,4 +525,44 @@ stream_updates = Table(
     _ts("sent_at"),
     # Serves a stream's read of its subscriber's due updates, in commit order.
     Index("ix_stream_updates_subscriber_id_id", "subscriber_id", "id"),
+)
+
+flow_limits = Table(
+    "flow_limits",
+    metadata,
+    # Rate and concurrency limits evaluated by the claim (docs/flow-control.md): which steps
+    # (an agent's, all or some of its actions, or those using a dependency), one budget or one
+    # per key (an expression of the run), calls started per second with a burst, steps at once.
+    Column("name", String(100), primary_key=True),
+    Column("agent", String(100), nullable=False),
+    Column("actions", Json, nullable=True),
+    Column("dependency", String(100), nullable=True),
+    Column("key", String(200), nullable=True),
+    Column("rate", Float, nullable=True),
+    Column("burst", Integer, nullable=True),
+    Column("concurrency", Integer, nullable=True),
+    Column("enabled", Boolean, nullable=False, server_default=true()),
+    # When a claim last admitted a step under it (written by that claim).
+    _ts("last_admitted_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    Column("updated_by", String(200), nullable=False),
+    Column("reason", Text, nullable=True),
+    # Serves the claim's lock of the limits of the agents it claims for.
+    Index("ix_flow_limits_agent", "agent"),
+)
+
+flow_buckets = Table(
+    "flow_buckets",
+    metadata,
+    # The rate of a limit, per key ('' when the limit has no key): GCRA's theoretical arrival
+    # time. A row whose `tat` is past holds a full burst, as a missing row does.
+    Column(
+        "limit_name",
+        String(100),
+        ForeignKey("flow_limits.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("key", String(200), primary_key=True),
+    _ts("tat", nullable=False),
 )

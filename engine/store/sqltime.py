@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, func, literal, literal_column
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import DateTime, Interval
@@ -31,6 +32,13 @@ class _Now(FunctionElement[Any]):
     type = Timestamp()
 
 
+class _StatementNow(FunctionElement[Any]):
+    """The database's current timestamp at the start of the statement."""
+
+    inherit_cache = True
+    type = Timestamp()
+
+
 class _PlusSeconds(FunctionElement[Any]):
     """`ts + seconds`, seconds being a number or a numeric SQL expression (the two arguments)."""
 
@@ -41,6 +49,13 @@ class _PlusSeconds(FunctionElement[Any]):
 def now() -> ColumnElement[Any]:
     """The database's transaction timestamp."""
     return _Now()
+
+
+def statement_now() -> ColumnElement[Any]:
+    """The database's timestamp at the start of the current statement (PostgreSQL's
+    `statement_timestamp()`): later than `now()` by what the transaction waited for, e.g. a
+    lock. The budgeted claim reads its rate clock with it once it holds its limits' locks."""
+    return _StatementNow()
 
 
 def plus_seconds(ts: ColumnElement[Any], seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
@@ -58,11 +73,22 @@ def _now_sqlite(element: _Now, compiler: SQLCompiler, **kw: Any) -> str:  # noqa
     return compiler.process(func.strftime(SQLITE_FORMAT, "now"), **kw)
 
 
+@compiles(_StatementNow)
+def _statement_now_default(element: _StatementNow, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.statement_timestamp(), **kw)
+
+
+@compiles(_StatementNow, "sqlite")
+def _statement_now_sqlite(element: _StatementNow, compiler: SQLCompiler, **kw: Any) -> str:  # noqa: ARG001
+    return compiler.process(func.strftime(SQLITE_FORMAT, "now"), **kw)
+
+
 @compiles(_PlusSeconds)
 def _plus_default(element: _PlusSeconds, compiler: SQLCompiler, **kw: Any) -> str:
     # Explicit operators: SQLAlchemy's Interval type does not declare multiplication.
     ts, seconds = element.clauses
-    interval = _ONE_SECOND.op("*", return_type=Interval())(seconds)
+    # Grouped: `seconds` may be a sum, which must not bind to the multiplication.
+    interval = _ONE_SECOND.op("*", return_type=Interval())(seconds.self_group(operators.mul))
     expr = ts.op("+", return_type=DateTime(timezone=True))(interval)
     # Parenthesised: the parent sees a function call and would not group the operator.
     return f"({compiler.process(expr, **kw)})"

@@ -118,6 +118,11 @@ class Transport(Protocol):
         """Publish a copy of `delivery` with `reason` to the dead-letter exchange, then ack it."""
         ...
 
+    def requeue(self, delivery: Delivery) -> bool:
+        """Hand `delivery` back to its queue unprocessed (it comes back as redelivered, near
+        the head); False when its connection is gone (the broker requeued it already)."""
+        ...
+
     def process(self, time_limit: float) -> None:
         """Deliver messages and thread-safe callbacks for up to `time_limit` seconds; then
         raise ConsumerCancelledError if the broker cancelled a consumer meanwhile (after the

@@ -585,6 +585,13 @@ class RabbitMQTransport:
             self._chan().basic_ack(delivery.tag, multiple=multiple)
         return True
 
+    def requeue(self, delivery: Delivery) -> bool:
+        if delivery.generation != self._generation:
+            return False
+        with _translated():
+            self._chan().basic_nack(delivery.tag, requeue=True)
+        return True
+
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
         topology.dead_letter(
             self,

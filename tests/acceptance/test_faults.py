@@ -92,7 +92,9 @@ def test_scheduler_killed_mid_batch_loses_nothing(
         ).all()
         dispatch = dict(
             conn.execute(
-                select(events.c.step_id, events.c.actor).where(events.c.to_state == "processing")
+                select(events.c.step_id, events.c.actor).where(
+                    events.c.from_state == "pending", events.c.to_state == "processing"
+                )  # the claims (an agent's `started` is a processing -> processing event)
             ).all()
         )
         applied = dict(

@@ -42,10 +42,17 @@ def test_agent_killed_mid_step_is_recovered_by_the_supervisor_and_another_agent(
             conn, ops.registry, "killable", {"delay": 2}, key="k", namespace=names.namespace
         )
     harness.wait_for(lambda: len(_calls(remote_log)) == 1, what="the first agent starts")
+    # Killed once it said `started` (docs/timeouts.md): its silence is then an execution
+    # timeout, charged, and not mistaken for the wait of an absent agent.
+    harness.wait_for(
+        lambda: harness.step_rows(engine, run.run_id)[0].started_at is not None,
+        what="the scheduler applies the agent's started",
+    )
     procs.signal("agent-1", signal.SIGKILL)
     assert procs.wait("agent-1") == -signal.SIGKILL
     # The broker requeues the killed agent's request; it expires unconsumed (its TTL is the
-    # budget) while the supervisor finds the step past its deadline and makes it pending.
+    # wait timeout, 2 s) while the supervisor finds the step past its execution deadline (the
+    # agent said it started it) and makes it pending, one failure counted.
     harness.wait_for(
         lambda: harness.step_rows(engine, run.run_id)[0].failure_count == 1,
         timeout=30,
@@ -74,6 +81,7 @@ def test_once_exits_0_when_it_ran_and_1_when_the_database_is_unreachable(
     ran = procs.run("supervisor", "--once")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("swept: reclaimed=0 escalated=0 compensations=0 alerts=0")
+    assert " waited=0 " in ran.stdout
     procs.env["SASFLOW_DATABASE_URL"] = "postgresql+psycopg://nobody@127.0.0.1:1/none"
     down = procs.run("supervisor", "--once")
     assert down.returncode == 1

@@ -86,12 +86,12 @@ def test_two_schedulers_race_over_1000_runs_submitted_through_rabbitmq(
         ).all()
         dispatches = conn.execute(
             select(events.c.step_id, func.count())
-            .where(events.c.to_state == "processing")
+            .where(events.c.from_state == "pending", events.c.to_state == "processing")
             .group_by(events.c.step_id)
         ).all()
         claimers = conn.execute(
             select(events.c.actor, func.count())
-            .where(events.c.to_state == "processing")
+            .where(events.c.from_state == "pending", events.c.to_state == "processing")
             .group_by(events.c.actor)
         ).all()
         completed_ids = set(conn.execute(select(runs.c.id)).scalars())

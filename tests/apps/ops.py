@@ -42,6 +42,17 @@ def call_remote(call: Call) -> dict[str, Any]:
     return {"step": call.step, "seen": call.input.get("value"), "key": call.idempotency_key}
 
 
+@remote.handler("beat")
+def beat(call: Call) -> dict[str, Any]:
+    """Works for `delay` seconds, heartbeating all along."""
+    _record(call)
+    until = time.monotonic() + float(call.input.get("delay", 0))
+    while time.monotonic() < until and not call.cancelled.is_set():
+        call.heartbeat()
+        time.sleep(0.05)
+    return {"step": call.step, "key": call.idempotency_key}
+
+
 @remote.handler("undo")
 def undo(call: Call) -> dict[str, Any]:
     _record(call)
@@ -81,9 +92,31 @@ killable = Workflow(
             "only",
             "remote",
             "call",
-            policy=StepPolicy(timeout=3, max_failures=3, backoff=Backoff(initial=0.2, maximum=1)),
+            # A short wait clock: the request a killed agent held expires soon after.
+            policy=StepPolicy(
+                timeout=3, wait_timeout=2, max_failures=3, backoff=Backoff(initial=0.2, maximum=1)
+            ),
         ),
     ],
 )
 
-registry = Registry([ops, killable], [remote])
+heartbeating = Workflow(
+    "heartbeating",
+    [
+        Step(
+            "only",
+            "remote",
+            "beat",
+            # A long timeout, a short heartbeat clock: a dead agent is found in seconds.
+            policy=StepPolicy(
+                timeout=60,
+                heartbeat_timeout=1,
+                wait_timeout=5,
+                max_failures=3,
+                backoff=Backoff(initial=0.2, maximum=1),
+            ),
+        ),
+    ],
+)
+
+registry = Registry([ops, killable, heartbeating], [remote])

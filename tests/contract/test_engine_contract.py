@@ -20,7 +20,6 @@ from sasflow import Backoff, Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
 from sasflow.messages import Reply, Submission
 from sasflow.store.db import make_engine
-from sasflow.store.outbox.alerts import STEP_FAILED
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import REASON_HEADER, Names
@@ -226,37 +225,100 @@ def test_a_permanent_failure_compensates_the_done_steps_in_reverse_order(stack: 
     assert undone == ["hotel", "flight"]
 
 
-def test_a_request_nobody_takes_expires_into_the_dead_requests_and_counts_as_a_failure(
+def test_a_request_nobody_takes_expires_uncharged_and_the_step_completes_when_the_agent_comes(
     stack: Stack,
 ) -> None:
-    """With no agent running, the request expires in the agent's queue; the broker (or bus)
-    dead-letters it and the supervisor counts the failure, then errors the step at its
-    threshold and raises one alert."""
-    registry, _, _ = _stuck_once()
-    policy = StepPolicy(timeout=0.5, max_failures=1)
+    """With no agent running, each request expires in the agent's queue after the step's wait
+    timeout; the broker (or bus) dead-letters it and the supervisor makes the step pending
+    again without counting a failure (the wait clock), so the run outlives an absence longer
+    than max_failures timeouts; once the agent comes, the step completes."""
+    slow = Agent("slow")
+    slow.add_handler("work", lambda call: {"attempt": call.attempt})
+    policy = StepPolicy(timeout=2, max_failures=1, wait_timeout=0.3)
     flow = Workflow("stuck", [Step("only", "slow", "work", policy=policy)])
-    registry = Registry([flow], list(registry.agents))
+    registry = Registry([flow], [slow])
     with stack.engine.begin() as conn:
         run = submit_run(
             conn, registry, "stuck", {}, key="nobody-1", namespace=stack.names.namespace
         )
+
+    def wait_expiries() -> int:
+        return int(harness.step_rows(stack.engine)[0].wait_expiries)
+
     with harness.running(stack.scheduler(registry), stack.supervisor(interval=0.2)):
         harness.wait_for(
-            lambda: _states(stack.engine).get(run.run_id) == "error",
+            lambda: wait_expiries() >= 3,
             timeout=20,
-            what=f"the step errors on {stack.label}",
+            what=f"three wait expiries on {stack.label}",
         )
+    (absent,) = harness.step_rows(stack.engine)
+    assert (absent.failure_count, absent.error["type"]) == (0, "WaitTimeout")
+    assert _states(stack.engine)[run.run_id] == "running"
+    with harness.running(
+        stack.scheduler(registry), stack.agent(slow), stack.supervisor(interval=0.2)
+    ):
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            timeout=20,
+            what=f"the run completes once the agent runs on {stack.label}",
+        )
+    (done,) = harness.step_rows(stack.engine)
+    assert (done.state, done.failure_count) == ("processed", 0)
     with stack.engine.connect() as conn:
-        raised = conn.execute(select(alerts.c.kind, alerts.c.run_id)).all()
         reasons = (
-            conn.execute(select(events.c.reason).where(events.c.run_id == run.run_id))
+            conn.execute(
+                select(events.c.reason).where(
+                    events.c.run_id == run.run_id,
+                    events.c.entity == "step",
+                    events.c.to_state == "pending",
+                )
+            )
             .scalars()
             .all()
         )
-    assert [(kind, run_id) for kind, run_id in raised] == [(STEP_FAILED, run.run_id)]
-    assert any("dead" in (reason or "") or "expired" in (reason or "") for reason in reasons), (
-        reasons
-    )
+        raised = conn.execute(select(alerts.c.kind)).scalars().all()
+    assert set(reasons) == {"wait expired"}
+    assert len(reasons) >= 3
+    assert raised == []
+
+
+def test_progress_messages_travel_and_a_heartbeating_step_outlives_its_heartbeat_timeout(
+    stack: Stack,
+) -> None:
+    """`step.started` and `step.heartbeat` go from the agent over the bus to the scheduler, which
+    applies them: a 1.5 s handler under a 0.5 s heartbeat clock completes, uncharged, its
+    `started` recorded once."""
+    slow = Agent("slow")
+
+    @slow.handler("work")
+    def work(call: Call) -> dict[str, int]:
+        until = threading.Event()
+        for _ in range(30):
+            call.heartbeat()
+            until.wait(0.05)
+        return {"attempt": call.attempt}
+
+    policy = StepPolicy(timeout=20, heartbeat_timeout=0.5, max_failures=1)
+    registry = Registry([Workflow("beat", [Step("only", "slow", "work", policy=policy)])], [slow])
+    with stack.engine.begin() as conn:
+        run = submit_run(conn, registry, "beat", {}, key="beat-1", namespace=stack.names.namespace)
+    scheduler, agent = stack.scheduler(registry), stack.agent(slow)
+    with harness.running(scheduler, agent, stack.supervisor(interval=0.1)):
+        harness.wait_for(
+            lambda: _states(stack.engine).get(run.run_id) == "completed",
+            timeout=20,
+            what=f"the heartbeating run completes on {stack.label}",
+        )
+    (step,) = harness.step_rows(stack.engine)
+    assert (step.failure_count, step.attempt) == (0, 1)
+    assert (agent.stats.started, scheduler.stats.started) == (1, 1)
+    assert agent.stats.heartbeats >= 3
+    assert scheduler.stats.heartbeats >= 3
+    with stack.engine.connect() as conn:
+        reasons = (
+            conn.execute(select(events.c.reason).where(events.c.step_id == step.id)).scalars().all()
+        )
+    assert reasons == [None, "started", None]
 
 
 def test_a_poison_request_is_dead_lettered_with_a_reason(stack: Stack, observer: Observer) -> None:

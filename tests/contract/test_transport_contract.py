@@ -279,6 +279,25 @@ def test_unacked_deliveries_are_redelivered_after_close(bus: Bus) -> None:
     assert [(d.body, d.redelivered) for d in again] == [(b"a", True), (b"b", True)]
 
 
+def test_requeue_hands_a_delivery_back_to_the_head_of_its_queue(bus: Bus) -> None:
+    """What the submitter does with a submission held too long: it comes back, redelivered,
+    before what was behind it; a requeue of an older generation is refused."""
+    names = bus.names
+    transport = setup(bus)
+    transport.publish_many([to_queue(names.submit, b"a"), to_queue(names.submit, b"b")])
+    got: list[Delivery] = []
+    transport.consume(names.submit, got.append, prefetch=1)
+    pump([transport], lambda: len(got) == 1)
+    assert transport.requeue(got[0]) is True
+    pump([transport], lambda: len(got) == 2)
+    assert [(d.body, d.redelivered) for d in got] == [(b"a", False), (b"a", True)]
+    transport.ack(got[1])
+    pump([transport], lambda: len(got) == 3)
+    assert got[2].body == b"b"
+    transport.connect()
+    assert transport.requeue(got[2]) is False
+
+
 def test_acks_of_an_older_generation_are_refused(bus: Bus) -> None:
     names = bus.names
     transport = setup(bus)

@@ -145,7 +145,7 @@ absent = Workflow(
 )
 
 
-def test_supervisor_counts_a_request_the_bus_expired(
+def test_supervisor_returns_a_request_the_bus_expired_uncharged(
     engine: Engine,
     database_url: str,
     names: Names,
@@ -153,7 +153,8 @@ def test_supervisor_counts_a_request_the_bus_expired(
     app: MemoryTransport,
 ) -> None:
     """A request that expired in the agent's queue is dead-lettered with `x-death`; the
-    supervisor reads it from <ns>.dead.requests and fails the attempt before its deadline."""
+    supervisor reads it from <ns>.dead.requests and, before its deadline, makes the step
+    pending again without counting a failure (the wait clock: no agent took it)."""
     registry = Registry([absent], [nobody])
     scheduler = Scheduler(
         engine,
@@ -192,13 +193,15 @@ def test_supervisor_counts_a_request_the_bus_expired(
             )
         )
         app.ack(request)
-        harness.wait_for(harness.all_runs_in(engine, {"error"}, 1), what="the run fails")
+        harness.wait_for(
+            lambda: harness.step_rows(engine)[0].attempt == 2, what="the step is dispatched again"
+        )
 
     (step,) = harness.step_rows(engine)
-    assert (step.state, step.failure_count, step.error) == (
-        "error",
+    assert (step.failure_count, step.wait_expiries, step.error) == (
+        0,
         1,
-        {"type": "RequestDeadLettered", "message": "broker dead-lettered the request (expired)"},
+        {"type": "WaitTimeout", "message": "wait clock: no agent took the request within 0.001 s"},
     )
     operators_copy = app.get(names.dead_letter_queue)
     assert operators_copy is not None

@@ -30,7 +30,8 @@ def test_steps_backed_off_into_the_future_are_not_claimed(sqlite_engine: Engine)
     assert [c.run_id for c in claimed] == [ready]
     assert claimed[0].workflow == "pipeline"
     assert claimed[0].complete_by.tzinfo == dt.UTC
-    assert (claimed[0].complete_by - db_now).total_seconds() == pytest.approx(10, abs=0.5)
+    # The envelope: wait timeout (30 s) then timeout (10 s).
+    assert (claimed[0].complete_by - db_now).total_seconds() == pytest.approx(40, abs=0.5)
 
 
 def test_agents_at_their_in_flight_bound_are_left_out_and_counted(sqlite_engine: Engine) -> None:

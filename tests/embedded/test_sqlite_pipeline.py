@@ -90,8 +90,9 @@ def test_scheduler_agent_and_supervisor_complete_runs_on_sqlite_and_rabbitmq(
     ]
     assert outputs[diamond] == {"end": {"joined": "HI-2"}}
     assert outputs[orphan] == {"b": {"length": 4}}
-    assert (orphan_a.state, orphan_a.attempt, orphan_a.failure_count) == ("processed", 2, 1)
-    assert len(expiry) == 1
+    # No agent ever started the orphan's attempt: the wait clock, no failure counted.
+    assert (orphan_a.state, orphan_a.attempt, orphan_a.failure_count) == ("processed", 2, 0)
+    assert [reason for reason, _ in expiry] == ["wait expired"]
     assert scheduler.stats.applied == 2 * 21 + 4
 
 

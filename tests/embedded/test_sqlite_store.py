@@ -29,7 +29,7 @@ from sasflow.store import migrate, sqlite
 from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import make_engine, run_transaction, transaction
 from sasflow.store.outbox.alerts import Alert, raise_alert
-from sasflow.store.runs import queries
+from sasflow.store.runs import queries, sweeps
 from sasflow.store.runs.apply import apply_outcomes
 from sasflow.store.runs.claim import claim_steps
 from sasflow.store.schema import leases, runs, schedulers, steps
@@ -336,6 +336,7 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
                 locked_by="gone",
                 max_failures=20,
                 failure_count=steps.c.id % 10,
+                started_at=plus_seconds(now(), -120),
                 complete_by=plus_seconds(now(), -60),
             )
         )
@@ -355,10 +356,8 @@ def test_two_concurrent_sweepers_count_each_expired_step_exactly_once(
             .scalars()
             .all()
         )
-        rows = conn.execute(
-            queries.sweep_expired(), {"b_run_ids": list(locked), "b_error": None}
-        ).all()
-        return [r.id for r in rows]
+        expired = [r.id for r in sweeps.take_expired(conn, locked)]
+        return [r.id for r in sweeps.count_failures(conn, expired, error=None)]
 
     def sweeper() -> None:
         barrier.wait()

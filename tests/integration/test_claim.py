@@ -59,7 +59,9 @@ def test_claim_takes_at_most_the_batch_in_priority_order_and_only_ready_steps(
         now = conn.execute(select(func.now())).scalar_one()
     assert (row.state, row.locked_by, row.attempt) == ("processing", "s1", 1)
     assert row.complete_by is not None
-    assert 9 < (row.complete_by - now).total_seconds() <= 10.5
+    assert row.started_at is None
+    # The envelope: the wait timeout (30 s) then the timeout (10 s), from the claim.
+    assert 39 < (row.complete_by - now).total_seconds() <= 40.5
 
 
 def test_concurrent_claimers_never_claim_a_row_twice(engine: Engine) -> None:

@@ -99,7 +99,9 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
     """(A malformed heartbeat beside it is dead-lettered with the reason.) Its last heartbeat
     said it would beat every 0.2 s; after 0.6 s without one on the
     database clock the list shows it lost, and the supervisor marks it, raises one agent_lost
-    alert and appends one fleet event, however often it passes."""
+    alert (another instance of its agent lives: tests/integration/test_outage.py has the
+    agent whose every instance is lost) and appends one fleet event, however often it
+    passes."""
     heartbeat = AgentHeartbeat(
         agent="ghost",
         instance_id="agent-ghost:host:1:deadbeef",
@@ -110,11 +112,20 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
         in_flight=2,
         interval_s=0.2,
     )
+    survivor = heartbeat.model_copy(
+        update={
+            "instance_id": "agent-ghost:host-z:2:cafe",
+            "hostname": "host-z",
+            "pid": 2,
+            "interval_s": 3600,
+        }
+    )
     with harness.running(harness.scheduler(engine, database_url, Registry(), names)):
         harness.wait_for(lambda: services.queue_exists(names.fleet), what="the fleet queue")
         harness.publish_to_exchange(names.fleet, "x", b'{"type": "agent.heartbeat", "pid": -1}')
         harness.publish_to_exchange(names.fleet, "ghost", heartbeat.encode())
-        harness.wait_for(lambda: len(_instances(engine)) == 1, what="the heartbeat recorded")
+        harness.publish_to_exchange(names.fleet, "ghost", survivor.encode())
+        harness.wait_for(lambda: len(_instances(engine)) == 2, what="the heartbeats recorded")
         (dead,) = harness.dead_letters(names, 1)
     assert "AgentHeartbeat" in dead["reason"], "a malformed heartbeat is dead-lettered"
     assert "pid" in dead["reason"]
@@ -127,7 +138,10 @@ def test_an_instance_that_misses_three_heartbeats_is_lost_once(
         env={"SASFLOW_DATABASE_URL": database_url, "SASFLOW_NAMESPACE": names.namespace},
     )
     assert listed.exit_code == 0, listed.output
-    assert [(i["agent"], i["state"]) for i in json.loads(listed.output)] == [("ghost", "lost")]
+    assert [(i["agent"], i["state"]) for i in json.loads(listed.output)] == [
+        ("ghost", "lost"),
+        ("ghost", "live"),
+    ]
     with transaction(engine) as conn:
         subscriber, stream_id = stream_ops.subscribe(
             conn,

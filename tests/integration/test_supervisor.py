@@ -19,7 +19,7 @@ from sasflow.errors import LeaseLostError
 from sasflow.states import RunState, StepState
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import transaction
-from sasflow.store.runs import queries
+from sasflow.store.runs import queries, sweeps
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.supervisor.dispatch import AlertDispatcher
@@ -106,7 +106,11 @@ def test_a_step_that_always_times_out_backs_off_longer_each_time_then_errors_wit
     assert gaps[1] > gaps[0] + 0.4, f"backoff did not grow: {gaps}"
     (step,) = harness.step_rows(engine)
     assert (step.state, step.failure_count, step.attempt) == (StepState.ERROR, 3, 3)
-    assert step.error == {"type": "Timeout", "message": "no reply before the step's deadline"}
+    assert step.error == {
+        "type": "ExecutionTimeout",
+        "message": "execution clock: no reply within the step's timeout of 0.4 s after the "
+        "agent started it",
+    }
     with engine.connect() as conn:
         raised = conn.execute(select(alerts.c.kind, alerts.c.step_id, alerts.c.run_id)).all()
     assert [tuple(a) for a in raised] == [("step_failed", step.id, run.run_id)]
@@ -127,6 +131,7 @@ def _expired_steps(engine: Engine, count: int) -> list[int]:
                 state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="gone",
+                started_at=func.now() - text("interval '2 minutes'"),
                 complete_by=func.now() - text("interval '1 minute'"),
             )
         )
@@ -169,7 +174,9 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
             update(steps)
             .where(steps.c.id.in_(ids))
             .values(
-                state=StepState.PROCESSING, complete_by=func.now() - text("interval '1 minute'")
+                state=StepState.PROCESSING,
+                started_at=func.now() - text("interval '2 minutes'"),
+                complete_by=func.now() - text("interval '1 minute'"),
             )
         )
     swept: list[int] = []
@@ -190,9 +197,8 @@ def test_two_supervisors_sweeping_500_expired_steps_count_each_failure_exactly_o
                     .scalars()
                     .all()
                 )
-                rows = conn.execute(
-                    queries.sweep_expired(), {"b_run_ids": list(locked), "b_error": None}
-                ).all()
+                expired = [r.id for r in sweeps.take_expired(conn, locked)]
+                rows = sweeps.count_failures(conn, expired, error=None)
             with lock:
                 swept.extend(r.id for r in rows)
 
@@ -254,11 +260,13 @@ def test_ready_steps_nobody_claims_raise_one_stalled_alert_per_agent(
     first, second = role.sweep_once(), role.sweep_once()
     assert first is not None
     assert second is not None
-    assert len(first.alerts) == 1
+    assert len(first.alerts) == 2  # stalled, and agent_outage: nothing consumes echo's queue
     assert second.alerts == []  # deduplicated while the first is open
     with engine.connect() as conn:
-        alert = conn.execute(select(alerts)).one()
+        alert = conn.execute(select(alerts).where(alerts.c.kind == "stalled")).one()
+        kinds = sorted(conn.execute(select(alerts.c.kind)).scalars())
     assert (alert.kind, alert.detail["agent"], alert.detail["steps"]) == ("stalled", "echo", 3)
+    assert kinds == ["agent_outage", "stalled"]
 
 
 def test_a_dead_lettered_request_counts_as_a_failure_before_its_deadline(
@@ -338,6 +346,7 @@ def test_expired_steps_sharing_runs_are_all_swept_across_batches(
                 state=StepState.PROCESSING,
                 attempt=1,
                 locked_by="gone",
+                started_at=func.now() - text("interval '2 minutes'"),
                 complete_by=func.now() - text("interval '1 minute'"),
             )
         )

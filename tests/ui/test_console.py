@@ -14,9 +14,11 @@ from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import Engine, select
 
 from sasflow import submit_run
+from sasflow.ops import limits as limit_ops
 from sasflow.schedules.definition import Schedule
 from sasflow.states import RunState
 from sasflow.store.db import run_transaction
+from sasflow.store.flow.model import Limit
 from sasflow.store.outbox.alerts import Alert, AlertKind, raise_alert
 from sasflow.store.schema import audit, events
 from sasflow.transport.topology import Names
@@ -93,6 +95,14 @@ def test_sign_in_every_page_and_sign_out(
         store, Schedule(services.unique("nightly"), "ops", cron="0 2 * * *"), ops.registry
     )
     register_scheduler(store, services.unique("shown"))
+    with store.begin() as conn:  # an agent no test runs: the limit holds none of their steps
+        limit_ops.set_limit(
+            conn,
+            Limit(services.unique("quota"), "payments", rate=100, concurrency=40),
+            actor=name,
+            reason="the gateway's quota",
+            namespace=module_names.namespace,
+        )
     page.goto(f"{console.base_url}/ui/runs")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=%2Fui%2Fruns$"))
     _shoot(page, shots, "login")
@@ -117,6 +127,7 @@ def test_sign_in_every_page_and_sign_out(
         ("/ui/alerts", "Alerts", "alerts"),
         (f"/ui/alerts/{alert}", f"Alert #{alert}: stalled", "alert"),
         ("/ui/agents", "Agents", "agents"),
+        ("/ui/limits", "Limits", "limits"),
         ("/ui/schedules", "Schedules", "schedules"),
         (f"/ui/schedules/{schedule['id']}", f"Schedule {schedule['name']}", "schedule"),
         ("/ui/schedulers", "Schedulers", "schedulers"),

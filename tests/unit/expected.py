@@ -20,8 +20,10 @@ ALERT_DEFAULTS: dict[str, Any] = {
 LIMIT_DEFAULTS: dict[str, Any] = {
     "max_message_bytes": 1048576,
     "max_json_depth": 64,
+    "max_backlog": 10000,
 }
-"""The message limits as `Settings.redacted()` shows them when none is configured."""
+"""The message limits and the backlog bound as `Settings.redacted()` shows them when none is
+configured."""
 RETENTION_DEFAULTS: dict[str, Any] = {
     "retain_completed_days": 30,
     "retain_failed_days": 90,

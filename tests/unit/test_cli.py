@@ -46,7 +46,7 @@ def test_every_option_shows_its_environment_variable_in_help(command: list[str])
             "SASFLOW_AGENT_STATE_DIR",
             "SASFLOW_AGENT_HEARTBEAT_INTERVAL",
         ],
-        ("submitter",): ["SASFLOW_SUBMITTER_PREFETCH"],
+        ("submitter",): ["SASFLOW_SUBMITTER_PREFETCH", "SASFLOW_SUBMITTER_ON_BACKLOG"],
     }[tuple(command)]
     missing = [
         variable

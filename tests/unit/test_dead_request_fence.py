@@ -1,5 +1,6 @@
-"""Which dead-lettered requests the supervisor counts as a failure of the attempt they name:
-whatever names a step and an attempt, complete request or not; nothing else."""
+"""What the supervisor makes of dead-lettered requests: whatever names a step and an attempt,
+complete request or not (nothing else); a failure of that attempt when an agent rejected it,
+the wait clock (no failure) when the broker dropped it before any agent took it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from sasflow.commands import StoredError
 from sasflow.messages import Request
-from sasflow.supervisor.sweep import _fence_of
+from sasflow.supervisor.clocks import Expiry
+from sasflow.supervisor.sweep import DeadRequest, _dead_request
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import REASON_HEADER
 
@@ -33,31 +36,55 @@ def test_a_complete_request_names_its_step_and_attempt_with_the_agents_reason() 
         budget_ms=5000,
         complete_by="2025-01-31T12:00:00+00:00",
     ).encode()
-    assert _fence_of(dead(body, {REASON_HEADER: "Request: for agent 'payments'"})) == (
-        7,
-        2,
-        "Request: for agent 'payments'",
+    assert _dead_request(dead(body, {REASON_HEADER: "Request: for agent 'payments'"})) == (
+        _charged(7, 2, "Request: for agent 'payments'")
     )
 
 
 def test_a_request_the_agent_could_not_parse_still_names_its_attempt() -> None:
     """The agent dead-letters exactly the requests that are not a valid `Request`."""
     body = b'{"step_id": 5, "attempt": "1", "agent": "echo", "broken": true}'
-    assert _fence_of(dead(body, {REASON_HEADER: "Request: budget_ms: missing"})) == (
-        5,
-        1,
-        "Request: budget_ms: missing",
+    assert _dead_request(dead(body, {REASON_HEADER: "Request: budget_ms: missing"})) == (
+        _charged(5, 1, "Request: budget_ms: missing")
     )
 
 
-def test_without_the_agents_reason_the_brokers_x_death_reason_is_given() -> None:
+def _charged(step_id: int, attempt: int, reason: str) -> DeadRequest:
+    error = StoredError("RequestDeadLettered", reason)
+    return DeadRequest(step_id, attempt, Expiry(charged=True, error=error))
+
+
+def _waited(step_id: int, attempt: int, message: str) -> DeadRequest:
+    return DeadRequest(
+        step_id, attempt, Expiry(charged=False, error=StoredError("WaitTimeout", message))
+    )
+
+
+def test_a_request_the_broker_expired_is_the_wait_clock_and_counts_no_failure() -> None:
+    """x-death `expired`: no agent took it within its wait timeout (its original expiration)."""
     body = b'{"step_id": 5, "attempt": 1}'
-    assert _fence_of(dead(body, {"x-death": [{"reason": "expired"}]})) == (
-        5,
-        1,
-        "broker dead-lettered the request (expired)",
+    headers = {"x-death": [{"reason": "expired", "original-expiration": "30000"}]}
+    assert _dead_request(dead(body, headers)) == _waited(
+        5, 1, "wait clock: no agent took the request within 30 s"
     )
-    assert _fence_of(dead(body)) == (5, 1, "broker dead-lettered the request (unknown)")
+    assert _dead_request(dead(body, {"x-death": [{"reason": "expired"}]})) == _waited(
+        5, 1, "wait clock: no agent took the request within its wait timeout"
+    )
+    assert _dead_request(dead(body, {"x-death": [{"reason": "maxlen"}]})) == _waited(
+        5, 1, "wait clock: the broker dropped the request before an agent took it (maxlen)"
+    )
+
+
+def test_any_other_broker_reason_counts_a_failure() -> None:
+    """Rejected by a consumer (or no reason at all): the attempt failed."""
+    body = b'{"step_id": 5, "attempt": 1}'
+    assert _dead_request(dead(body, {"x-death": [{"reason": "rejected"}]})) == _charged(
+        5, 1, "broker dead-lettered the request (rejected)"
+    )
+    assert _dead_request(dead(body)) == _charged(5, 1, "broker dead-lettered the request (unknown)")
+    assert _dead_request(dead(body, {"x-death": "garbage"})) == _charged(
+        5, 1, "broker dead-lettered the request (unknown)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,4 +116,4 @@ def test_without_the_agents_reason_the_brokers_x_death_reason_is_given() -> None
 )
 def test_a_body_that_names_no_attempt_is_not_counted(body: bytes) -> None:
     """Not provably a request of ours: the operator's copy stays in <ns>.dead."""
-    assert _fence_of(dead(body, {REASON_HEADER: "whatever"})) is None
+    assert _dead_request(dead(body, {REASON_HEADER: "whatever"})) is None

@@ -81,6 +81,8 @@ def _step(
         backoff_multiplier=2.0,
         backoff_max_s=300.0,
         give_up_s=3600.0,
+        wait_timeout_s=30.0,
+        heartbeat_timeout_s=None,
     )
 
 

@@ -3,17 +3,21 @@ rules, the fleet messages' validation, and the list's `lost` on the database clo
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, cast
 
 import pytest
 
 from sasflow.agents.command import command_input
 from sasflow.agents.errors import BreakerOpenError, PermanentError
+from sasflow.agents.fleet import FleetLink
 from sasflow.agents.resilience import SharedBreaker
 from sasflow.errors import InvalidMessageError
 from sasflow.fleet_messages import AgentHeartbeat, BreakerAnnouncement
 from sasflow.messages import parse
 from sasflow.policy import BreakerPolicy
+from sasflow.transport.base import Transport
+from sasflow.transport.topology import Names
 
 
 def _every_failure(exc: BaseException) -> bool:
@@ -125,3 +129,49 @@ def test_fleet_messages_round_trip_and_refuse_what_they_cannot_be() -> None:
             BreakerAnnouncement,
             b'{"agent":"a","instance_id":"i","dependency":"d","state":"half-open"}',
         )
+
+
+class _Published:
+    """A transport that keeps what is published (FleetLink's only use of it here)."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def publish(self, message: Any) -> None:
+        self.sent.append(message)
+
+    def call_threadsafe(self, callback: Any) -> None:
+        callback()
+
+
+def test_heartbeats_say_what_uses_each_dependency_and_how_long_open_breakers_stay_open() -> None:
+    """Flow control reads them: a dependency's actions, and an open breaker's time to its
+    trial; a breaker change makes the next heartbeat due at once. An old agent's heartbeat
+    (no `actions`) still parses."""
+    transport = _Published()
+    link = FleetLink(
+        "agent-pay:h:1:abc",
+        "pay",
+        cast(Transport, transport),
+        Names("ns"),
+        concurrency=4,
+        interval=5,
+        actions={"charge": "bank", "refund": None},
+    )
+    breaker, _ = _breaker(reset_timeout=60)
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            breaker.call(_down, _every_failure)
+    link.heartbeat({"bank": breaker}, in_flight=0)
+    beat = parse(AgentHeartbeat, transport.sent[-1].body)
+    assert beat.actions == {"charge": "bank", "refund": None}
+    assert beat.breakers == {"bank": "open"}
+    assert 59 < beat.breakers_open_for_s["bank"] <= 60
+    assert link.next_heartbeat > 0
+    link.breaker_changed("bank", "open", 60.0)
+    link.tick({"bank": breaker}, in_flight=0)
+    assert [parse(AgentHeartbeat, m.body).seq for m in transport.sent[-1:]] == [2]
+    old = beat.model_dump(exclude={"actions", "breakers_open_for_s"})
+    assert parse(AgentHeartbeat, json.dumps(old).encode()).actions is None
+    with pytest.raises(InvalidMessageError, match="actions"):
+        parse(AgentHeartbeat, json.dumps({**old, "actions": {"no spaces": None}}).encode())

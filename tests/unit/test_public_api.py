@@ -12,6 +12,7 @@ import sasflow.client
 
 PUBLIC = {
     "AppLoadError",
+    "BacklogFullError",
     "Backoff",
     "BreakerPolicy",
     "BrokerUnavailableError",
@@ -36,6 +37,7 @@ PUBLIC = {
     "UnknownWorkflowError",
     "Workflow",
     "submit_run",
+    "wait_for_room",
 }
 
 AGENTS_PUBLIC = {
@@ -56,8 +58,10 @@ CLIENT_PUBLIC = {
     "StreamUpdate",
     "Subscription",
     "submit_run",
+    "wait_for_room",
 }
-"""`sasflow.client`: the HTTP SDK, and `submit_run` (also exported by `sasflow`)."""
+"""`sasflow.client`: the HTTP SDK, and `submit_run` and `wait_for_room` (also exported by
+`sasflow`)."""
 
 
 def test_sasflow_exports_exactly_the_public_names() -> None:

@@ -9,7 +9,7 @@ from typing import cast
 from sasflow.relay import Relay
 from sasflow.scheduler.claims import ClaimDuty, ClusterDuty
 from sasflow.scheduler.cluster.member import ClusterMember
-from sasflow.scheduler.dispatch import Dispatcher
+from sasflow.scheduler.dispatch import Claimed, Dispatcher
 from sasflow.scheduler.duty import INF, Periodic
 from sasflow.scheduler.outbox import CONFIRM_POLL, RELAY_BATCH, RelayDuty
 
@@ -24,12 +24,20 @@ class FakeMember:
 
 
 class FakeDispatcher:
-    def __init__(self, full: bool = False, due: float | None = None) -> None:
-        self.answer = (full, due)
+    def __init__(
+        self,
+        full: bool = False,
+        due: float | None = None,
+        flow_due: float | None = None,
+        flow_full: bool = False,
+    ) -> None:
+        self.answer = Claimed(full=full, due=due, flow_full=flow_full, flow_due=flow_due)
         self.claims = 0
+        self.calls: list[tuple[bool, bool]] = []
 
-    def claim_and_dispatch(self) -> tuple[bool, float | None]:
+    def claim_and_dispatch(self, *, plain: bool = True, budgeted: bool = True) -> Claimed:
         self.claims += 1
+        self.calls.append((plain, budgeted))
         return self.answer
 
 
@@ -88,13 +96,29 @@ def test_a_full_batch_claims_again_without_sleeping() -> None:
     dispatcher, wake = FakeDispatcher(full=True), threading.Event()
     duty = _claim_duty(FakeMember(), dispatcher, wake)
     assert duty.run(5.0) == 0.0
-    assert wake.is_set()
+    assert duty.run(5.0) == 0.0
+    assert dispatcher.calls == [(True, True), (True, False)]  # again: the full claim alone
 
 
 def test_a_backoff_ending_before_the_rescan_brings_the_claim_forward() -> None:
     duty = _claim_duty(FakeMember(), FakeDispatcher(due=0.0), threading.Event())
     duty.run(1e9)  # far past this process's monotonic clock: the backoff ends sooner
     assert duty.due < 1e9
+
+
+def test_a_budgeted_claim_due_first_runs_alone_and_the_plain_claim_keeps_its_rescan() -> None:
+    """A rate's next call (the budgeted claim's due) comes before the rescan: at that time only
+    the budgeted claim runs; the plain claim runs again at its rescan or when woken."""
+    dispatcher, wake = FakeDispatcher(flow_due=0.0), threading.Event()
+    duty = _claim_duty(FakeMember(), dispatcher, wake)
+    duty.run(1e9)  # far past this process's monotonic clock: the budgeted claim is due first
+    assert dispatcher.calls == [(True, True)]
+    assert duty.due < 1e9
+    duty.run(1e9 + 0.1)
+    assert dispatcher.calls[-1] == (False, True)
+    wake.set()
+    duty.run(1e9 + 0.2)
+    assert dispatcher.calls[-1] == (True, True)
 
 
 def test_no_claim_without_a_lease() -> None:

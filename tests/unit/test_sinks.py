@@ -118,6 +118,9 @@ class FakeTransport:
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
         raise NotImplementedError
 
+    def requeue(self, delivery: Delivery) -> bool:
+        raise NotImplementedError
+
     def process(self, time_limit: float) -> None:  # noqa: ARG002 - the Transport signature
         if not self.connected:
             raise BrokerUnavailableError("not connected")

@@ -1,5 +1,5 @@
-"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents, schedules, a
-schedule, schedulers."""
+"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents, limits,
+schedules, a schedule, schedulers."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from sasflow.api.context import ApiContext, get_context
 from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
+from sasflow.ops import limits as limit_ops
 from sasflow.ops import registrations
 from sasflow.ops import runs as run_ops
 from sasflow.ops import schedules as schedule_ops
@@ -154,6 +155,13 @@ def agents_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
     """The fleet registry: every agent instance, its state, load and breakers."""
     found = ctx.transaction(lambda conn: agent_ops.list_agents(conn, include_stopped=True))
     return render(request, who, "agents.html", {"agents": found})
+
+
+@router.get("/limits")
+def limits_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
+    """Every flow limit: what it selects, its numbers, and its live state."""
+    found = ctx.transaction(limit_ops.list_limits)
+    return render(request, who, "limits.html", {"limits": found})
 
 
 @router.get("/schedules")

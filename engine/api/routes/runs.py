@@ -12,7 +12,7 @@ from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.api.models import CancelRequest, ResubmitRequest, RunRequest
 from sasflow.commands import NewRun
-from sasflow.errors import UnknownWorkflowError
+from sasflow.errors import BacklogFullError, UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
@@ -35,7 +35,19 @@ Context = Annotated[ApiContext, Depends(get_context)]
     status_code=201,
     response_model=responses.SubmittedResponse,
     responses={
-        200: {"model": responses.SubmittedResponse, "description": "existing run (same key)"}
+        200: {"model": responses.SubmittedResponse, "description": "existing run (same key)"},
+        429: {
+            "model": responses.BacklogFullResponse,
+            "description": "the workflow's backlog is at its bound (docs/backpressure.md): "
+            "submit again after `Retry-After` seconds; never answered to a key that names "
+            "an existing run",
+            "headers": {
+                "Retry-After": {
+                    "description": "seconds to wait before submitting again",
+                    "schema": {"type": "integer"},
+                }
+            },
+        },
     },
 )
 def submit_run(
@@ -44,7 +56,8 @@ def submit_run(
     ctx: Context,
     who: Annotated[Principal, Depends(require("submit"))],
 ) -> dict[str, Any]:
-    """Submit a run: 201 with `Location` and the run, or 200 with the run the key maps to."""
+    """Submit a run: 201 with `Location` and the run, or 200 with the run the key maps to;
+    429 with `Retry-After` while the workflow's backlog is at its bound."""
     if body.callback_url is not None and ctx.settings.api_callback_secret is None:
         raise ApiError(
             400,
@@ -65,7 +78,13 @@ def submit_run(
 
     def work(conn: Connection) -> tuple[bool, dict[str, Any]]:
         result = submit_ops.submit_run(
-            conn, ctx.registry, new, actor=who.name, namespace=ctx.namespace, limits=ctx.limits
+            conn,
+            ctx.registry,
+            new,
+            actor=who.name,
+            namespace=ctx.namespace,
+            limits=ctx.limits,
+            backlog=ctx.backlog,
         )
         return result.created, run_ops.get_run(conn, result.run_id)
 
@@ -78,6 +97,20 @@ def submit_run(
             "unknown_workflow",
             f"{exc}; known workflows: {', '.join(known) or 'none'}",
             extra={"known": known},
+        ) from exc
+    except BacklogFullError as exc:
+        ctx.hooks.submissions_refused(exc.workflow, "api", 1)
+        raise ApiError(
+            429,
+            "backlog_full",
+            str(exc),
+            headers={"Retry-After": str(exc.retry_after)},
+            extra={
+                "workflow": exc.workflow,
+                "backlog": exc.backlog,
+                "max_backlog": exc.bound,
+                "retry_after": exc.retry_after,
+            },
         ) from exc
     if not created:
         response.status_code = 200

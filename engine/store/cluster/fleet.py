@@ -4,10 +4,11 @@ scheduler), the supervisor's loss detection, and the operators' list."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, case, delete, select, update
+from sqlalchemy import Connection, Row, and_, case, delete, func, select, update
 
 from sasflow.states import LOST_AFTER_MISSED, AgentState
 from sasflow.store.dialect import upsert_insert
@@ -32,6 +33,13 @@ class InstanceReport:
     """Counts the instance's heartbeats: an older one than recorded is ignored."""
     stopping: bool = False
     """The instance's goodbye on a clean exit."""
+    actions: dict[str, str | None] | None = None
+    """Action -> the dependency it uses (None: the agent did not say)."""
+    breakers_open_for_s: dict[str, float] = field(default_factory=dict)
+    """Open breaker -> seconds until its trial call, as of this heartbeat."""
+
+
+_NOT_COLUMNS = frozenset({"stopping", "breakers_open_for_s"})
 
 
 def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> None:
@@ -46,7 +54,8 @@ def record_heartbeats(conn: Connection, reports: Sequence[InstanceReport]) -> No
             latest[report.instance_id] = report
     rows = [
         {
-            **{k: v for k, v in asdict(r).items() if k != "stopping"},
+            **{k: v for k, v in asdict(r).items() if k not in _NOT_COLUMNS},
+            "breakers_open_for": r.breakers_open_for_s,
             "state": AgentState.STOPPED if r.stopping else AgentState.LIVE,
         }
         for r in latest.values()
@@ -89,6 +98,36 @@ def mark_lost(conn: Connection) -> Sequence[Row[Any]]:
             agent_instances.c.in_flight,
         )
     ).all()
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What the fleet view says of one agent."""
+
+    live: int
+    """Instances heartbeating now."""
+    last_heard: datetime | None
+    """The latest heartbeat of any of its instances (database clock); None: never seen, or
+    forgotten."""
+
+
+def presence(conn: Connection, agents: Sequence[str]) -> dict[str, Presence]:
+    """`agents` -> their live instances and when any was last heard of (a scan of a table as
+    small as the fleet's recent history); an agent never seen has no live instance."""
+    if not agents:
+        return {}
+    live = func.count().filter(agent_instances.c.state == AgentState.LIVE)
+    rows = conn.execute(
+        select(
+            agent_instances.c.agent,
+            live.label("live"),
+            func.max(agent_instances.c.heartbeat_at).label("last_heard"),
+        )
+        .where(agent_instances.c.agent.in_(list(agents)))
+        .group_by(agent_instances.c.agent)
+    ).all()
+    found = {r.agent: Presence(int(r.live), r.last_heard) for r in rows}
+    return {a: found.get(a, Presence(0, None)) for a in agents}
 
 
 def forget_gone(conn: Connection, *, after_s: float) -> int:

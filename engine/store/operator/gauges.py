@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection, func, select
 
 from sasflow.states import ACTIVE_RUN_STATES, RunState, StepState
+from sasflow.store.runs.backlog import backlog_by_workflow
 from sasflow.store.schema import leases, runs, schedulers, steps
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -23,6 +24,8 @@ class StateCounts:
     schedulers_alive: int = 0
     lease_remaining: float = float("nan")
     """Seconds until the supervisor lease expires (negative: expired; NaN: never taken)."""
+    backlog: dict[str, int] = field(default_factory=dict)
+    """Runs waiting to start, by workflow (store.runs.backlog)."""
 
 
 def run_counts(conn: Connection) -> dict[str, int]:
@@ -73,4 +76,5 @@ def state_counts(conn: Connection, *, lease: str, alive_within: float) -> StateC
         steps={str(s): step_count(conn, s) for s in GAUGED_STEP_STATES},
         schedulers_alive=schedulers_alive(conn, within=alive_within),
         lease_remaining=lease_remaining(conn, lease),
+        backlog=backlog_by_workflow(conn),
     )

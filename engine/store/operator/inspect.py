@@ -83,6 +83,8 @@ _STEP_COLUMNS = (
     steps.c.max_failures,
     steps.c.locked_by,
     steps.c.complete_by,
+    steps.c.started_at,
+    steps.c.wait_expiries,
     steps.c.not_before,
     steps.c.error,
     steps.c.input,

@@ -22,8 +22,8 @@ from sasflow.store.sqltime import now
 
 @dataclass(frozen=True)
 class StepReset:
-    """A step to run again: failure count 0, error cleared, pending now or waiting for its
-    dependencies."""
+    """A step to run again: failure and wait-expiry counts 0, error cleared, pending now or
+    waiting for its dependencies."""
 
     step_id: int
     kind: StepKind
@@ -107,6 +107,7 @@ def reset_steps(conn: Connection, resets: Sequence[StepReset]) -> None:
             "state": reset.to_state,
             "error": None,
             "failure_count": 0,
+            "wait_expiries": 0,
             "deferred_since": None,
             "not_before": now(),
             "idempotency_key": reset.idempotency_key,

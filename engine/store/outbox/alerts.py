@@ -38,12 +38,17 @@ class AlertKind(StrEnum):
     CALLBACK_FAILED = "callback_failed"
     """An HTTP callback was given up (sasflow api)."""
     SCHEDULER_OVERLOADED = "scheduler_overloaded"
+    RUN_DEADLINE = "run_deadline"
+    """A run passed its workflow's deadline (`on_deadline="alert"`, docs/timeouts.md)."""
+    AGENT_OUTAGE = "agent_outage"
+    """An agent had work waiting and nobody serving it for a while (supervisor.outage)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
 COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
 STALLED = AlertKind.STALLED
 AGENT_LOST = AlertKind.AGENT_LOST
+AGENT_OUTAGE = AlertKind.AGENT_OUTAGE
 
 LIST_COLUMNS = (
     alerts.c.id,
@@ -95,21 +100,50 @@ def raise_alert(conn: Connection, alert: Alert) -> int | None:
     ).scalar_one_or_none()
 
 
-def resolve_open(conn: Connection, dedup_key: str, *, actor: str, reason: str) -> bool:
-    """Close the open alert with this key, the condition being over (acknowledged by `actor`);
-    False when none was open (uq_alerts_open_dedup_key)."""
+def resolve_open(
+    conn: Connection, dedup_key: str, *, actor: str, reason: str, detail: Any = None
+) -> bool:
+    """Close the open alert with this key, the condition being over (acknowledged by `actor`;
+    `detail`, when given, replaces the alert's); False when none was open
+    (uq_alerts_open_dedup_key)."""
+    values: dict[str, Any] = {
+        "acknowledged": True,
+        "acknowledged_by": actor,
+        "acknowledge_reason": reason,
+        "acknowledged_at": now(),
+    }
+    if detail is not None:
+        values["detail"] = detail
     closed = conn.execute(
         update(alerts)
         .where(alerts.c.dedup_key == dedup_key, alerts.c.acknowledged.is_(False))
-        .values(
-            acknowledged=True,
-            acknowledged_by=actor,
-            acknowledge_reason=reason,
-            acknowledged_at=now(),
-        )
+        .values(**values)
         .returning(alerts.c.id)
     ).first()
     return closed is not None
+
+
+def open_alerts(conn: Connection, kind: str) -> list[Any]:
+    """The open alerts of `kind`: id, subject (its dedup key less the kind), created_at,
+    detail (the open ones are few: one per subject; a scan of uq_alerts_open_dedup_key)."""
+    prefix = f"{kind}:"
+    rows: Sequence[Any] = conn.execute(
+        select(alerts.c.id, alerts.c.dedup_key, alerts.c.created_at, alerts.c.detail).where(
+            alerts.c.kind == kind, alerts.c.acknowledged.is_(False)
+        )
+    ).all()
+    return [r for r in rows if r.dedup_key.startswith(prefix)]
+
+
+def latest_alert(conn: Connection, kind: str, subject: str) -> Any:
+    """The newest alert of `kind` about `subject`, open or acknowledged: a row of
+    acknowledged, created_at, detail; None if there was none (ix_alerts_dedup_key_created_at)."""
+    return conn.execute(
+        select(alerts.c.acknowledged, alerts.c.created_at, alerts.c.detail)
+        .where(alerts.c.dedup_key == Alert(kind, subject, "").dedup_key)
+        .order_by(alerts.c.created_at.desc(), alerts.c.id.desc())
+        .limit(1)
+    ).first()
 
 
 # -- the outbox: what the dispatcher sends -------------------------------------------------

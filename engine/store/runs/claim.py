@@ -33,6 +33,11 @@ class ClaimedStep:
     priority: int
     pool: str | None = None
     """The agent pool that must run it (None: the agent's shared queue)."""
+    wait_timeout_s: float = 30.0
+    """How long its request may wait for an agent (the request's `wait_ms` and expiration)."""
+    heartbeat_timeout_s: float | None = None
+    wait_expiries: int = 0
+    """Times in a row no agent took its request within the wait timeout (docs/timeouts.md)."""
 
 
 def claim_steps(
@@ -44,24 +49,60 @@ def claim_steps(
 
 
 def claim(
-    conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
+    conn: Connection,
+    *,
+    locked_by: str,
+    batch: int,
+    skip_agents: Sequence[str] = (),
+    only_agents: Sequence[str] = (),
+    at: datetime | None = None,
+    learn_due: bool = True,
 ) -> tuple[list[ClaimedStep], float | None]:
     """`claim_steps`, and when the batch is not full `seconds_until_due` (from the claim's own
-    rows when it found work, else with a second statement)."""
+    rows when it found work, else with a second statement). `only_agents`: the steps of these
+    agents alone, claimed `at` that database time (the budgeted claim's, store/flow/claim.py);
+    `learn_due` False: no second statement when it finds nothing (the due is None then)."""
     values: dict[str, Any] = {"b_batch": batch, "b_locked_by": locked_by}
     skipping = bool(skip_agents)
     if skipping:
         values["b_skip_agents"] = list(skip_agents)
-    merged = capabilities(conn).merged_claim
-    statement = (
-        queries.claim_and_start(skipping=skipping)
-        if merged
-        else queries.claim_ready(skipping=skipping)
-    )
-    rows = conn.execute(statement, values).all()
+    if only_agents:
+        values["b_only_agents"] = list(only_agents)
+        values["b_at"] = at
+    rows = _claim_rows(conn, values, skipping=skipping, chosen=False, only=bool(only_agents))
     if not rows:
-        return [], seconds_until_due(conn)
+        return [], seconds_until_due(conn) if learn_due else None
     due = None if len(rows) == batch else _remaining(rows[0].due, rows[0].db_now)
+    return _record(conn, rows, locked_by), due
+
+
+def claim_chosen(
+    conn: Connection, step_ids: Sequence[int], *, locked_by: str, at: datetime
+) -> tuple[list[ClaimedStep], float | None]:
+    """Claim the steps `step_ids`, which this transaction chose and locked (the budgeted claim,
+    store/flow/claim.py), exactly as `claim` claims but `at` the database time its rates
+    admitted them; and, when it claimed some, the seconds until the earliest backoff ends (as
+    `claim`'s rows give them)."""
+    values = {"b_step_ids": list(step_ids), "b_locked_by": locked_by, "b_at": at}
+    rows = _claim_rows(conn, values, skipping=False, chosen=True)
+    if not rows:
+        return [], None
+    return _record(conn, rows, locked_by), _remaining(rows[0].due, rows[0].db_now)
+
+
+def _claim_rows(
+    conn: Connection, values: dict[str, Any], *, skipping: bool, chosen: bool, only: bool = False
+) -> Sequence[Any]:
+    if capabilities(conn).merged_claim:
+        statement: Any = queries.claim_and_start(skipping=skipping, chosen=chosen, only=only)
+    else:
+        statement = queries.claim_ready(skipping=skipping, chosen=chosen, only=only)
+    return conn.execute(statement, values).all()
+
+
+def _record(conn: Connection, rows: Sequence[Any], locked_by: str) -> list[ClaimedStep]:
+    """The claimed rows as ClaimedSteps, their runs started and both recorded (the portable
+    path; the merged statement did it already)."""
     claimed = [
         ClaimedStep(
             id=r.id,
@@ -78,12 +119,15 @@ def claim(
             complete_by=r.complete_by,
             priority=r.priority,
             pool=r.pool,
+            wait_timeout_s=r.wait_timeout_s,
+            heartbeat_timeout_s=r.heartbeat_timeout_s,
+            wait_expiries=r.wait_expiries,
         )
         for r in rows
     ]
-    if not merged:
+    if not capabilities(conn).merged_claim:
         _start_and_record(conn, claimed, locked_by)
-    return claimed, due
+    return claimed
 
 
 def _start_and_record(conn: Connection, claimed: Sequence[ClaimedStep], locked_by: str) -> None:

@@ -39,6 +39,7 @@ from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepK
 from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
+from sasflow.store.types import Timestamp
 
 _processing_with_attempt = and_(
     steps.c.id == bindparam("b_step_id"),
@@ -49,8 +50,8 @@ _processing_with_attempt = and_(
 
 def leave_processing() -> dict[str, Any]:
     """The SET fragment of every transition out of `processing`: the step is no longer locked
-    by a scheduler nor bound by a deadline."""
-    return {"locked_by": None, "complete_by": None, "updated_at": now()}
+    by a scheduler nor bound by a deadline, and no attempt of it is started."""
+    return {"locked_by": None, "complete_by": None, "started_at": None, "updated_at": now()}
 
 
 _run_columns = (
@@ -67,7 +68,7 @@ _run_columns = (
 """What advancing a run reads of it (and whether ending it writes a callback)."""
 
 
-def _claimable_in_run() -> ColumnElement[bool]:
+def claimable_in_run() -> ColumnElement[bool]:
     """Steps of active runs; in a compensating run, its compensation steps and the retries of
     forward steps whose earlier attempt has an unknown outcome (it must be known, and undone
     if it succeeded, before the run can be compensated)."""
@@ -80,19 +81,23 @@ def _claimable_in_run() -> ColumnElement[bool]:
     )
 
 
-def _ready(skipping: bool) -> CTE:
+def _ready(skipping: bool, only: bool = False) -> CTE:
     """Up to :batch ready steps, locked (ix_steps_ready); `skipping`: not those of the agents
-    in :b_skip_agents (at their in-flight bound, scheduler/inflight.py). The locking select sits
-    in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can update more rows than the
-    limit (PostgreSQL bug #15715)."""
+    in :b_skip_agents (at their in-flight bound, scheduler/inflight.py); `only`: those of the
+    agent in :b_only_agents (the budgeted claim's, when its budgets admit the whole batch;
+    ix_steps_ready_agent).
+    The locking select sits in a CTE: `WHERE id IN (... LIMIT n FOR UPDATE SKIP LOCKED)` can
+    update more rows than the limit (PostgreSQL bug #15715)."""
     wanted = [
         steps.c.state == StepState.PENDING,
         steps.c.locked_by.is_(None),
         steps.c.not_before <= now(),
-        _claimable_in_run(),
+        claimable_in_run(),
     ]
     if skipping:
         wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
+    if only:
+        wanted.append(steps.c.agent.in_(bindparam("b_only_agents", expanding=True)))
     return (
         select(steps.c.id)
         .join(runs, runs.c.id == steps.c.run_id)
@@ -104,7 +109,21 @@ def _ready(skipping: bool) -> CTE:
     )
 
 
-def _claim(ready: CTE) -> Update:
+def _chosen() -> CTE:
+    """The steps :b_step_ids, chosen and locked by the budgeted claim (store/flow/claim.py),
+    still pending (primary key)."""
+    return (
+        select(steps.c.id)
+        .where(one_of(steps.c.id, "b_step_ids"), steps.c.state == StepState.PENDING)
+        .cte("ready")
+    )
+
+
+def _claim(ready: CTE, *, budgeted: bool = False) -> Update:
+    """The claim's SET. `budgeted`: the budgeted claim's, stamped with :b_at, the database
+    time its rates admitted the steps at (read after the limits' locks), so `dispatched_at`
+    and the deadline start when the rate started the step."""
+    at = bindparam("b_at", type_=Timestamp()) if budgeted else now()
     return (
         update(steps)
         .where(steps.c.id == ready.c.id, runs.c.id == steps.c.run_id)
@@ -112,8 +131,11 @@ def _claim(ready: CTE) -> Update:
             state=StepState.PROCESSING,
             locked_by=bindparam("b_locked_by"),
             attempt=steps.c.attempt + 1,
-            complete_by=plus_seconds(now(), steps.c.timeout_s),
-            dispatched_at=now(),
+            # The envelope: waiting for an agent, then executing (docs/timeouts.md); an
+            # agent's `started` replaces it with the execution deadline.
+            complete_by=plus_seconds(at, steps.c.wait_timeout_s + steps.c.timeout_s),
+            started_at=None,
+            dispatched_at=at,
             updated_at=now(),
         )
     )
@@ -133,16 +155,21 @@ _claimed_columns = (
     steps.c.complete_by,
     steps.c.priority,
     steps.c.pool,
+    steps.c.wait_timeout_s,
+    steps.c.heartbeat_timeout_s,
+    steps.c.wait_expiries,
 )
 
 
 @cache
-def claim_ready(*, skipping: bool = False) -> Update:
+def claim_ready(*, skipping: bool = False, chosen: bool = False, only: bool = False) -> Update:
     """Lock up to :batch ready steps and mark them processing (ix_steps_ready), each row with
     `due` and `db_now` as `next_due` gives them (the claimed steps were ready, so they do not
     count): a claim that finds work needs no second statement to learn when to claim next.
+    `chosen`: the steps :b_step_ids instead, which the budgeted claim locked (primary key).
     """
-    return _claim(_ready(skipping)).returning(
+    ready = _chosen() if chosen else _ready(skipping, only)
+    return _claim(ready, budgeted=chosen or only).returning(
         *_claimed_columns,
         joined_value(runs.c.workflow, runs.c.id == steps.c.run_id).label("workflow"),
         _next_due().scalar_subquery().label("due"),
@@ -151,13 +178,16 @@ def claim_ready(*, skipping: bool = False) -> Update:
 
 
 @cache
-def claim_and_start(*, skipping: bool = False) -> Select[Any]:
+def claim_and_start(
+    *, skipping: bool = False, chosen: bool = False, only: bool = False
+) -> Select[Any]:
     """PostgreSQL: `claim_ready`, `start_runs` and the events of both (`claim.claim_steps`
     records the same rows) in one statement, with data-modifying CTEs (ix_steps_ready, then
-    primary keys). The rows: `claim_ready`'s. The events go in in the order
-    `claim_steps` records them: the runs started, by id, then the steps claimed, by id."""
+    primary keys; `chosen`: the steps :b_step_ids, primary key). The rows: `claim_ready`'s.
+    The events go in in the order `claim_steps` records them: the runs started, by id, then the
+    steps claimed, by id."""
     claimed = (
-        _claim(_ready(skipping))
+        _claim(_chosen() if chosen else _ready(skipping, only), budgeted=chosen or only)
         .returning(*_claimed_columns, runs.c.workflow.label("workflow"))
         .cte("claimed")
     )
@@ -366,7 +396,7 @@ def defer_step() -> Update:
     )
 
 
-def _failure_values() -> dict[str, Any]:
+def failure_values() -> dict[str, Any]:
     """SET clause counting one failure: below the threshold back to pending after an
     exponential, capped backoff (the database's clock), at the threshold to error."""
     failures = steps.c.failure_count + 1
@@ -387,14 +417,17 @@ def _failure_values() -> dict[str, Any]:
     }
 
 
-_failure_result = (
+FAILURE_RESULT: tuple[Any, ...] = (
     *_step_result,
+    steps.c.agent,
     steps.c.id,
     steps.c.state,
     steps.c.failure_count,
     steps.c.not_before,
     steps.c.attempt,
+    steps.c.wait_expiries,
 )
+"""What the statements that count a failure (or return a step uncharged) return of a step."""
 
 
 @cache
@@ -403,8 +436,8 @@ def count_failure() -> Update:
     return (
         update(steps)
         .where(_processing_with_attempt)
-        .values(**_failure_values())
-        .returning(*_failure_result)
+        .values(**failure_values())
+        .returning(*FAILURE_RESULT)
     )
 
 
@@ -428,33 +461,6 @@ def lock_runs(skip_locked: bool) -> Select[Any]:
         .where(one_of(runs.c.id, "b_run_ids"))
         .order_by(runs.c.id)
         .with_for_update(skip_locked=skip_locked)
-    )
-
-
-@cache
-def sweep_expired() -> Update:
-    """Count one failure for the expired processing steps of the (locked) runs :run_ids,
-    skipping rows another sweeper holds (ix_steps_expiry, then the primary key).
-
-    The locking CTE re-checks its conditions on the newest row version once it holds the
-    lock (READ COMMITTED's recheck), so a failure is never counted twice. The UPDATE joins
-    it by id only: repeating the conditions there let the planner scan ix_steps_expiry once
-    per expired step (each scan through the whole CTE, quadratic in the steps swept)."""
-    expired = (
-        select(steps.c.id)
-        .where(
-            steps.c.state == StepState.PROCESSING,
-            steps.c.complete_by < now(),
-            one_of(steps.c.run_id, "b_run_ids"),
-        )
-        .with_for_update(skip_locked=True)
-        .cte("expired")
-    )
-    return (
-        update(steps)
-        .where(steps.c.id == expired.c.id)
-        .values(**_failure_values())
-        .returning(*_failure_result)
     )
 
 

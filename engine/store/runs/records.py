@@ -74,6 +74,8 @@ class StepRecord:
     backoff_multiplier: float
     backoff_max_s: float
     give_up_s: float
+    wait_timeout_s: float
+    heartbeat_timeout_s: float | None
 
     @classmethod
     def from_row(cls, row: Columns) -> StepRecord:
@@ -98,4 +100,6 @@ class StepRecord:
             backoff_multiplier=row["backoff_multiplier"],
             backoff_max_s=row["backoff_max_s"],
             give_up_s=row["give_up_s"],
+            wait_timeout_s=row["wait_timeout_s"],
+            heartbeat_timeout_s=row["heartbeat_timeout_s"],
         )

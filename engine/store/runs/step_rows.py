@@ -37,6 +37,8 @@ POLICY_COLUMNS = (
     "backoff_multiplier",
     "backoff_max_s",
     "give_up_s",
+    "wait_timeout_s",
+    "heartbeat_timeout_s",
 )
 """The step's policy as stored with it (a run keeps the policy of its definition version)."""
 
@@ -60,6 +62,8 @@ STEP_COLUMNS: tuple[StepColumn, ...] = (
     StepColumn("backoff_multiplier", "float8"),
     StepColumn("backoff_max_s", "float8"),
     StepColumn("give_up_s", "float8"),
+    StepColumn("wait_timeout_s", "float8"),
+    StepColumn("heartbeat_timeout_s", "float8"),
 )
 """Every column a new step record is given, in the order the statements write them; the
 others take their defaults."""
@@ -88,6 +92,8 @@ def policy_columns(policy: StepPolicy) -> dict[str, Any]:
         "backoff_multiplier": policy.backoff.multiplier,
         "backoff_max_s": policy.backoff.maximum,
         "give_up_s": policy.give_up_after,
+        "wait_timeout_s": policy.wait_timeout,
+        "heartbeat_timeout_s": policy.heartbeat_timeout,
     }
 
 

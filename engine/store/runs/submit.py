@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Executable, insert, select
+from sqlalchemy import Connection, Executable, bindparam, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.commands import NewRun, Refused, SubmitResult
@@ -27,6 +27,7 @@ from sasflow.store.notify import notify_ready
 from sasflow.store.runs import events, submit_many
 from sasflow.store.runs.step_rows import forward_definition, step_row
 from sasflow.store.schema import runs, steps
+from sasflow.store.sqltime import now, plus_seconds
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,16 @@ def build_step_input(workflow: Workflow, step_name: str, ctx: StepContext) -> An
     return value
 
 
+_SET_DEADLINE = (
+    update(runs)
+    .where(runs.c.id == bindparam("b_run_id"))
+    .values(
+        deadline_at=plus_seconds(now(), bindparam("b_deadline_s")),
+        on_deadline=bindparam("b_on_deadline"),
+    )
+)
+"""A new run's deadline, on the database clock (primary key); runs without one skip it."""
+
 _RUN_INSERTS: dict[str, Executable] = {}
 _STEPS_INSERT = insert(steps)
 """Statements built once (per dialect for the upsert): SQLAlchemy then finds their compiled
@@ -229,6 +240,15 @@ def _insert_portable(
             )
         return SubmitResult(existing.id, key, created=False, state=existing.state)
 
+    if workflow.deadline is not None:
+        conn.execute(
+            _SET_DEADLINE,
+            {
+                "b_run_id": run_id,
+                "b_deadline_s": workflow.deadline,
+                "b_on_deadline": workflow.on_deadline.value,
+            },
+        )
     ctx = StepContext(run_input=submission.input, outputs={}, run_id=run_id, business_key=key)
     rows: list[dict[str, Any]] = []
     for name in workflow.order:

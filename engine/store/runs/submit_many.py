@@ -106,7 +106,7 @@ def _template_key(workflow: Workflow) -> str:
 _RUN_FIELDS = (
     "n int, workflow text, version int, business_key text, input jsonb, priority int, "
     "reply_to text, submitted_by text, callback_url text, pool text, trace_parent text, "
-    "on_failure text"
+    "on_failure text, deadline_s float8, on_deadline text"
 )
 _STEP_FIELDS = ", ".join(
     ["i int", "root boolean", *(f"{c.name} {c.defined}" for c in DEFINED_COLUMNS)]
@@ -141,9 +141,11 @@ WITH b AS (
   SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb) AS b({_RUN_FIELDS})
 ), r AS (
   INSERT INTO runs (workflow, version, business_key, input, priority, state, reply_to,
-                    submitted_by, callback_url, pool, trace_parent, on_failure)
+                    submitted_by, callback_url, pool, trace_parent, on_failure, deadline_at,
+                    on_deadline)
   SELECT workflow, version, business_key, input, priority, '{RunState.PENDING}', reply_to,
-         submitted_by, callback_url, pool, trace_parent, on_failure
+         submitted_by, callback_url, pool, trace_parent, on_failure,
+         now() + deadline_s * interval '1 second', on_deadline
   FROM b ORDER BY n
   ON CONFLICT (workflow, business_key) DO NOTHING
   RETURNING id, workflow, version, business_key, input, priority, pool
@@ -214,6 +216,7 @@ def insert(
                 "pool": new.pool,
                 "trace_parent": new.trace_parent,
                 "on_failure": p.workflow.on_failure.value,
+                **_deadline(p.workflow),
             }
         )
         docs.append(f'{head[:-1]},"input":{p.input_json}}}')
@@ -260,6 +263,13 @@ def insert(
             )
         results.append(SubmitResult(run_id, p.key, created=False, state=state))
     return results
+
+
+def _deadline(workflow: Workflow) -> dict[str, Any]:
+    """The run's deadline fields (`deadline_s` NULL: none; `deadline_at` is NULL then)."""
+    if workflow.deadline is None:
+        return {"deadline_s": None, "on_deadline": None}
+    return {"deadline_s": workflow.deadline, "on_deadline": workflow.on_deadline.value}
 
 
 _EXISTING_SQL = """

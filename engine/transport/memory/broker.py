@@ -484,6 +484,16 @@ class MemoryBroker:
             for queue in freed.values():
                 self._dispatch(queue, now)
 
+    def _nack(self, channel: Channel, tag: int) -> None:
+        """basic.nack with requeue: the message goes back to the head of its queue."""
+        with self._lock:
+            self._check(channel)
+            if tag not in channel.unacked:
+                raise self._channel_error(
+                    channel, f"PRECONDITION_FAILED - unknown delivery tag {tag}"
+                )
+            self._requeue([channel.unacked.pop(tag)])
+
     # -- the owner thread's loop ------------------------------------------------------------
 
     def _call_threadsafe(self, channel: Channel, callback: Callable[[], None]) -> None:

@@ -103,6 +103,12 @@ class MemoryTransport:
         self._broker._ack(self._chan(), delivery.tag, multiple)
         return True
 
+    def requeue(self, delivery: Delivery) -> bool:
+        if delivery.generation != self._generation:
+            return False
+        self._broker._nack(self._chan(), delivery.tag)
+        return True
+
     def dead_letter(self, delivery: Delivery, reason: str, *, dead_letter_exchange: str) -> None:
         topology.dead_letter(
             self,
