@@ -460,9 +460,8 @@ class RabbitMQTransport:
         """Write every message, then wait once until the broker settled them all.
 
         Besides None and PublishError, an entry may be a BrokerUnavailableError: a message the
-        broker nacked, or one not sent because the broker closed the channel after refusing an
-        earlier one of the batch (then the connection must be made again, as for a raised
-        BrokerUnavailableError).
+        broker nacked, or not sent as it closed the channel over an earlier one of the batch
+        (then the connection must be made again, as for a raised BrokerUnavailableError).
 
         Pipelining the confirms is what makes a batch cheap: one persistent message costs a
         broker disk sync, and the broker syncs the messages of a batch together. The wait

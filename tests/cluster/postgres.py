@@ -82,17 +82,29 @@ class PostgresPair:
             server.started = True
 
     def heal(self) -> list[str]:
-        """Start the servers that are down and find the primary; the names of those
+        """Start the servers that are down and find the primary; a server whose data is gone
+        (a rebuild cut short) is rebuilt as the primary's standby. The names of those
         started."""
-        started = []
+        started, lost = [], []
         for name, server in self.servers.items():
-            if not server.running():
+            if server.running():
+                continue
+            if (server.data / "PG_VERSION").exists():
                 server.ensure_running()
                 started.append(name)
-        primaries = [name for name, server in self.servers.items() if not server.in_recovery()]
+            else:
+                lost.append(name)
+        primaries = [
+            name
+            for name, server in self.servers.items()
+            if name not in lost and not server.in_recovery()
+        ]
         if len(primaries) != 1:
             raise ServiceError(f"expected one primary, found {primaries or 'none'}")
         self.primary_name = primaries[0]
+        for name in lost:
+            self.rebuild(name)
+            started.append(name)
         return started
 
     def stop(self) -> None:
