@@ -6,9 +6,10 @@ from sasflow.errors import ConfigurationError
 from sasflow.settings import Settings
 from sasflow.transport.base import Transport
 from sasflow.transport.brokers import AMQP_SCHEMES, MEMORY_SCHEME, broker_urls, scheme
+from sasflow.transport.connection import BrokerOptions
 from sasflow.transport.memory import MemoryBroker, MemoryTransport
 from sasflow.transport.queues import QueueOptions, QueueType
-from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
+from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.urllist import split_urls
 
 

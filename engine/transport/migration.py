@@ -35,8 +35,9 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sasflow.errors import ConfigurationError
+from sasflow.transport.connection import BrokerOptions, broker_parameters
 from sasflow.transport.queues import QueueOptions, QueueType, queue_arguments
-from sasflow.transport.rabbitmq import PRECONDITION_FAILED, BrokerOptions, broker_parameters
+from sasflow.transport.rabbitmq import PRECONDITION_FAILED
 from sasflow.transport.topology import DEAD_REQUESTS_MAX, FLEET_MAX, Names
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,9 @@ from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.store.schema import events, runs, steps
 from sasflow.submitter import Submitter
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
+from sasflow.transport.connection import BrokerOptions
 from sasflow.transport.queues import QueueOptions, QueueType
-from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
+from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import harness
 from tests.chaos.broker import Publisher

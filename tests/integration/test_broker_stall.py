@@ -19,7 +19,8 @@ from sqlalchemy import Engine, func, select
 
 from sasflow.store.schema import runs
 from sasflow.submitter import Submitter
-from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport
+from sasflow.transport.connection import BrokerOptions
+from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common
 from tests import harness, services
 from tests.apps import basic

@@ -19,6 +19,7 @@ from sasflow.cli.main import cli
 from sasflow.errors import BrokerUnavailableError
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.transport.base import Outgoing
+from sasflow.transport.connection import BrokerOptions
 from sasflow.transport.migration import (
     HOLDING_SUFFIX,
     MigrationRefusedError,
@@ -26,7 +27,7 @@ from sasflow.transport.migration import (
     work_queues,
 )
 from sasflow.transport.queues import QueueOptions, QueueType, queue_arguments
-from sasflow.transport.rabbitmq import PRECONDITION_FAILED, BrokerOptions, RabbitMQTransport
+from sasflow.transport.rabbitmq import PRECONDITION_FAILED, RabbitMQTransport
 from sasflow.transport.topology import FLEET_MAX, Names, declare_agent_queue, declare_common
 from tests import harness, services
 from tests.apps import basic

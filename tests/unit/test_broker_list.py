@@ -19,8 +19,9 @@ from sasflow.errors import BrokerUnavailableError, ConfigurationError
 from sasflow.redact import redact_url
 from sasflow.settings import Settings
 from sasflow.transport.brokers import broker_urls, connect_order
+from sasflow.transport.connection import BrokerOptions, broker_parameters
 from sasflow.transport.factory import is_in_process, make_transport
-from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport, broker_parameters
+from sasflow.transport.rabbitmq import RabbitMQTransport
 
 ONE = "amqp://app:s3cret@mq1.example:5672/%2F"
 TWO = "amqp://app:s3cret@mq2.example:5673/%2F"

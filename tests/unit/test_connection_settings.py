@@ -18,8 +18,9 @@ from sasflow.errors import BrokerUnavailableError, ConfigurationError
 from sasflow.settings import Settings
 from sasflow.store import db
 from sasflow.store.db import EngineOptions, make_engine
+from sasflow.transport.connection import BrokerOptions, connection_parameters
 from sasflow.transport.factory import broker_options, make_transport
-from sasflow.transport.rabbitmq import BrokerOptions, RabbitMQTransport, connection_parameters
+from sasflow.transport.rabbitmq import RabbitMQTransport
 
 PG = "postgresql+psycopg://app@db.example:5432/flows"
 AMQP = "amqp://mq.example:5672/%2F"
