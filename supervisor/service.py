@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -117,27 +118,9 @@ class Supervisor:
         report = SweepReport()
         options = self._options
         try:
-            sweep_expired(
-                self._engine,
-                self.lease,
-                batch=options.batch,
-                budget=options.budget,
-                actor=self.id,
-                report=report,
-                namespace=self._names.namespace,
-                hooks=self._hooks,
-            )
+            self._batched(sweep_expired, report)
             self._count_dead_requests(report)
-            sweep_deadlines(
-                self._engine,
-                self.lease,
-                batch=options.batch,
-                budget=options.budget,
-                actor=self.id,
-                report=report,
-                namespace=self._names.namespace,
-                hooks=self._hooks,
-            )
+            self._batched(sweep_deadlines, report)
             flag_stalled(
                 self._engine,
                 self.lease,
@@ -218,6 +201,20 @@ class Supervisor:
             log.warning("%s: agents' consumers not counted: %s", self.id, exc)
             return None
         return counts
+
+    def _batched(self, sweep: Callable[..., None], report: SweepReport) -> None:
+        """Run one of the sweeps that work `batch` rows per transaction within `budget`
+        (expired steps, run deadlines), as this supervisor, fenced by its lease."""
+        sweep(
+            self._engine,
+            self.lease,
+            batch=self._options.batch,
+            budget=self._options.budget,
+            actor=self.id,
+            report=report,
+            namespace=self._names.namespace,
+            hooks=self._hooks,
+        )
 
     def _count_dead_requests(self, report: SweepReport) -> None:
         if self._transport is None:
