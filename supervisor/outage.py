@@ -11,6 +11,10 @@ and never before the agent was last back (the end of its previous outage). One a
 agent, deduplicated while open; an outage an operator acknowledged is not raised again while
 it lasts. It is resolved (acknowledged by the supervisor, `back_at` added to its detail) once
 the agent is back, whether or not work still waits.
+
+When the broker itself cannot be reached, one `broker_outage` alert takes the place of the
+agents' (supervisor.broker_outage), and once it answers again every agent's outage is timed
+from that moment.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sasflow.errors import BrokerUnavailableError
 from sasflow.store.cluster import fleet
 from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.operator.audit import database_now
 from sasflow.store.outbox.alerts import (
     AGENT_OUTAGE,
+    BROKER_OUTAGE,
     Alert,
     latest_alert,
     open_alerts,
@@ -35,6 +41,7 @@ from sasflow.store.outbox.alerts import (
 )
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.runs.waiting import waiting_work
+from sasflow.supervisor import broker_outage
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ class AgentView:
 
 @dataclass(frozen=True)
 class LastAlert:
-    """The newest `agent_outage` alert of an agent."""
+    """The newest `agent_outage` alert of an agent (or `broker_outage` alert)."""
 
     open: bool
     created_at: datetime
@@ -110,10 +117,11 @@ def decide(
     noticed: Mapping[str, datetime],
     db_now: datetime,
     after_s: float,
+    floor: datetime | None = None,
 ) -> Decision:
     """Which agents to alert about (out, with work waiting, for `after_s` seconds, none open,
     this outage not acknowledged by an operator) and which open outages are over (the agent
-    is back)."""
+    is back). No outage is timed from before `floor` (when the broker was last back)."""
     decision = Decision()
     for view in views:
         previous = last.get(view.agent)
@@ -126,6 +134,8 @@ def decide(
         since = outage_start(view, noticed.get(view.agent, db_now))
         if since is None:
             continue
+        if floor is not None:
+            since = max(since, floor)
         if previous is not None:
             if previous.back_at is not None:
                 since = max(since, previous.back_at)  # it was back since then
@@ -137,7 +147,8 @@ def decide(
 
 
 ConsumerCounts = Callable[[list[str]], dict[str, int] | None]
-"""The consumers of each agent's queue, or None when the broker cannot be asked."""
+"""The consumers of each agent's queue, or None when there is no broker to ask; raises
+BrokerUnavailableError when the broker cannot be reached."""
 
 
 class OutageWatch:
@@ -147,6 +158,8 @@ class OutageWatch:
     def __init__(self, *, after_s: float = DEFAULT_OUTAGE_AFTER_S) -> None:
         self.after_s = after_s
         self._noticed: dict[str, datetime] = {}
+        self._broker_failed: datetime | None = None
+        """When this supervisor first failed to reach the broker, in the current outage."""
 
     def check(
         self,
@@ -159,25 +172,98 @@ class OutageWatch:
         report: SweepReport,
     ) -> None:
         """Read what waits and who serves it, ask the broker, then raise and resolve."""
-        with transaction(engine) as conn:
-            db_now = database_now(conn)
-            work = waiting_work(conn)
-            opened = {r.dedup_key.split(":", 1)[1]: r for r in open_alerts(conn, AGENT_OUTAGE)}
-            agents = sorted(set(work) | set(opened))
-            presence = fleet.presence(conn, agents)
-            last: dict[str, LastAlert] = {
-                a: LastAlert(open=True, created_at=r.created_at, back_at=None)
-                for a, r in opened.items()
-            }
-            for agent in set(work) - set(opened):
-                found = _last(conn, agent)
-                if found is not None:
-                    last[agent] = found
-        if not agents:
+        seen = _read(engine)
+        if not seen.agents and not seen.broker_open:
             self._noticed.clear()
+            self._broker_failed = None
             return
-        counts = consumers(agents)
-        views = [
+        broker_error: str | None = None
+        try:
+            counts = consumers(seen.agents)
+        except BrokerUnavailableError as exc:
+            counts, broker_error = None, str(exc)
+        views = seen.views(counts)
+        for view in views:
+            if view.out and view.live > 0:
+                self._noticed.setdefault(view.agent, seen.db_now)
+            else:
+                self._noticed.pop(view.agent, None)
+        broker_raise, floor = self._broker(
+            engine, lease, seen, views, error=broker_error, actor=actor
+        )
+        decision = decide(
+            views,
+            last=seen.last,
+            noticed=self._noticed,
+            db_now=seen.db_now,
+            after_s=self.after_s,
+            floor=floor,
+        )
+        if broker_error is not None:
+            decision.raise_.clear()  # the broker's outage explains them: one alert says it
+        if not (decision.raise_ or decision.resolve or broker_raise):
+            return
+        with transaction(engine) as conn:
+            lease.check(conn)
+            raised = [
+                _raise(conn, outage, actor=actor, queue=queue_of(outage.view.agent))
+                for outage in decision.raise_
+            ]
+            if broker_raise is not None:
+                raised.insert(0, broker_outage.raise_outage(conn, broker_raise, actor=actor))
+            for view in decision.resolve:
+                _resolve(conn, view, actor=actor, detail=seen.opened[view.agent].detail)
+        report.alerts.extend(alert_id for alert_id in raised if alert_id is not None)
+
+    def _broker(
+        self,
+        engine: Engine,
+        lease: Lease,
+        seen: _Seen,
+        views: list[AgentView],
+        *,
+        error: str | None,
+        actor: str,
+    ) -> tuple[broker_outage.BrokerOutage | None, datetime | None]:
+        """The broker's outage to raise (it does not answer), or the open one resolved (it
+        answers again); and the floor of the agents' outages: when the broker was last back."""
+        floor = seen.broker_last.back_at if seen.broker_last is not None else None
+        if error is not None:
+            self._broker_failed = self._broker_failed or seen.db_now
+            outage = broker_outage.decide_raise(
+                views,
+                error=error,
+                first_failed=self._broker_failed,
+                previous=seen.broker_last,
+                db_now=seen.db_now,
+                after_s=self.after_s,
+            )
+            return outage, floor
+        self._broker_failed = None
+        if seen.broker_open:
+            with transaction(engine) as conn:
+                lease.check(conn)
+                back = broker_outage.resolve_outage(conn, seen.broker_open[0].detail, actor=actor)
+            floor = back or seen.db_now
+        return None, floor
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What one check read in one transaction."""
+
+    db_now: datetime
+    work: Mapping[str, Any]
+    opened: Mapping[str, Any]
+    agents: list[str]
+    presence: Mapping[str, Any]
+    last: dict[str, LastAlert]
+    broker_last: LastAlert | None
+    broker_open: list[Any]
+
+    def views(self, counts: dict[str, int] | None) -> list[AgentView]:
+        work, presence = self.work, self.presence
+        return [
             AgentView(
                 agent=agent,
                 pending=work[agent].pending if agent in work else 0,
@@ -187,34 +273,37 @@ class OutageWatch:
                 last_heard=presence[agent].last_heard,
                 consumers=None if counts is None else counts.get(agent),
             )
-            for agent in agents
+            for agent in self.agents
         ]
-        for view in views:
-            if view.out and view.live > 0:
-                self._noticed.setdefault(view.agent, db_now)
-            else:
-                self._noticed.pop(view.agent, None)
-        decision = decide(
-            views,
+
+
+def _read(engine: Engine) -> _Seen:
+    with transaction(engine) as conn:
+        work = waiting_work(conn)
+        opened = {r.dedup_key.split(":", 1)[1]: r for r in open_alerts(conn, AGENT_OUTAGE)}
+        agents = sorted(set(work) | set(opened))
+        last: dict[str, LastAlert] = {
+            a: LastAlert(open=True, created_at=r.created_at, back_at=None)
+            for a, r in opened.items()
+        }
+        for agent in set(work) - set(opened):
+            found = _last(conn, agent)
+            if found is not None:
+                last[agent] = found
+        return _Seen(
+            db_now=database_now(conn),
+            work=work,
+            opened=opened,
+            agents=agents,
+            presence=fleet.presence(conn, agents),
             last=last,
-            noticed=self._noticed,
-            db_now=db_now,
-            after_s=self.after_s,
+            broker_last=_last(conn, broker_outage.SUBJECT, kind=BROKER_OUTAGE),
+            broker_open=open_alerts(conn, BROKER_OUTAGE),
         )
-        if not (decision.raise_ or decision.resolve):
-            return
-        with transaction(engine) as conn:
-            lease.check(conn)
-            for outage in decision.raise_:
-                alert_id = _raise(conn, outage, actor=actor, queue=queue_of(outage.view.agent))
-                if alert_id is not None:
-                    report.alerts.append(alert_id)
-            for view in decision.resolve:
-                _resolve(conn, view, actor=actor, detail=opened[view.agent].detail)
 
 
-def _last(conn: Connection, agent: str) -> LastAlert | None:
-    row = latest_alert(conn, AGENT_OUTAGE, agent)
+def _last(conn: Connection, subject: str, *, kind: str = AGENT_OUTAGE) -> LastAlert | None:
+    row = latest_alert(conn, kind, subject)
     if row is None:
         return None
     back = row.detail.get("back_at") if isinstance(row.detail, dict) else None

@@ -185,7 +185,7 @@ class Supervisor:
 
     def _consumer_counts(self, agents: list[str]) -> dict[str, int] | None:
         """Consumers of each agent's shared queue (declared first: a queue nobody declared yet
-        has none); None without a broker, or when it cannot be reached."""
+        has none); None without a broker; BrokerUnavailableError when it cannot be reached."""
         if self._transport is None:
             return None
         try:
@@ -199,7 +199,7 @@ class Supervisor:
         except BrokerUnavailableError as exc:
             self._broker_ready = False
             log.warning("%s: agents' consumers not counted: %s", self.id, exc)
-            return None
+            raise
         return counts
 
     def _batched(self, sweep: Callable[..., None], report: SweepReport) -> None:

@@ -11,17 +11,21 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import submit_run
-from sasflow.store.db import make_engine
-from sasflow.store.schema import events, runs, steps
+from sasflow.store.cluster import fleet
+from sasflow.store.db import make_engine, transaction
+from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.supervisor.service import Supervisor, SupervisorOptions
+from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import harness, private_services, services
 from tests.acceptance.processes import Processes, processes
-from tests.apps import basic
+from tests.apps import basic, flow
 from tests.chaos.instances import RabbitInstance
 from tests.private_services import PrivatePostgres
 
@@ -194,6 +198,92 @@ def test_rabbitmq_restart_during_a_run_processes_reconnect_and_runs_complete(
         stuck = conn.execute(select(steps.c.id).where(steps.c.state != "processed")).all()
     assert stuck == []
     assert "reconnecting" in procs.log("scheduler-1") + procs.log("scheduler-2")
+
+
+def test_a_broker_outage_is_one_alert_and_agents_are_timed_from_its_end(
+    engine: Engine, own_rabbitmq: RabbitInstance
+) -> None:
+    """The module's broker stopped while runs wait for two agents nobody hears of any more:
+    the supervisor raises one `broker_outage` naming both, no `agent_outage`; the broker back,
+    the outage is resolved and the agents get `outage_after` from that moment before each is
+    called out (they never came back: one `agent_outage` each, then)."""
+    names = Names(services.unique("sftest"))
+    with transaction(engine) as conn:
+        fleet.record_heartbeats(conn, [_beat("pay"), _beat("other")])
+    harness.submit(engine, flow.registry, names, "charge", key="c", run_input={})
+    harness.submit(engine, flow.registry, names, "other", key="o", run_input={})
+    supervisor = Supervisor(
+        engine,
+        names,
+        transport=RabbitMQTransport(own_rabbitmq.url, process_name="test-supervisor"),
+        options=SupervisorOptions(interval=0.1, outage_after=1.5),
+    )
+    try:
+        assert supervisor.sweep_once() is not None, "the broker answers: nothing to say yet"
+        own_rabbitmq.stop_app()
+        try:
+            harness.wait_for(
+                lambda: bool(_sweep_alerts(supervisor)), timeout=30, what="the broker outage"
+            )
+            for _ in range(3):
+                assert _sweep_alerts(supervisor) == [], "one alert for the whole outage"
+        finally:
+            own_rabbitmq.start_app()
+        (outage,) = _outage_alerts(engine)
+        assert (outage["kind"], outage["acknowledged"]) == ("broker_outage", False)
+        assert outage["detail"]["agents"] == {"other": 1, "pay": 1}
+        assert "Agent outages are not raised separately" in outage["message"]
+
+        harness.wait_for(
+            lambda: _outage_alerts(engine)[0]["acknowledged"] or not supervisor.sweep_once(),
+            timeout=60,
+            what="the broker outage resolved once the broker answers",
+        )
+        (resolved,) = _outage_alerts(engine)
+        back_at = resolved["detail"]["back_at"]
+        assert str(resolved["acknowledge_reason"]).startswith("the broker answers again")
+        assert _sweep_alerts(supervisor) == [], "agents get outage_after to come back"
+        time.sleep(1.6)
+        assert len(_sweep_alerts(supervisor)) == 2
+        agents = _outage_alerts(engine)[1:]
+        assert sorted(a["dedup_key"] for a in agents) == [
+            "agent_outage:other",
+            "agent_outage:pay",
+        ]
+        assert {a["detail"]["since"] for a in agents} == {back_at}, "timed from its end"
+    finally:
+        supervisor.close()
+
+
+def _beat(agent: str) -> fleet.InstanceReport:
+    return fleet.InstanceReport(
+        instance_id=f"{agent}-1",
+        agent=agent,
+        hostname="host",
+        pid=1,
+        version="1",
+        concurrency=1,
+        in_flight=0,
+        breakers={},
+        interval_s=0.2,
+        seq=1,
+    )
+
+
+def _sweep_alerts(supervisor: Supervisor) -> list[int]:
+    report = supervisor.sweep_once()
+    assert report is not None
+    return report.alerts
+
+
+def _outage_alerts(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        query = (
+            select(alerts)
+            .where(alerts.c.kind.in_(("broker_outage", "agent_outage")))
+            .order_by(alerts.c.id)
+        )
+        return [dict(r._mapping) for r in conn.execute(query)]
 
 
 @pytest.fixture(scope="module")

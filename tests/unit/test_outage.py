@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from sasflow.supervisor.broker_outage import decide_raise, outage_since
 from sasflow.supervisor.outage import AgentView, LastAlert, decide, outage_start
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
@@ -105,3 +106,62 @@ def test_a_new_outage_is_timed_from_when_the_agent_was_last_back() -> None:
     later = NOW + timedelta(seconds=15)
     due = decide([view], last={"pay": resolved}, noticed={}, db_now=later, after_s=30)
     assert [(o.view.agent, o.since) for o in due.raise_] == [("pay", back_at)]
+
+
+def test_a_broker_outage_is_raised_once_for_the_agents_nobody_has_heard_of() -> None:
+    views = [
+        _view("pay", last_heard=NOW - timedelta(seconds=40)),
+        _view("ship", last_heard=NOW - timedelta(seconds=50)),
+        _view("idle", pending=0, last_heard=NOW - timedelta(seconds=90)),
+        _view("alive", live=1, consumers=None),
+    ]
+    failed = NOW - timedelta(seconds=10)
+    outage = decide_raise(
+        views, error="refused", first_failed=failed, previous=None, db_now=NOW, after_s=30
+    )
+    assert outage is not None
+    assert outage.agents == {"pay": 3, "ship": 3}, "neither the idle agent nor the live one"
+    assert outage.since == NOW - timedelta(seconds=40), "the last word from a stranded agent"
+    early = decide_raise(
+        views, error="x", first_failed=failed, previous=None, db_now=failed, after_s=31
+    )
+    assert early is None, "not before after_s"
+    live_only = [_view("alive", live=1, consumers=None)]
+    assert (
+        decide_raise(
+            live_only, error="x", first_failed=failed, previous=None, db_now=NOW, after_s=0
+        )
+        is None
+    ), "nothing waits for an agent nobody heard of"
+
+
+def test_a_broker_outage_is_not_raised_twice_nor_timed_before_the_broker_was_back() -> None:
+    views = [_view("pay", last_heard=NOW - timedelta(seconds=300))]
+    failed = NOW - timedelta(seconds=5)
+
+    def decided(previous: LastAlert) -> object:
+        return decide_raise(
+            views, error="x", first_failed=failed, previous=previous, db_now=NOW, after_s=30
+        )
+
+    assert decided(LastAlert(open=True, created_at=NOW, back_at=None)) is None, "open"
+    acknowledged = LastAlert(open=False, created_at=NOW - timedelta(seconds=60), back_at=None)
+    assert decided(acknowledged) is None, "acknowledged by an operator while it lasts"
+    back = LastAlert(
+        open=False,
+        created_at=NOW - timedelta(seconds=900),
+        back_at=NOW - timedelta(seconds=20),
+    )
+    assert decided(back) is None, "20 s since the broker was back: not yet 30"
+    assert outage_since(views, failed, back) == back.back_at, "agents silent since before"
+    heard_since = [_view("pay", last_heard=NOW - timedelta(seconds=2))]
+    assert outage_since(heard_since, failed, back) == failed, "the earlier of the two"
+
+
+def test_no_agent_outage_is_timed_from_before_the_floor() -> None:
+    views = [_view("pay", last_heard=NOW - timedelta(seconds=300))]
+    floor = NOW - timedelta(seconds=10)
+    held = decide(views, last={}, noticed={}, db_now=NOW, after_s=30, floor=floor)
+    assert held.raise_ == []
+    later = decide(views, last={}, noticed={}, db_now=NOW, after_s=10, floor=floor)
+    assert [(o.view.agent, o.since) for o in later.raise_] == [("pay", floor)]

@@ -42,6 +42,9 @@ class AlertKind(StrEnum):
     """A run passed its workflow's deadline (`on_deadline="alert"`, docs/timeouts.md)."""
     AGENT_OUTAGE = "agent_outage"
     """An agent had work waiting and nobody serving it for a while (supervisor.outage)."""
+    BROKER_OUTAGE = "broker_outage"
+    """The supervisor could not reach the broker while work waited for agents nobody has heard
+    of (supervisor.broker_outage): one alert in place of one `agent_outage` per agent."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
@@ -49,6 +52,7 @@ COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
 STALLED = AlertKind.STALLED
 AGENT_LOST = AlertKind.AGENT_LOST
 AGENT_OUTAGE = AlertKind.AGENT_OUTAGE
+BROKER_OUTAGE = AlertKind.BROKER_OUTAGE
 
 LIST_COLUMNS = (
     alerts.c.id,
