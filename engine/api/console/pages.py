@@ -121,6 +121,7 @@ def run_page(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTML
             "steps": detail["steps"],
             "forward": forward,
             "events": detail["events"],
+            "failures": detail["failures"],
             "picture": picture,
             "box": dag,
             # The forms shown; the service functions still decide (a 409 page otherwise).
