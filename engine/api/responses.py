@@ -194,6 +194,13 @@ class AlertSummaryResponse(_Response):
     acknowledged_by: str | None
     created_at: datetime
     notified_at: datetime | None
+    delivery_errors: dict[str, str] | None = Field(
+        default=None, description="Each sink that failed to take it the last time, with its error."
+    )
+    retry_at: datetime | None = Field(
+        default=None,
+        description="When the failed sinks are tried again; null with delivery_errors: given up.",
+    )
 
 
 class AlertResponse(_Response):

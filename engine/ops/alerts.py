@@ -22,10 +22,16 @@ def list_alerts(
     include_acknowledged: bool = False,
     kind: str | None = None,
     limit: int = 100,
+    undelivered: bool = False,
 ) -> list[dict[str, Any]]:
-    """Alerts, newest first: open ones only unless `include_acknowledged`."""
+    """Alerts, newest first: open ones only unless `include_acknowledged`; with
+    `undelivered`, those a sink failed to take (retried, or given up), acknowledged or not."""
     return alerts.find_alerts(
-        conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+        conn,
+        include_acknowledged=include_acknowledged,
+        kind=kind,
+        limit=limit,
+        undelivered=undelivered,
     )
 
 

@@ -25,11 +25,19 @@ def list_alerts(
     include_acknowledged: bool = False,
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    undelivered: Annotated[
+        bool,
+        Query(description="Only alerts a sink failed to take (retried or given up), any state."),
+    ] = False,
 ) -> dict[str, Any]:
     """Open alerts (all of them with include_acknowledged), newest first."""
     found = ctx.transaction(
         lambda conn: alert_ops.list_alerts(
-            conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+            conn,
+            include_acknowledged=include_acknowledged,
+            kind=kind,
+            limit=limit,
+            undelivered=undelivered,
         )
     )
     return {"alerts": found}
