@@ -113,7 +113,7 @@ class AlertAlreadyAcknowledgedError(SasflowError):
 
 
 class InvalidAcknowledgementError(SasflowError):
-    """An acknowledgement needs a reason and an actor of at most 200 characters."""
+    """An acknowledgement needs a reason with text and an actor of 1 to 200 characters."""
 
 
 class TokenNotFoundError(SasflowError):

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from anyio import to_thread
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from sasflow.api import errors
 from sasflow.api.console import actions, pages, schedule_actions, views
@@ -14,6 +14,7 @@ from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, limits, registrations, runs, schedules
 from sasflow.api.stream import endpoint as stream
 from sasflow.api.stream.hub import StreamHub, StreamOptions
+from sasflow.api.validation import refuse_nul
 
 WORKER_THREADS = 1000
 """Sync handlers and open subscription streams share anyio's worker threads (40 by default);
@@ -73,5 +74,5 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     views.install(app, ctx)
     for router in routers():
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(refuse_nul)])
     return app

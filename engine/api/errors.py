@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sasflow import errors
+from sasflow.api.validation import NUL_MESSAGE, nul_fields, nul_problems
 from sasflow.messages import nesting
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,15 @@ class BodyLimits:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        if nuls := nul_fields(body):
+            refused = error_response(
+                422,
+                "validation_error",
+                f"{', '.join(nuls)}: {NUL_MESSAGE}",
+                extra={"fields": nul_problems(nuls)},
+            )
+            await refused(scope, receive, send)
+            return
         if body and nesting(body, self.max_json_depth) > self.max_json_depth:
             deep = error_response(
                 400,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from sasflow.api.validation import INT_MAX, Reason
 
 POOL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
 
@@ -27,7 +29,9 @@ class RunRequest(_Body):
     priority: int = Field(
         default=0, ge=-1000, le=1000, description="Higher runs' ready steps are claimed first."
     )
-    version: int | None = Field(default=None, ge=1, description="Workflow version [latest].")
+    version: int | None = Field(
+        default=None, ge=1, le=INT_MAX, description="Workflow version [latest]."
+    )
     callback_url: AnyHttpUrl | None = Field(
         default=None, description="POSTed the run's summary once it ends (signed, retried)."
     )
@@ -40,24 +44,24 @@ class RunRequest(_Body):
 
 
 class CancelRequest(_Body):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Reason
     compensate: bool = Field(default=False, description="Undo the processed steps.")
 
 
 class ResubmitRequest(_Body):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Reason
     from_step: str | None = Field(default=None, min_length=1, max_length=100)
     input: dict[str, Any] | None = Field(default=None, description="A corrected run input.")
 
 
 class AcknowledgeRequest(_Body):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Reason
 
 
 class OperatorActionRequest(_Body):
     """An operator action on a schedule or a scheduler; the reason goes into the audit."""
 
-    reason: str | None = Field(default=None, min_length=1, max_length=2000)
+    reason: Reason | None = None
 
 
 class LimitRequest(_Body):
@@ -85,9 +89,14 @@ class LimitRequest(_Body):
         description="Steps started per second (a number), or per period (`6000/min`).",
         examples=["100/s"],
     )
-    burst: int | None = Field(default=None, ge=1, description="[one second of the rate]")
+    burst: int | None = Field(
+        default=None, ge=1, le=INT_MAX, description="[one second of the rate]"
+    )
     concurrency: int | None = Field(
-        default=None, ge=0, description="Steps in flight at once (per key); 0 pauses them."
+        default=None,
+        ge=0,
+        le=INT_MAX,
+        description="Steps in flight at once (per key); 0 pauses them.",
     )
     enabled: bool = True
-    reason: str = Field(min_length=1, max_length=2000, description="Why (audited).")
+    reason: Annotated[Reason, Field(description="Why (audited).")]

@@ -120,10 +120,26 @@ class EventResponse(_Response):
     detail: Any
 
 
+class FailureResponse(_Response):
+    """An attempt that did not succeed (from the events: a resubmission keeps them)."""
+
+    at: datetime
+    step: str | None
+    step_id: int | None
+    attempt: int | None
+    outcome: str | None = Field(description="`error`, `expired`, `deferred`...")
+    to_state: str
+    error: Any = Field(description="The agent's error when it replied one.")
+    by: str
+
+
 class RunDetailResponse(_Response):
     run: RunResponse
     steps: list[StepResponse]
     events: list[EventResponse] = Field(description="The last 50 events, oldest first.")
+    failures: list[FailureResponse] = Field(
+        description="Every attempt that did not succeed, oldest first, across resubmissions."
+    )
 
 
 class SubmittedResponse(_Response):
@@ -178,6 +194,13 @@ class AlertSummaryResponse(_Response):
     acknowledged_by: str | None
     created_at: datetime
     notified_at: datetime | None
+    delivery_errors: dict[str, str] | None = Field(
+        default=None, description="Each sink that failed to take it the last time, with its error."
+    )
+    retry_at: datetime | None = Field(
+        default=None,
+        description="When the failed sinks are tried again; null with delivery_errors: given up.",
+    )
 
 
 class AlertResponse(_Response):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -20,19 +22,33 @@ def alerts() -> None:
 @click.option("--all", "include_all", is_flag=True, help="Include acknowledged alerts.")
 @click.option("--kind", help="Only this kind (step_failed, compensation_failed, stalled...).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option(
+    "--undelivered",
+    is_flag=True,
+    help="Only alerts a sink failed to take (being retried, or given up a day after they "
+    "were raised), acknowledged or not.",
+)
 @OUTPUT_OPTION
 @click.pass_obj
 def list_command(
-    obj: CliContext, include_all: bool, kind: str | None, limit: int, output: str
+    obj: CliContext,
+    include_all: bool,
+    kind: str | None,
+    limit: int,
+    undelivered: bool,
+    output: str,
 ) -> None:
     """List open alerts, newest first."""
     found = obj.in_transaction(
         lambda conn: alert_ops.list_alerts(
-            conn, include_acknowledged=include_all, kind=kind, limit=limit
+            conn, include_acknowledged=include_all, kind=kind, limit=limit, undelivered=undelivered
         )
     )
     if output == "json":
         click.echo(to_json(found))
+        return
+    if undelivered:
+        _print_undelivered(found)
         return
     columns = ["id", "kind", "run", "step", "created", "notified", "message"]
     if include_all:
@@ -54,6 +70,16 @@ def list_command(
             for a in found
         ],
     )
+
+
+def _print_undelivered(found: list[dict[str, Any]]) -> None:
+    """One block per alert: which sinks failed and why, and when it is tried again."""
+    click.echo(f"{len(found)} alert(s) a sink failed to take")
+    for a in found:
+        retry = f"retried at {a['retry_at']}" if a["retry_at"] else "given up"
+        click.echo(f"alert {a['id']} ({a['kind']}, raised {a['created_at']}): {retry}")
+        for sink, error in sorted((a["delivery_errors"] or {}).items()):
+            click.echo(f"  {sink}: {error}")
 
 
 @alerts.command("show")

@@ -175,6 +175,15 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
     for step in detail["steps"]:
         if step.get("waiting"):
             click.echo(f"step {step['name']} waits: {step['waiting']}")
+    if detail["failures"]:
+        # One line each, not a table: the error is what matters and must not be cut.
+        click.echo("failures (every attempt that did not succeed, kept across resubmissions):")
+        for f in detail["failures"]:
+            error = _error_text(f["error"])
+            click.echo(
+                f"  {f['at']:%Y-%m-%d %H:%M:%S} step {f['step']} attempt {f['attempt']}: "
+                f"{f['outcome'] or f['to_state']}{f': {error}' if error else ''}"
+            )
     print_table(
         "timeline",
         ["#", "at", "what", "from", "to", "attempt", "by", "reason"],
@@ -192,6 +201,14 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
             for e in detail["events"]
         ],
     )
+
+
+def _error_text(error: Any) -> str | None:
+    """An error as "Type: message" (the JSON shape otherwise)."""
+    if isinstance(error, dict) and "message" in error:
+        kind = error.get("type")
+        return f"{kind}: {error['message']}" if kind else str(error["message"])
+    return None if error is None else to_json(error)
 
 
 @runs.command("resubmit")

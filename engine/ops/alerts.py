@@ -9,6 +9,7 @@ from sasflow.errors import (
     AlertNotFoundError,
     InvalidAcknowledgementError,
 )
+from sasflow.ops.reasons import has_text
 from sasflow.store.db import Connection
 from sasflow.store.outbox import alerts
 
@@ -21,10 +22,16 @@ def list_alerts(
     include_acknowledged: bool = False,
     kind: str | None = None,
     limit: int = 100,
+    undelivered: bool = False,
 ) -> list[dict[str, Any]]:
-    """Alerts, newest first: open ones only unless `include_acknowledged`."""
+    """Alerts, newest first: open ones only unless `include_acknowledged`; with
+    `undelivered`, those a sink failed to take (retried, or given up), acknowledged or not."""
     return alerts.find_alerts(
-        conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+        conn,
+        include_acknowledged=include_acknowledged,
+        kind=kind,
+        limit=limit,
+        undelivered=undelivered,
     )
 
 
@@ -39,8 +46,14 @@ def show_alert(conn: Connection, alert_id: int) -> dict[str, Any]:
 def acknowledge(conn: Connection, alert_id: int, *, actor: str, reason: str) -> dict[str, Any]:
     """Acknowledge an open alert (a new one of the same kind and subject may then be raised);
     returns the alert as it is now."""
-    if not reason.strip() or not actor.strip() or len(actor) > ACTOR_MAX:
-        raise InvalidAcknowledgementError
+    if not has_text(reason):
+        raise InvalidAcknowledgementError(
+            "an acknowledgement needs a reason with text (not only blanks or control characters)"
+        )
+    if not actor.strip() or len(actor) > ACTOR_MAX:
+        raise InvalidAcknowledgementError(
+            f"an acknowledgement needs an actor of 1 to {ACTOR_MAX} characters"
+        )
     # Locked: two operators acknowledging at once, the second is told who was first.
     alert = alerts.alert_by_id(conn, alert_id, lock=True)
     if alert is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sasflow.errors import InvalidLimitError, LimitNotFoundError
+from sasflow.ops.reasons import REASON_MAX, has_text
 from sasflow.store.db import Connection
 from sasflow.store.flow import limits
 from sasflow.store.flow.fleet import read_fleet
@@ -18,8 +19,6 @@ from sasflow.store.flow.model import Limit
 from sasflow.store.flow.plan import FlowPlan, make_plan
 from sasflow.store.flow.state import limit_state
 from sasflow.store.operator.audit import AuditRecord, record
-
-MAX_REASON = 2000
 
 
 def _plan(conn: Connection) -> FlowPlan:
@@ -51,9 +50,9 @@ def show(conn: Connection, name: str) -> dict[str, Any]:
 
 
 def _check_reason(reason: str) -> None:
-    if not reason.strip() or len(reason) > MAX_REASON:
+    if not has_text(reason) or len(reason) > REASON_MAX:
         raise InvalidLimitError(
-            f"a change of a limit needs a reason (1 to {MAX_REASON} characters)"
+            f"a change of a limit needs a reason with text (1 to {REASON_MAX} characters)"
         )
 
 

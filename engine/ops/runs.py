@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
+from sasflow.states import StepState
 from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
 from sasflow.store.operator import inspect
@@ -47,7 +48,35 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     reasons = waiting_reasons(conn, steps)
     for step in detail["steps"]:
         step["waiting"] = reasons.get(int(step["id"]))
+    detail["failures"] = failures(detail["events"])
     return detail
+
+
+def failures(timeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every attempt that ended without success, oldest first, from the run's events: the
+    history a resubmission keeps (it resets the steps' `error`, never the events). `outcome`
+    is the event's reason (`error`, `expired`, `deferred`...), `error` the agent's error when
+    it replied one."""
+    found = []
+    for event in timeline:
+        if event["entity"] != "step" or event["from_state"] != StepState.PROCESSING:
+            continue
+        if event["to_state"] in (StepState.PROCESSING, StepState.PROCESSED):
+            continue
+        detail = event["detail"] if isinstance(event["detail"], dict) else {}
+        found.append(
+            {
+                "at": event["created_at"],
+                "step": event["step"],
+                "step_id": event["step_id"],
+                "attempt": event["attempt"],
+                "outcome": event["reason"],
+                "to_state": event["to_state"],
+                "error": detail.get("error"),
+                "by": event["actor"],
+            }
+        )
+    return found
 
 
 HOUR_S = 3600.0

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from sasflow.cli.main import cli
+from sasflow.store.outbox.alerts import Delivery, record_deliveries
 from sasflow.store.schema import alerts
 from tests.integration.alert_rows import raise_alerts
 
@@ -102,3 +104,40 @@ def test_alerts_ack_twice_or_of_an_unknown_id_is_an_error(engine: Engine, sasflo
     assert "--reason" in no_reason.output
     with engine.connect() as conn:
         assert conn.execute(select(alerts.c.acknowledge_reason)).scalar_one() == "first"
+
+
+def test_alerts_list_undelivered_shows_what_a_sink_failed_to_take(
+    engine: Engine, sasflow: Any
+) -> None:
+    """One alert every sink took, one whose webhook fails (retried later), one given up a
+    day after it was raised and acknowledged meanwhile: --undelivered lists the last two,
+    whatever their state, with each failing sink's error and when it is tried again."""
+    taken, retried, given_up = raise_alerts(engine, 3)
+    with engine.begin() as conn:
+        conn.execute(
+            update(alerts)
+            .where(alerts.c.id == given_up)
+            .values(created_at=alerts.c.created_at - timedelta(days=1, seconds=1))
+        )
+        record_deliveries(
+            conn,
+            [
+                Delivery(taken, ["log", "webhook"], {}),
+                Delivery(retried, ["log"], {"webhook": "ConnectError: refused"}),
+                Delivery(given_up, ["log"], {"webhook": "ConnectError: refused"}),
+            ],
+        )
+    sasflow("alerts", "ack", str(given_up), "--reason", "seen in the log")
+
+    listed = json.loads(sasflow("alerts", "list", "--undelivered", "-o", "json").output)
+    text = sasflow("alerts", "list", "--undelivered").output
+
+    assert [a["id"] for a in listed] == [given_up, retried]
+    assert listed[0]["retry_at"] is None, "given up"
+    assert listed[1]["retry_at"] is not None
+    assert {a["delivery_errors"]["webhook"] for a in listed} == {"ConnectError: refused"}
+    assert "2 alert(s) a sink failed to take" in text
+    assert f"alert {given_up} (step_failed, raised" in text
+    assert "given up" in text
+    assert "retried at" in text
+    assert "  webhook: ConnectError: refused" in text

@@ -108,6 +108,11 @@ def test_resubmit_from_the_failed_step_with_a_corrected_input(
     resubmitted = [e for e in shown["events"] if e["reason"] == "resubmitted: bad flag removed"]
     assert resubmitted[0]["actor"] == "ops@example"
     assert resubmitted[0]["detail"]["previous_input"] == {"value": 7, "fail": True}
+    (failure,) = shown["failures"]
+    assert (failure["step"], failure["attempt"], failure["outcome"]) == ("b", 1, "error")
+    assert failure["error"]["message"] == "remote refused b", "why it failed outlives the fix"
+    human = sasflow("runs", "show", str(run_id)).output
+    assert "PermanentError: remote refused b" in human
     with engine.connect() as conn:
         open_alerts = conn.execute(
             select(alerts.c.id).where(alerts.c.acknowledged.is_(False))

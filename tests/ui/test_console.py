@@ -198,6 +198,8 @@ def test_resubmit_with_an_edited_input_reruns_the_failed_step(
     page.reload()
     expect(page.get_by_role("heading", level=1)).to_have_text(f"Run {run_id} completed")
     expect(page.get_by_role("cell", name="resubmitted: input corrected").first).to_be_visible()
+    failures = page.get_by_role("region", name="Failures")
+    expect(failures).to_contain_text("PermanentError: remote refused b")  # outlives the fix
     with store.connect() as conn:
         actors = set(
             conn.execute(

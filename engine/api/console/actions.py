@@ -25,6 +25,7 @@ from sasflow.api.console.views import (
     render,
 )
 from sasflow.api.context import ApiContext, get_context
+from sasflow.api.validation import RowId
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
@@ -78,7 +79,7 @@ def cancel(
     request: Request,
     acting: Operator,
     ctx: Context,
-    run_id: int,
+    run_id: RowId,
     reason: Annotated[str, Form()] = "",
     compensate: Annotated[bool, Form()] = False,
 ) -> RedirectResponse:
@@ -104,7 +105,7 @@ def resubmit(
     request: Request,
     acting: Operator,
     ctx: Context,
-    run_id: int,
+    run_id: RowId,
     reason: Annotated[str, Form()] = "",
     from_step: Annotated[str, Form()] = "",
     edited: Annotated[str, Form(alias="input")] = "",
@@ -218,7 +219,7 @@ def acknowledge(
     request: Request,
     acting: Operator,
     ctx: Context,
-    alert_id: int,
+    alert_id: RowId,
     note: Annotated[str, Form()] = "",
 ) -> RedirectResponse:
     who, principal = acting

@@ -21,6 +21,7 @@ from sasflow.api.console.views import (
     visitor,
 )
 from sasflow.api.context import ApiContext, get_context
+from sasflow.api.validation import Cursor, RowId
 from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
@@ -84,7 +85,7 @@ def runs_page(
     text: str = "",
     since: str = "",
     until: str = "",
-    cursor: Annotated[int | None, Query(ge=1)] = None,
+    cursor: Cursor = None,
 ) -> HTMLResponse:
     """Runs, newest first, filtered; a page at a time (the next page's link holds a cursor)."""
     query = RunQuery(tuple(state or ()), workflow, key, text, since, until)
@@ -99,7 +100,7 @@ def runs_page(
 
 
 @router.get("/runs/{run_id}")
-def run_page(request: Request, who: Reader, ctx: Context, run_id: int) -> HTMLResponse:
+def run_page(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTMLResponse:
     """The run: its steps as a table and a picture, its timeline, input, output, error."""
     detail = act(ctx, lambda conn: run_ops.show_run(conn, run_id))
     run = detail["run"]
@@ -120,6 +121,7 @@ def run_page(request: Request, who: Reader, ctx: Context, run_id: int) -> HTMLRe
             "steps": detail["steps"],
             "forward": forward,
             "events": detail["events"],
+            "failures": detail["failures"],
             "picture": picture,
             "box": dag,
             # The forms shown; the service functions still decide (a 409 page otherwise).
@@ -145,7 +147,7 @@ def alerts_page(
 
 
 @router.get("/alerts/{alert_id}")
-def alert_page(request: Request, who: Reader, ctx: Context, alert_id: int) -> HTMLResponse:
+def alert_page(request: Request, who: Reader, ctx: Context, alert_id: RowId) -> HTMLResponse:
     found = act(ctx, lambda conn: alert_ops.show_alert(conn, alert_id))
     return render(request, who, "alert.html", {"alert": found})
 

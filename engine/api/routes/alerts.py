@@ -10,6 +10,7 @@ from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import AcknowledgeRequest
+from sasflow.api.validation import RowId
 from sasflow.ops import alerts as alert_ops
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
@@ -24,11 +25,19 @@ def list_alerts(
     include_acknowledged: bool = False,
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    undelivered: Annotated[
+        bool,
+        Query(description="Only alerts a sink failed to take (retried or given up), any state."),
+    ] = False,
 ) -> dict[str, Any]:
     """Open alerts (all of them with include_acknowledged), newest first."""
     found = ctx.transaction(
         lambda conn: alert_ops.list_alerts(
-            conn, include_acknowledged=include_acknowledged, kind=kind, limit=limit
+            conn,
+            include_acknowledged=include_acknowledged,
+            kind=kind,
+            limit=limit,
+            undelivered=undelivered,
         )
     )
     return {"alerts": found}
@@ -36,7 +45,7 @@ def list_alerts(
 
 @router.get("/{alert_id}", response_model=responses.AlertResponse)
 def show_alert(
-    alert_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+    alert_id: RowId, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
     found: dict[str, Any] = ctx.transaction(lambda conn: alert_ops.show_alert(conn, alert_id))
     return found
@@ -44,7 +53,7 @@ def show_alert(
 
 @router.post("/{alert_id}/ack", response_model=responses.AlertResponse)
 def acknowledge_alert(
-    alert_id: int,
+    alert_id: RowId,
     body: AcknowledgeRequest,
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],

@@ -11,6 +11,7 @@ from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.api.models import CancelRequest, ResubmitRequest, RunRequest
+from sasflow.api.validation import Cursor, RowId
 from sasflow.commands import NewRun
 from sasflow.errors import BacklogFullError, UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
@@ -120,7 +121,7 @@ def submit_run(
 
 @router.get("/{run_id}", response_model=responses.RunDetailResponse)
 def get_run(
-    run_id: int, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+    run_id: RowId, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
     """The run, its steps and its last 50 events (oldest first)."""
     detail: dict[str, Any] = ctx.transaction(lambda conn: run_ops.show_run(conn, run_id))
@@ -137,7 +138,7 @@ def list_runs(
     workflow: str | None = None,
     key: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    cursor: Annotated[int | None, Query(ge=1, description="next_cursor of the last page")] = None,
+    cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Runs, newest first, one page at a time: follow `next_cursor` until it is null."""
     where = RunFilter(states=tuple(state or ()), workflow=workflow, key=key, limit=limit)
@@ -147,7 +148,7 @@ def list_runs(
 
 @router.post("/{run_id}/cancel", response_model=responses.CancelledResponse)
 def cancel_run(
-    run_id: int,
+    run_id: RowId,
     body: CancelRequest,
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
@@ -168,7 +169,7 @@ def cancel_run(
 
 @router.post("/{run_id}/resubmit", response_model=responses.ResubmittedResponse)
 def resubmit_run(
-    run_id: int,
+    run_id: RowId,
     body: ResubmitRequest,
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],

@@ -64,6 +64,8 @@ LIST_COLUMNS = (
     alerts.c.acknowledged_by,
     alerts.c.created_at,
     alerts.c.notified_at,
+    alerts.c.delivery_errors,
+    alerts.c.retry_at,
 )
 """What `sasflow alerts list` shows of an alert."""
 
@@ -229,12 +231,21 @@ def record_deliveries(conn: Connection, deliveries: Sequence[Delivery]) -> list[
 
 
 def find_alerts(
-    conn: Connection, *, include_acknowledged: bool, kind: str | None, limit: int
+    conn: Connection,
+    *,
+    include_acknowledged: bool,
+    kind: str | None,
+    limit: int,
+    undelivered: bool = False,
 ) -> list[dict[str, Any]]:
     """The LIST_COLUMNS of up to `limit` alerts, newest first (primary key): open ones only
-    unless `include_acknowledged`, of one kind when `kind` is given."""
+    unless `include_acknowledged`, of one kind when `kind` is given; with `undelivered`, only
+    those a sink failed to take the last time (being retried, or given up), acknowledged or
+    not (alerts are few: a walk of the primary key)."""
     query = select(*LIST_COLUMNS).order_by(alerts.c.id.desc()).limit(limit)
-    if not include_acknowledged:
+    if undelivered:
+        query = query.where(alerts.c.delivery_errors.is_not(None))
+    elif not include_acknowledged:
         query = query.where(alerts.c.acknowledged.is_(False))
     if kind is not None:
         query = query.where(alerts.c.kind == kind)
