@@ -56,8 +56,9 @@ def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks
         collectors.append(metrics.StateGauges(_state_reader(engine)))
         collectors.append(metrics.LimitGauges(_held_reader(engine)))
     port = settings.metrics_port or 0
+    schema = None if role == "agent" else _schema_head()  # agents have no database
     try:
-        made = metrics.role_metrics(role, port, settings.metrics_address, collectors)
+        made = metrics.role_metrics(role, port, settings.metrics_address, collectors, schema=schema)
     except OSError as exc:
         raise ConfigurationError(
             f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
@@ -78,7 +79,7 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
         ) from exc
     port = settings.metrics_port or 0
-    observed = metrics.ApiMetrics()
+    observed = metrics.ApiMetrics(schema=_schema_head())
     try:
         server = metrics.MetricsServer(observed.registry, port, settings.metrics_address)
     except OSError as exc:
@@ -87,6 +88,13 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
         ) from exc
     log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
     return observed, server
+
+
+def _schema_head() -> str | None:
+    """The migration head this code expects (what `sasflow_build_info` shows as `schema`)."""
+    from sasflow.store.migrate import head  # noqa: PLC0415 - roles with a database only
+
+    return head()
 
 
 def _state_reader(engine: Engine) -> Callable[[], StateCounts]:

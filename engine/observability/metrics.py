@@ -8,9 +8,11 @@ alert kind), never a run id or a business key. docs/observability.md lists every
 from __future__ import annotations
 
 import logging
+import platform
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -19,12 +21,14 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     generate_latest,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, RestrictedRegistry
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.hooks import Headers, Hooks
@@ -32,10 +36,8 @@ from sasflow.hooks import Headers, Hooks
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from prometheus_client.metrics_core import Metric
-
+    from sasflow.commands import FinishedRun
     from sasflow.messages import Reply, Request
-    from sasflow.states import RunState
     from sasflow.store.db import Connection
     from sasflow.store.operator.gauges import StateCounts
     from sasflow.store.runs.apply import ApplyReport
@@ -53,11 +55,78 @@ STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 """Handler durations (seconds): remote calls of milliseconds up to an hour."""
 
 
+CREATED_TYPES = frozenset({"counter", "histogram", "summary"})
+"""The metric types for which prometheus-client adds a `<name>_created` series."""
+
+
+def _without_created(family: Metric) -> Metric:
+    """`family` less its `_created` sample(s): the time a series was first used, which
+    Prometheus does not read and which doubles every counter's and histogram's series."""
+    if family.type not in CREATED_TYPES:
+        return family
+    created = f"{family.name}_created"
+    kept = [sample for sample in family.samples if sample.name != created]
+    if len(kept) == len(family.samples):
+        return family
+    copy = Metric(family.name, family.documentation, family.type, family.unit)
+    copy.samples = kept
+    return copy
+
+
+class _RestrictedWithoutCreated(RestrictedRegistry):
+    """A scrape's `?name[]=` selection of a `Registry`, also without `_created` series."""
+
+    def collect(self) -> Iterable[Metric]:
+        return map(_without_created, super().collect())
+
+
+class Registry(CollectorRegistry):
+    """A process's registry, exposed without the `_created` series.
+
+    prometheus-client switches those off only for the whole interpreter
+    (`disable_created_metrics()` or `PROMETHEUS_DISABLE_CREATED_SERIES` read at import): global
+    state that would also change the metrics of an application embedding sasflow. Leaving them
+    out of what this registry collects changes sasflow's exposition and nothing else."""
+
+    def collect(self) -> Iterable[Metric]:
+        return map(_without_created, super().collect())
+
+    def restricted_registry(self, names: Iterable[str]) -> RestrictedRegistry:
+        return _RestrictedWithoutCreated(names, self)
+
+
 def new_registry() -> CollectorRegistry:
-    """A registry for one process: sasflow's metrics plus the standard `process_*` ones."""
-    registry = CollectorRegistry()
+    """A registry for one process: sasflow's metrics plus the standard `process_*` ones,
+    without `_created` series (see `Registry`)."""
+    registry = Registry()
     ProcessCollector(registry=registry)
     return registry
+
+
+def sasflow_version() -> str:
+    """The installed sasflow's version (`unknown` when it runs from a tree not installed)."""
+    try:
+        return metadata.version("sasflow")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_info(registry: CollectorRegistry, role: str, schema: str | None = None) -> Info:
+    """`sasflow_build_info{role,version,python,schema} 1`: what this process runs, to join
+    with other series (`* on (instance) group_left(version) sasflow_build_info`). `schema` is
+    the migration head the code expects (`sasflow db check` compares the database with it);
+    agents have no database and leave it out."""
+    info = Info(
+        "sasflow_build",
+        "The sasflow build this process runs: its role, sasflow's and Python's versions and "
+        "the database schema (migration head) its code expects.",
+        registry=registry,
+    )
+    labels = {"role": role, "version": sasflow_version(), "python": platform.python_version()}
+    if schema is not None:
+        labels["schema"] = schema
+    info.info(labels)
+    return info
 
 
 class _Consuming(Hooks):
@@ -144,14 +213,14 @@ class _RunsFinished(Hooks):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.finished = Counter(
             "sasflow_runs_finished",
-            "Runs that reached a terminal state, by that state.",
-            ["state"],
+            "Runs that reached a terminal state, by workflow and that state.",
+            ["workflow", "state"],
             registry=registry,
         )
 
-    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
-        for state in finished.values():
-            self.finished.labels(str(state)).inc()
+    def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
+        for run in finished.values():
+            self.finished.labels(run.workflow, str(run.state)).inc()
 
 
 class SchedulerMetrics(_Relay, _RunsFinished):
@@ -337,11 +406,8 @@ class SupervisorMetrics(_RunsFinished):
             "1 while this supervisor holds the lease and sweeps, 0 on standby.",
             registry=registry,
         )
-        self.last_sweep = Gauge(
-            "sasflow_supervisor_last_sweep_timestamp_seconds",
-            "Unix time at which this supervisor last finished a sweep as the leader.",
-            registry=registry,
-        )
+        self.last_sweep = LastSweep()
+        registry.register(self.last_sweep)
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         (self.expired if reason == "expired" else self.dead_requests).inc(len(rows))
@@ -352,12 +418,53 @@ class SupervisorMetrics(_RunsFinished):
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self.leader.set(0 if report is None else 1)
-        if report is not None:
+        if report is None:
+            self.last_sweep.forget()
+        else:
             self.sweep_seconds.observe(report.seconds)
-            self.last_sweep.set(time.time())
+            self.last_sweep.swept(time.time())
 
     def alert_raised(self, kind: str) -> None:
         self.alerts.labels(kind).inc()
+
+
+class LastSweep(Collector):
+    """`sasflow_supervisor_last_sweep_timestamp_seconds`, while this supervisor leads.
+
+    A standby supervisor (one that does not hold the lease) has no sample: a 0 would read as
+    "never swept" and trip any `time() - x > N` rule on every standby. So
+    `max(sasflow_supervisor_last_sweep_timestamp_seconds)` is the last sweep of the leader,
+    and the series is absent when no supervisor leads. A leader that loses the lease drops its
+    sample at its next attempt to sweep."""
+
+    NAME = "sasflow_supervisor_last_sweep_timestamp_seconds"
+    HELP = (
+        "Unix time at which this supervisor last finished a sweep, while it is the leader "
+        "(no sample on standby)."
+    )
+
+    def __init__(self) -> None:
+        self._at: float | None = None
+        self._lock = threading.Lock()
+
+    def swept(self, at: float) -> None:
+        with self._lock:
+            self._at = at
+
+    def forget(self) -> None:
+        with self._lock:
+            self._at = None
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            at = self._at
+        family = GaugeMetricFamily(self.NAME, self.HELP)
+        if at is not None:
+            family.add_metric([], at)
+        yield family
 
 
 ROLE_METRICS: Mapping[str, Callable[[CollectorRegistry], Hooks]] = {
@@ -385,10 +492,17 @@ class MetricsServer(Hooks):
 
 
 def role_metrics(
-    role: str, port: int, address: str, collectors: Sequence[Collector] = ()
+    role: str,
+    port: int,
+    address: str,
+    collectors: Sequence[Collector] = (),
+    *,
+    schema: str | None = None,
 ) -> list[Hooks]:
-    """The metrics hooks of `role` and the server that exposes them (close it at exit)."""
+    """The metrics hooks of `role` and the server that exposes them (close it at exit);
+    `schema`: the migration head its code expects (`sasflow_build_info`)."""
     registry = new_registry()
+    build_info(registry, role, schema)
     hooks = [ROLE_METRICS[role](registry)]
     for collector in collectors:
         registry.register(collector)
@@ -404,8 +518,11 @@ class ApiMetrics:
     `GET /metrics` with `body, content_type = metrics.render()`.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, schema: str | None = None
+    ) -> None:
         self.registry = registry or new_registry()
+        build_info(self.registry, "api", schema)
         self.requests = Counter(
             "sasflow_http_requests",
             "HTTP requests answered by the API, by method, route template and status code.",
