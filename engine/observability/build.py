@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.registry import Collector
 
-    from sasflow.observability.metrics import ApiMetrics, MetricsServer
+    from sasflow.observability.exposition import MetricsServer
+    from sasflow.observability.metrics import ApiMetrics
     from sasflow.store.db import Engine
     from sasflow.store.operator.gauges import StateCounts
 
@@ -46,7 +47,7 @@ def role_hooks(settings: Settings, role: str, *, engine: Engine | None = None) -
 
 def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks]:
     try:
-        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+        from sasflow.observability import exposition, metrics  # noqa: PLC0415 - only when asked
     except ImportError as exc:
         raise ConfigurationError(
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
@@ -64,7 +65,7 @@ def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks
             f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
         ) from exc
     server = made[-1]
-    if isinstance(server, metrics.MetricsServer):
+    if isinstance(server, exposition.MetricsServer):
         log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
     return made
 
@@ -73,7 +74,7 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
     """The HTTP API's metrics and the server that exposes them on `settings.metrics_port`
     (close it at exit)."""
     try:
-        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+        from sasflow.observability import exposition, metrics  # noqa: PLC0415 - only when asked
     except ImportError as exc:
         raise ConfigurationError(
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
@@ -81,7 +82,7 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
     port = settings.metrics_port or 0
     observed = metrics.ApiMetrics(schema=_schema_head())
     try:
-        server = metrics.MetricsServer(observed.registry, port, settings.metrics_address)
+        server = exposition.MetricsServer(observed.registry, port, settings.metrics_address)
     except OSError as exc:
         raise ConfigurationError(
             f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"

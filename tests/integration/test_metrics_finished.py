@@ -13,7 +13,8 @@ from sqlalchemy import Engine
 
 from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call, PermanentError
-from sasflow.observability.metrics import SchedulerMetrics, SupervisorMetrics, new_registry
+from sasflow.observability.exposition import new_registry
+from sasflow.observability.metrics import SchedulerMetrics, SupervisorMetrics
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
 from tests import harness

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from sasflow.observability import metrics
+from sasflow.observability import exposition, metrics
 from sasflow.store.operator.gauges import StateCounts
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -52,7 +52,7 @@ def exported_names() -> set[str]:
     for role, make in metrics.ROLE_METRICS.items():
         registries.append(CollectorRegistry())
         make(registries[-1])
-        metrics.build_info(registries[-1], role, "0001")
+        exposition.build_info(registries[-1], role, "0001")
     registries[-1].register(  # the supervisor's (last) registry holds its state gauges
         metrics.StateGauges(lambda: StateCounts({"running": 1}, {"pending": 1}, 1, 10.0))
     )

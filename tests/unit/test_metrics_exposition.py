@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from sasflow.commands import FinishedRun
 from sasflow.hooks import HookChain
-from sasflow.observability import metrics
+from sasflow.observability import exposition, metrics
 from sasflow.states import RunState
 from sasflow.store.runs.sweeps import SweepReport
 
@@ -33,11 +33,11 @@ def _sample_lines(text: str) -> list[str]:
 
 
 @pytest.fixture
-def scheduler_server() -> metrics.MetricsServer:
+def scheduler_server() -> exposition.MetricsServer:
     made = metrics.role_metrics("scheduler", 0, "127.0.0.1", schema="0099")
     hooks, server = made[0], made[-1]
     assert isinstance(hooks, metrics.SchedulerMetrics)
-    assert isinstance(server, metrics.MetricsServer)
+    assert isinstance(server, exposition.MetricsServer)
     hooks.steps_dispatched(3, 0.01)  # a counter and a histogram with samples
     hooks.runs_finished(None, {1: FinishedRun(RunState.COMPLETED, "orders")})  # type: ignore[arg-type]
     return server
@@ -45,7 +45,7 @@ def scheduler_server() -> metrics.MetricsServer:
 
 @pytest.mark.parametrize("accept", [None, OPENMETRICS], ids=["text", "openmetrics"])
 def test_a_role_serves_no_created_series_in_either_format(
-    scheduler_server: metrics.MetricsServer, accept: str | None
+    scheduler_server: exposition.MetricsServer, accept: str | None
 ) -> None:
     try:
         text = _scrape(scheduler_server.port, accept=accept)
@@ -58,7 +58,7 @@ def test_a_role_serves_no_created_series_in_either_format(
 
 
 def test_a_scrape_that_selects_names_gets_no_created_series_either(
-    scheduler_server: metrics.MetricsServer,
+    scheduler_server: exposition.MetricsServer,
 ) -> None:
     query = "?name[]=sasflow_steps_dispatched_total&name[]=sasflow_steps_dispatched_created"
     try:
@@ -71,7 +71,7 @@ def test_a_scrape_that_selects_names_gets_no_created_series_either(
 def test_prometheus_clients_own_switch_is_left_alone() -> None:
     """An application embedding sasflow keeps its own `_created` series: sasflow changes its
     registries, not the library's process-wide setting."""
-    ours = metrics.new_registry()
+    ours = exposition.new_registry()
     Counter("ours", "a counter", registry=ours).inc()
     theirs = CollectorRegistry()
     Counter("theirs", "a counter", registry=theirs).inc()
@@ -88,24 +88,24 @@ def test_the_api_metrics_render_no_created_series() -> None:
 
 
 def test_build_info_names_the_role_the_versions_and_the_schema() -> None:
-    registry = metrics.new_registry()
-    metrics.build_info(registry, "supervisor", "0013")
-    agent = metrics.new_registry()
-    metrics.build_info(agent, "agent")
+    registry = exposition.new_registry()
+    exposition.build_info(registry, "supervisor", "0013")
+    agent = exposition.new_registry()
+    exposition.build_info(agent, "agent")
     labels = {
         "role": "supervisor",
-        "version": metrics.sasflow_version(),
+        "version": exposition.sasflow_version(),
         "python": platform.python_version(),
         "schema": "0013",
     }
     assert registry.get_sample_value("sasflow_build_info", labels) == 1
-    assert metrics.sasflow_version() not in ("", "unknown")  # installed editable in the venv
+    assert exposition.sasflow_version() not in ("", "unknown")  # installed editable in the venv
     del labels["schema"]
     assert agent.get_sample_value("sasflow_build_info", {**labels, "role": "agent"}) == 1
 
 
 def test_every_role_and_the_api_export_build_info(
-    scheduler_server: metrics.MetricsServer,
+    scheduler_server: exposition.MetricsServer,
 ) -> None:
     try:
         text = _scrape(scheduler_server.port)
@@ -119,7 +119,7 @@ def test_every_role_and_the_api_export_build_info(
 
 
 def test_runs_finished_are_counted_by_workflow_and_state() -> None:
-    registry = metrics.new_registry()
+    registry = exposition.new_registry()
     hooks = HookChain([metrics.SchedulerMetrics(registry)])
     hooks.runs_finished(
         None,  # type: ignore[arg-type]
@@ -141,7 +141,7 @@ def test_runs_finished_are_counted_by_workflow_and_state() -> None:
 def test_a_standby_supervisor_reports_no_last_sweep_time() -> None:
     """Standby from the start: no sample (not 0). Leader: the time of its last sweep. Back to
     standby (another took the lease): no sample again; `sasflow_supervisor_leader` says 0."""
-    registry = metrics.new_registry()
+    registry = exposition.new_registry()
     hooks = metrics.SupervisorMetrics(registry)
     value = registry.get_sample_value
     assert value(LAST_SWEEP) is None
