@@ -330,6 +330,14 @@ class SupervisorMetrics(_RunsFinished):
         )
         self.last_sweep = LastSweep()
         registry.register(self.last_sweep)
+        self.removed = Counter(
+            "sasflow_retention_removed",
+            "What the supervisor's retention removed, by what: runs (finished, with their "
+            "steps, events and alerts), audit_records, subscribers (expired), stream_updates "
+            "(of expired subscribers), dead_letters (from <ns>.dead, each audited).",
+            ["what"],
+            registry=registry,
+        )
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
         (self.expired if reason == "expired" else self.dead_requests).inc(len(rows))
@@ -345,6 +353,14 @@ class SupervisorMetrics(_RunsFinished):
         else:
             self.sweep_seconds.observe(report.seconds)
             self.last_sweep.swept(time.time())
+            for what, count in (
+                ("runs", report.pruned),
+                ("audit_records", report.audit_pruned),
+                ("subscribers", report.subscribers_expired),
+                ("stream_updates", report.updates_deleted),
+                ("dead_letters", report.dead_letters_expired),
+            ):
+                self.removed.labels(what).inc(count)
 
     def alert_raised(self, kind: str) -> None:
         self.alerts.labels(kind).inc()

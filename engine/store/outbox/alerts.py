@@ -42,6 +42,9 @@ class AlertKind(StrEnum):
     """A run passed its workflow's deadline (`on_deadline="alert"`, docs/timeouts.md)."""
     AGENT_OUTAGE = "agent_outage"
     """An agent had work waiting and nobody serving it for a while (supervisor.outage)."""
+    SUBSCRIBER_AWAY = "subscriber_away"
+    """A stream subscriber has had no open stream for a while; it expires later
+    (supervisor.subscribers)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
