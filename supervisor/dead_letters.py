@@ -12,15 +12,15 @@ source queue, reason, age, correlation id and body, cut at BODY_CHARS), in a tra
 while they are acked and committed after; the pass is also logged, and counted in the sweep's
 report (`sasflow_retention_removed_total{what="dead_letters"}`).
 
-The head is looked at again only when it can be past its age (its age is known once seen) or
-when the queue is beyond its bound, so a quiet queue's head is not taken and handed back on
-every pass.
+The head is looked at again only when it can be past its age (its age is known once seen: the
+time is kept in `retention_marks`, on the database clock, so a supervisor run from cron keeps
+it too) or when the queue is beyond its bound: a quiet queue's head is not taken and handed
+back on every pass (each hand-back counts towards a quorum queue's delivery limit).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,7 +28,7 @@ from sasflow.errors import BrokerUnavailableError
 from sasflow.ops.dead import DeadLetter, read_letter
 from sasflow.store.cluster.lease import Lease
 from sasflow.store.db import Connection, Engine, transaction
-from sasflow.store.operator import audit
+from sasflow.store.operator import audit, retention
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names
@@ -59,8 +59,6 @@ class DeadLetterRetention:
     def __init__(self, keep_s: float | None, max_count: int | None) -> None:
         self._keep_s = keep_s
         self._max = max_count
-        self._next_look = 0.0
-        """Monotonic time before which the head cannot be past its age."""
 
     def run(
         self,
@@ -76,17 +74,16 @@ class DeadLetterRetention:
         excess = 0
         if self._max is not None:
             excess = max(0, transport.message_count(queue) - self._max)
-        if not excess and (self._keep_s is None or time.monotonic() < self._next_look):
+        if not excess and self._keep_s is None:
             return
+        mark = f"dead-letters:{queue}"
         with transaction(engine) as conn:
             lease.check(conn)
+            if not excess and not retention.is_due(conn, mark):
+                return
             taken = self._take(transport, queue, audit.database_now(conn), excess)
-            if taken.kept is not None and taken.kept.age_s is not None and self._keep_s:
-                self._next_look = time.monotonic() + max(0.0, self._keep_s - taken.kept.age_s)
-            elif taken.emptied and self._keep_s:
-                self._next_look = time.monotonic() + self._keep_s
-            else:
-                self._next_look = 0.0  # more to look at next pass
+            if self._keep_s is not None:
+                retention.mark_due(conn, mark, self._next_look(taken, self._keep_s))
             if not taken.removed:
                 return
             done: list[tuple[DeadLetter, str]] = []
@@ -113,9 +110,21 @@ class DeadLetterRetention:
         if lost is not None:
             raise lost
 
+    @staticmethod
+    def _next_look(taken: Taken, keep_s: float) -> float:
+        """Seconds until the head can be past its age."""
+        if taken.kept is not None:
+            age = taken.kept.age_s
+            return keep_s - age if age is not None else keep_s  # an ageless head: rarely
+        if taken.emptied:
+            return keep_s  # what comes next cannot be older sooner
+        return 0.0  # the pass stopped at its limit: more at the next
+
     def _take(self, transport: Transport, queue: str, now: datetime, excess: int) -> Taken:
         taken = Taken([])
         while len(taken.removed) < PER_PASS:
+            if self._keep_s is None and len(taken.removed) >= excess:
+                break  # only the bound applies: the next one stays untouched
             delivery = transport.get(queue)
             if delivery is None:
                 taken.emptied = True

@@ -1,5 +1,5 @@
 """retention of what grows: when a subscriber's stream was last open and when it expired,
-audit rows by age
+audit rows by age, when the retention next looks at the dead letters' head
 
 Revision ID: 0014
 Revises: 0013
@@ -26,9 +26,15 @@ def upgrade() -> None:
         batch.add_column(sa.Column('seen_at', sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column('expired_at', sa.DateTime(timezone=True), nullable=True))
     op.create_index('ix_audit_created_at', 'audit', ['created_at'], unique=False)
+    op.create_table('retention_marks',
+    sa.Column('name', sa.String(length=200), nullable=False),
+    sa.Column('due_at', sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('name', name=op.f('pk_retention_marks'))
+    )
 
 
 def downgrade() -> None:
+    op.drop_table('retention_marks')
     op.drop_index('ix_audit_created_at', table_name='audit')
     with op.batch_alter_table('subscribers') as batch:
         batch.drop_column('expired_at')

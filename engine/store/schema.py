@@ -275,6 +275,17 @@ leases = Table(
     _ts("expires_at", nullable=False),
 )
 
+retention_marks = Table(
+    "retention_marks",
+    metadata,
+    # When the supervisor's retention next needs to look at what it cannot query by age (the
+    # head of <ns>.dead: a message is read by taking it, and every hand-back counts towards a
+    # quorum queue's delivery limit). Kept on the database clock, so a supervisor run from cron
+    # does not take it on every run.
+    Column("name", String(200), primary_key=True),
+    _ts("due_at", nullable=False),
+)
+
 schedulers = Table(
     "schedulers",
     metadata,

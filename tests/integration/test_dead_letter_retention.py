@@ -11,10 +11,10 @@ from typing import Any
 
 import pika
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from sasflow.ops.retention import GrowthRetention
-from sasflow.store.schema import audit
+from sasflow.store.schema import audit, retention_marks
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.base import Delivery
 from sasflow.transport.topology import (
@@ -63,15 +63,17 @@ def _dead_letter(names: Names, key: str, days_ago: float, body: str | None = Non
         )
 
 
-def _left(names: Names) -> list[str]:
-    """The correlation ids left in `<ns>.dead`, in queue order (taken, then handed back)."""
+def _left(names: Names, *, redelivered: bool = False) -> list[str]:
+    """The correlation ids left in `<ns>.dead`, in queue order (taken, then handed back);
+    with `redelivered`, only those taken and handed back before."""
     with services.broker_channel() as channel:
         found: list[str] = []
         while True:
             method, props, _ = channel.basic_get(names.dead_letter_queue, auto_ack=False)
             if method is None or props is None:
                 return found
-            found.append(str(props.correlation_id))
+            if method.redelivered or not redelivered:
+                found.append(str(props.correlation_id))
 
 
 def _supervisor(engine: Engine, names: Names, **growth: Any) -> Supervisor:
@@ -140,6 +142,7 @@ def test_the_oldest_beyond_the_bound_are_removed(engine: Engine, names: Names) -
         role.close()
     assert report is not None
     assert report.dead_letters_expired == 2
+    assert _left(names, redelivered=True) == []  # the first one kept was never taken
     assert _left(names) == ["letter-2", "letter-3", "letter-4"]
     (record,) = _records(engine)
     assert [(le["correlation_id"], le["why"]) for le in record.detail["dead_letters"]] == [
@@ -152,26 +155,37 @@ def test_the_oldest_beyond_the_bound_are_removed(engine: Engine, names: Names) -
 def test_a_young_head_is_not_taken_again_before_it_can_be_past_its_age(
     engine: Engine, names: Names, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Not by the same supervisor, nor by the next one (a cron run): the time of the next look
+    is in the database."""
     _dead_letter(names, "young", 1)
-    role = _supervisor(engine, names, dead_letters_keep_s=14 * DAY)
-    assert role._transport is not None
     taken: list[Delivery | None] = []
-    real_get = role._transport.get
+    for _ in range(2):  # two processes, one after the other
+        role = _supervisor(engine, names, dead_letters_keep_s=14 * DAY)
+        assert role._transport is not None
+        real_get = role._transport.get
 
-    def counting_get(queue: str) -> Delivery | None:
-        got = real_get(queue)
-        if queue == names.dead_letter_queue:
-            taken.append(got)
-        return got
+        def counting_get(queue: str, real: Any = real_get) -> Delivery | None:
+            got: Delivery | None = real(queue)
+            if queue == names.dead_letter_queue:
+                taken.append(got)
+            return got
 
-    monkeypatch.setattr(role._transport, "get", counting_get)
-    try:
-        for _ in range(3):
-            report = role.sweep_once()
-            assert report is not None
-            assert report.dead_letters_expired == 0
-    finally:
-        role.close()
+        monkeypatch.setattr(role._transport, "get", counting_get)
+        try:
+            for _ in range(2):
+                report = role.sweep_once()
+                assert report is not None
+                assert report.dead_letters_expired == 0
+        finally:
+            role.lease.release(engine)  # as a cron run does on its way out
+            role.close()
     assert len(taken) == 1  # looked at once; again in 13 days
     assert _left(names) == ["young"]
     assert _records(engine) == []
+    with engine.connect() as conn:
+        due = conn.execute(
+            select(retention_marks.c.due_at - func.now()).where(
+                retention_marks.c.name == f"dead-letters:{names.dead_letter_queue}"
+            )
+        ).scalar_one()
+    assert due.total_seconds() == pytest.approx(13 * DAY, abs=120)
