@@ -101,11 +101,12 @@ def _alert(conn: Connection, away: Away, watch: SubscriberWatch, actor: str) -> 
     if last is not None and last.created_at >= away.seen_at:
         return None
     pending = stream.pending_count(conn, away.id)
-    then = (
-        f"it will be deleted with them {_duration(watch.expire_s - away.away_s)} from now"
-        if watch.expire_s is not None
-        else "it is kept (no expiry)"
-    )
+    if watch.expire_s is not None:
+        # No sooner than the rest of the expiry after this alert, whatever its absence so far.
+        left = max(watch.expire_s - away.away_s, watch.expire_s - watch.alert_s)
+        then = f"it will be deleted with them in {_duration(left)}"
+    else:
+        then = "it is kept (no expiry)"
     message = (
         f"stream subscriber {away.name!r} ({away.id}) of token {away.owner!r} has had no open "
         f"stream for {_duration(away.away_s)} and {pending} update(s) not acknowledged; "

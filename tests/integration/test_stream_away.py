@@ -136,8 +136,9 @@ def test_an_away_subscriber_is_alerted_then_expired_with_its_updates_and_audited
     (about_gone,) = [a for a in raised if a.dedup_key.endswith(gone)]
     assert about_gone.detail["pending"] == 5
     assert about_gone.detail["name"] == "gone-for-good"
-    assert "has had no open stream for 2h 1m and 5 update(s) not acknowledged" in (
-        about_gone.message
+    assert (
+        "has had no open stream for 2h 1m and 5 update(s) not acknowledged; it will be "
+        "deleted with them in 1h 0m unless it reconnects" in (about_gone.message)
     )
     # The alert comes first: past its expiry, but alerted just now, it waits.
     assert first.subscribers_expired == 0
