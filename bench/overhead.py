@@ -30,9 +30,10 @@ from bench.common import Sizes, scratch
 from bench.report import Results, load_line, report, say, verdict
 from bench.workloads.drain import drain
 from bench.workloads.w3 import latency_once
+from sasflow.commands import FinishedRun
 from sasflow.hooks import Hooks
 from sasflow.messages import Reply, Request
-from sasflow.observability import metrics
+from sasflow.observability import exposition, metrics
 from sasflow.observability.build import role_hooks
 from sasflow.settings import Settings
 from sasflow.states import RunState
@@ -98,8 +99,8 @@ def metrics_cost_per_run(runs: int = 20_000) -> float:
     """Microseconds of CPU the metrics hooks of a scheduler and an agent spend on one one-step
     run (every event a run causes, called directly: no I/O, so the machine's load barely
     matters)."""
-    scheduler = metrics.SchedulerMetrics(metrics.new_registry())
-    agent = metrics.AgentMetrics(metrics.new_registry())
+    scheduler = metrics.SchedulerMetrics(exposition.new_registry())
+    agent = metrics.AgentMetrics(exposition.new_registry())
     request = Request(
         step_id=1,
         run_id=1,
@@ -113,7 +114,7 @@ def metrics_cost_per_run(runs: int = 20_000) -> float:
         complete_by="2026-01-01T00:00:00+00:00",
     )
     reply = Reply(step_id=1, attempt=1, status="ok")
-    report = ApplyReport(applied=1, finished={1: RunState.COMPLETED})
+    report = ApplyReport(applied=1, finished={1: FinishedRun(RunState.COMPLETED, "one")})
     held: list[Any] = [(None, reply)]
     started = time.process_time()
     for _ in range(runs):

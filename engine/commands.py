@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.errors import InvalidInputError, UnknownWorkflowError
-from sasflow.states import ReplyStatus
+from sasflow.states import ReplyStatus, RunState
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,15 @@ class SubmitResult:
     business_key: str
     created: bool
     state: str
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run that reached a terminal state in a transaction, as the hooks' `runs_finished`
+    receives it (the metrics count it by workflow and state)."""
+
+    state: RunState
+    workflow: str
 
 
 @dataclass(frozen=True)

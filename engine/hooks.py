@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # types only: agents import this module and must not load the store
+    from sasflow.commands import FinishedRun
     from sasflow.messages import Reply, Request
-    from sasflow.states import RunState
     from sasflow.store.db import Connection
     from sasflow.store.runs.apply import ApplyReport
     from sasflow.store.runs.claim import ClaimedStep
@@ -83,9 +83,10 @@ class Hooks:
         """`count` status events (the outbox) were published and marked in `seconds`
         (scheduler, submitter)."""
 
-    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
-        """Runs reached a terminal state (run id -> state), inside the transaction that did it
-        (scheduler: applying replies; supervisor: escalating an expired step)."""
+    def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
+        """Runs reached a terminal state (run id -> its state and workflow), inside the
+        transaction that did it (scheduler: applying replies; supervisor: escalating an
+        expired step, a run's deadline)."""
 
     # -- agent (worker threads, except where said) -----------------------------------------
 
@@ -195,7 +196,7 @@ class HookChain(Hooks):
     def events_relayed(self, count: int, seconds: float) -> None:
         self._each("events_relayed", lambda h: h.events_relayed(count, seconds))
 
-    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
+    def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
         self._each("runs_finished", lambda h: h.runs_finished(conn, finished))
 
     def handler_started(self, request: Request, headers: Headers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sasflow.backpressure import DEFAULT_MAX_BACKLOG
@@ -18,6 +18,9 @@ DEFAULT_DATABASE_URL = "sqlite:///sasflow.db"
 DEFAULT_BROKER_URL = "memory://"
 MIN_CALLBACK_KEY = 16
 """Characters an HMAC key of the callbacks needs at least (a guess must not be cheap)."""
+MIN_AWAY_ALERT_S = 60.0
+"""Seconds at least before a subscriber without a stream is alerted: well above a connected
+one's heartbeat, which refreshes when it was seen."""
 
 
 class Settings(BaseSettings):
@@ -113,6 +116,25 @@ class Settings(BaseSettings):
         description="Days a run that finished without completing (error, compensation_failed, "
         "cancelled, compensated) is kept; 0 keeps them forever. A run with an open alert is "
         "kept until the alert is acknowledged.",
+    )
+    retain_audit_days: float = Field(
+        default=365,
+        ge=0,
+        description="Days an audit record (sasflow audit list) is kept after it was written; "
+        "0 keeps them forever.",
+    )
+    retain_dead_letters_days: float = Field(
+        default=14,
+        ge=0,
+        description="Days a dead letter stays in <namespace>.dead; older ones are removed by "
+        "the supervisor, each recorded (with its body, cut at 2,000 characters) in the audit "
+        "trail, action dead.expire. 0 keeps them however old.",
+    )
+    retain_dead_letters_max: int = Field(
+        default=10_000,
+        ge=0,
+        description="Dead letters <namespace>.dead holds at most; the oldest beyond it are "
+        "removed by the supervisor as old ones are. 0: no bound.",
     )
 
     # -- connections: pools, timeouts, heartbeats, TLS (docs/howto/connections-and-tls.md) ----
@@ -305,6 +327,36 @@ class Settings(BaseSettings):
         description="Seconds after which an UPDATE sent but not acknowledged is sent again on "
         "the same stream (a reconnection re-sends every unacknowledged one at once).",
     )
+    api_stream_away_alert_s: float = Field(
+        default=86400,
+        ge=0,
+        description="Seconds a subscriber may have no open stream before the supervisor "
+        "raises a subscriber_away alert; 0: no alert, and no expiry.",
+    )
+    api_stream_expire_s: float = Field(
+        default=7 * 86400,
+        ge=0,
+        description="Seconds without an open stream after which the supervisor deletes a "
+        "subscriber with its unacknowledged updates (audited: stream.expire), and no sooner "
+        "than this minus the alert's delay after its subscriber_away alert; 0 keeps "
+        "subscribers forever.",
+    )
+
+    @model_validator(mode="after")
+    def _alert_before_expiry(self) -> Settings:
+        expire, alert = self.api_stream_expire_s, self.api_stream_away_alert_s
+        if expire and not 0 < alert < expire:
+            raise ValueError(
+                "SASFLOW_API_STREAM_AWAY_ALERT_S must be above 0 and below "
+                f"SASFLOW_API_STREAM_EXPIRE_S ({expire:g}): a subscriber is alerted before it "
+                "expires (or set SASFLOW_API_STREAM_EXPIRE_S=0 to keep subscribers forever)"
+            )
+        if alert and alert < MIN_AWAY_ALERT_S:
+            raise ValueError(
+                f"SASFLOW_API_STREAM_AWAY_ALERT_S must be at least {MIN_AWAY_ALERT_S:g} "
+                "seconds (a connected subscriber is seen at each heartbeat)"
+            )
+        return self
 
     @field_validator("api_callback_secret", "api_session_secret")
     @classmethod
@@ -368,8 +420,13 @@ class Settings(BaseSettings):
             "max_backlog": self.max_backlog,
             "retain_completed_days": self.retain_completed_days,
             "retain_failed_days": self.retain_failed_days,
+            "retain_audit_days": self.retain_audit_days,
+            "retain_dead_letters_days": self.retain_dead_letters_days,
+            "retain_dead_letters_max": self.retain_dead_letters_max,
             "api_stream_heartbeat_s": self.api_stream_heartbeat_s,
             "api_stream_resend_s": self.api_stream_resend_s,
+            "api_stream_away_alert_s": self.api_stream_away_alert_s,
+            "api_stream_expire_s": self.api_stream_expire_s,
             **{name: getattr(self, name) for name in CONNECTION_SETTINGS},
             **{name: getattr(self, name) for name in API_SETTINGS},
             "api_callback_secret": "***" if self.api_callback_secret is not None else None,

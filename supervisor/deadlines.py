@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from sasflow.commands import FinishedRun
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.ops.cancel import cancel
 from sasflow.states import TERMINAL_RUN_STATES, OnDeadline, RunState
@@ -39,7 +40,7 @@ def sweep_deadlines(
         due = deadlines.take_past_deadline(conn, batch=batch)
         deadlines.mark_fired(conn, [run.id for run in due])
         recorded: list[events.Event] = []
-        finished: dict[int, RunState] = {}
+        finished: dict[int, FinishedRun] = {}
         for run in sorted(due, key=lambda r: r.id):
             policy = OnDeadline(run.on_deadline or OnDeadline.ALERT)
             detail = {"deadline_at": run.deadline_at.isoformat(), "on_deadline": policy.value}
@@ -78,7 +79,7 @@ def sweep_deadlines(
                 compensate=policy is OnDeadline.COMPENSATE,
             )
             if done.state in TERMINAL_RUN_STATES:
-                finished[run.id] = RunState(done.state)
+                finished[run.id] = FinishedRun(RunState(done.state), run.workflow)
         events.record(conn, recorded)
         hooks.runs_finished(conn, finished)
         report.deadlines += len(due)

@@ -6,19 +6,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavailableError
 from sasflow.hooks import Hooks, guarded
-from sasflow.ops.retention import PruneOptions, RetentionPolicy, prune
+from sasflow.ops.retention import (
+    GrowthRetention,
+    PruneOptions,
+    RetentionPolicy,
+    prune,
+    prune_audit,
+)
 from sasflow.runtime import process_id
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import Engine
 from sasflow.store.runs.sweeps import SweepReport
+from sasflow.supervisor.dead_letters import DeadLetterRetention
 from sasflow.supervisor.deadlines import sweep_deadlines
 from sasflow.supervisor.fleet import flag_lost_agents
 from sasflow.supervisor.outage import DEFAULT_OUTAGE_AFTER_S, OutageWatch
+from sasflow.supervisor.subscribers import SubscriberWatch, watch_subscribers
 from sasflow.supervisor.sweep import (
     count_dead_requests,
     flag_stalled,
@@ -63,12 +71,16 @@ class SupervisorOptions:
     """Seconds the leader's lease lasts without renewal [default: max(3 x interval, 15)]."""
     retention: RetentionPolicy | None = None
     """How long finished runs are kept (None: forever; the CLI passes the settings' policy)."""
+    growth: GrowthRetention = field(default_factory=GrowthRetention)
+    """How long audit records, away stream subscribers and dead letters are kept (default:
+    forever; the CLI passes the settings')."""
     prune_interval: float = 300.0
     """Seconds between two retention passes (the first sweep makes one)."""
     prune_batch: int = 200
     """Finished runs deleted per transaction."""
     prune_budget: float = 5.0
-    """Seconds one retention pass may take; what is left waits for the next pass."""
+    """Seconds each part of a retention pass (runs, audit records, expired subscribers'
+    updates) may take; what is left waits for the next pass."""
 
     @property
     def ttl(self) -> float:
@@ -102,6 +114,12 @@ class Supervisor:
         self._declared: set[str] = set()
         self._outages = OutageWatch(after_s=self._options.outage_after)
         self._pruned_at: float | None = None
+        growth = self._options.growth
+        self._dead_letters = (
+            DeadLetterRetention(growth.dead_letters_keep_s, growth.dead_letters_max)
+            if growth.dead_letters_keep_s is not None or growth.dead_letters_max is not None
+            else None
+        )
 
     @property
     def stop_event(self) -> threading.Event:
@@ -154,27 +172,64 @@ class Supervisor:
         return report
 
     def _enforce_retention(self, report: SweepReport) -> None:
-        """Delete finished runs past their retention, a small batch per transaction that skips
-        locked runs, so the claim, the apply and the sweep never wait for it."""
+        """Every `prune_interval`: delete finished runs past their retention (a small batch
+        per transaction that skips locked runs, so the claim, the apply and the sweep never
+        wait for it), then old audit records, then alert and expire away subscribers, then
+        remove old dead letters (docs/operations.md#retention)."""
         options = self._options
-        if options.retention is None or not options.retention.rules:
-            return
         started = time.monotonic()
         if self._pruned_at is not None and started - self._pruned_at < options.prune_interval:
             return
         self._pruned_at = started
-        done = prune(
-            self._engine,
-            options.retention,
-            actor=self.id,
-            reason="retention",
-            options=PruneOptions(batch=options.prune_batch, budget=options.prune_budget),
-            check=self.lease.check,
-            collect_ids=False,
-        )
-        report.pruned += done.pruned
-        if not done.complete:
+        complete = True
+        if options.retention is not None and options.retention.rules:
+            done = prune(
+                self._engine,
+                options.retention,
+                actor=self.id,
+                reason="retention",
+                options=PruneOptions(batch=options.prune_batch, budget=options.prune_budget),
+                check=self.lease.check,
+                collect_ids=False,
+            )
+            report.pruned += done.pruned
+            complete = done.complete
+        growth = options.growth
+        if growth.audit_keep_s is not None:
+            audited = prune_audit(
+                self._engine,
+                growth.audit_keep_s,
+                actor=self.id,
+                budget=options.prune_budget,
+                check=self.lease.check,
+            )
+            report.audit_pruned += audited.pruned
+            complete = complete and audited.complete
+        if growth.subscriber_alert_s is not None:
+            watch = SubscriberWatch(
+                growth.subscriber_alert_s, growth.subscriber_expire_s, options.prune_budget
+            )
+            watch_subscribers(self._engine, self.lease, watch, actor=self.id, report=report)
+        self._expire_dead_letters(report)
+        if not complete:
             self._pruned_at = None  # more to do: the next sweep goes on
+
+    def _expire_dead_letters(self, report: SweepReport) -> None:
+        if self._dead_letters is None or self._transport is None:
+            return
+        try:
+            self._connect_broker(self._transport)
+            self._dead_letters.run(
+                self._engine,
+                self.lease,
+                self._transport,
+                self._names,
+                actor=self.id,
+                report=report,
+            )
+        except BrokerUnavailableError as exc:
+            self._broker_ready = False
+            log.warning("%s: dead letters not looked at: %s", self.id, exc)
 
     def _connect_broker(self, transport: Transport) -> None:
         if not self._broker_ready:
@@ -275,6 +330,10 @@ class Supervisor:
                         or report.alerts
                         or report.dead_requests
                         or report.pruned
+                        or report.audit_pruned
+                        or report.subscribers_expired
+                        or report.updates_deleted
+                        or report.dead_letters_expired
                         or report.agents_lost
                         or report.waited
                         or report.deadlines

@@ -12,6 +12,7 @@ COMMANDS = {
     "agents": "sasflow.cli.agents:agents",
     "alerts": "sasflow.cli.alerts:alerts",
     "api": "sasflow.cli.api:api_command",
+    "audit": "sasflow.cli.audit:audit",
     "config": "sasflow.cli.config:config",
     "db": "sasflow.cli.db:db",
     "dead": "sasflow.cli.dead:dead",

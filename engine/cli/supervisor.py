@@ -9,7 +9,7 @@ import click
 
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
 from sasflow.errors import SasflowError, StoreUnavailableError
-from sasflow.ops.retention import RetentionPolicy
+from sasflow.ops.retention import GrowthRetention, RetentionPolicy
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import build_sinks
@@ -85,7 +85,8 @@ EXIT_COULD_NOT_RUN = 1
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_PRUNE_INTERVAL",
     show_envvar=True,
-    help="Seconds between two retention passes (SASFLOW_RETAIN_*_DAYS set the retention).",
+    help="Seconds between two retention passes (runs, audit records, away stream "
+    "subscribers, dead letters: SASFLOW_RETAIN_*, SASFLOW_API_STREAM_*_S).",
 )
 @click.option(
     "--prune-batch",
@@ -103,7 +104,7 @@ EXIT_COULD_NOT_RUN = 1
     show_default=True,
     envvar="SASFLOW_SUPERVISOR_PRUNE_BUDGET",
     show_envvar=True,
-    help="Seconds one retention pass may take.",
+    help="Seconds each part of a retention pass may take.",
 )
 @click.pass_obj
 def supervisor(
@@ -133,6 +134,7 @@ def supervisor(
         outage_after=outage_after,
         lease_ttl=lease_ttl,
         retention=RetentionPolicy.from_settings(obj.settings),
+        growth=GrowthRetention.from_settings(obj.settings),
         prune_interval=prune_interval,
         prune_batch=prune_batch,
         prune_budget=prune_budget,

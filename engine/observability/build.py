@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
     from prometheus_client.registry import Collector
 
-    from sasflow.observability.metrics import ApiMetrics, MetricsServer
+    from sasflow.observability.exposition import MetricsServer
+    from sasflow.observability.metrics import ApiMetrics
     from sasflow.store.db import Engine
     from sasflow.store.operator.gauges import StateCounts
 
@@ -46,7 +47,7 @@ def role_hooks(settings: Settings, role: str, *, engine: Engine | None = None) -
 
 def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks]:
     try:
-        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+        from sasflow.observability import exposition, metrics  # noqa: PLC0415 - only when asked
     except ImportError as exc:
         raise ConfigurationError(
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
@@ -56,14 +57,15 @@ def _metrics(settings: Settings, role: str, engine: Engine | None) -> list[Hooks
         collectors.append(metrics.StateGauges(_state_reader(engine)))
         collectors.append(metrics.LimitGauges(_held_reader(engine)))
     port = settings.metrics_port or 0
+    schema = None if role == "agent" else _schema_head()  # agents have no database
     try:
-        made = metrics.role_metrics(role, port, settings.metrics_address, collectors)
+        made = metrics.role_metrics(role, port, settings.metrics_address, collectors, schema=schema)
     except OSError as exc:
         raise ConfigurationError(
             f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
         ) from exc
     server = made[-1]
-    if isinstance(server, metrics.MetricsServer):
+    if isinstance(server, exposition.MetricsServer):
         log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
     return made
 
@@ -72,21 +74,28 @@ def api_metrics(settings: Settings) -> tuple[ApiMetrics, MetricsServer]:
     """The HTTP API's metrics and the server that exposes them on `settings.metrics_port`
     (close it at exit)."""
     try:
-        from sasflow.observability import metrics  # noqa: PLC0415 - only when asked for
+        from sasflow.observability import exposition, metrics  # noqa: PLC0415 - only when asked
     except ImportError as exc:
         raise ConfigurationError(
             f"--metrics-port needs prometheus-client: pip install 'sasflow[metrics]' ({exc})"
         ) from exc
     port = settings.metrics_port or 0
-    observed = metrics.ApiMetrics()
+    observed = metrics.ApiMetrics(schema=_schema_head())
     try:
-        server = metrics.MetricsServer(observed.registry, port, settings.metrics_address)
+        server = exposition.MetricsServer(observed.registry, port, settings.metrics_address)
     except OSError as exc:
         raise ConfigurationError(
             f"cannot serve metrics on {settings.metrics_address}:{port}: {exc}"
         ) from exc
     log.info("serving metrics on http://%s:%d/metrics", settings.metrics_address, server.port)
     return observed, server
+
+
+def _schema_head() -> str | None:
+    """The migration head this code expects (what `sasflow_build_info` shows as `schema`)."""
+    from sasflow.store.migrate import head  # noqa: PLC0415 - roles with a database only
+
+    return head()
 
 
 def _state_reader(engine: Engine) -> Callable[[], StateCounts]:

@@ -20,22 +20,20 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
-    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.hooks import Headers, Hooks
+from sasflow.observability.exposition import MetricsServer, build_info, new_registry
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from prometheus_client.metrics_core import Metric
-
+    from sasflow.commands import FinishedRun
     from sasflow.messages import Reply, Request
-    from sasflow.states import RunState
     from sasflow.store.db import Connection
     from sasflow.store.operator.gauges import StateCounts
     from sasflow.store.runs.apply import ApplyReport
@@ -51,13 +49,6 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 """Database and broker round trips (seconds)."""
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 """Handler durations (seconds): remote calls of milliseconds up to an hour."""
-
-
-def new_registry() -> CollectorRegistry:
-    """A registry for one process: sasflow's metrics plus the standard `process_*` ones."""
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    return registry
 
 
 class _Consuming(Hooks):
@@ -144,14 +135,14 @@ class _RunsFinished(Hooks):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.finished = Counter(
             "sasflow_runs_finished",
-            "Runs that reached a terminal state, by that state.",
-            ["state"],
+            "Runs that reached a terminal state, by workflow and that state.",
+            ["workflow", "state"],
             registry=registry,
         )
 
-    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
-        for state in finished.values():
-            self.finished.labels(str(state)).inc()
+    def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
+        for run in finished.values():
+            self.finished.labels(run.workflow, str(run.state)).inc()
 
 
 class SchedulerMetrics(_Relay, _RunsFinished):
@@ -337,9 +328,14 @@ class SupervisorMetrics(_RunsFinished):
             "1 while this supervisor holds the lease and sweeps, 0 on standby.",
             registry=registry,
         )
-        self.last_sweep = Gauge(
-            "sasflow_supervisor_last_sweep_timestamp_seconds",
-            "Unix time at which this supervisor last finished a sweep as the leader.",
+        self.last_sweep = LastSweep()
+        registry.register(self.last_sweep)
+        self.removed = Counter(
+            "sasflow_retention_removed",
+            "What the supervisor's retention removed, by what: runs (finished, with their "
+            "steps, events and alerts), audit_records, subscribers (expired), stream_updates "
+            "(of expired subscribers), dead_letters (from <ns>.dead, each audited).",
+            ["what"],
             registry=registry,
         )
 
@@ -352,12 +348,61 @@ class SupervisorMetrics(_RunsFinished):
 
     def sweep_finished(self, report: SweepReport | None) -> None:
         self.leader.set(0 if report is None else 1)
-        if report is not None:
+        if report is None:
+            self.last_sweep.forget()
+        else:
             self.sweep_seconds.observe(report.seconds)
-            self.last_sweep.set(time.time())
+            self.last_sweep.swept(time.time())
+            for what, count in (
+                ("runs", report.pruned),
+                ("audit_records", report.audit_pruned),
+                ("subscribers", report.subscribers_expired),
+                ("stream_updates", report.updates_deleted),
+                ("dead_letters", report.dead_letters_expired),
+            ):
+                self.removed.labels(what).inc(count)
 
     def alert_raised(self, kind: str) -> None:
         self.alerts.labels(kind).inc()
+
+
+class LastSweep(Collector):
+    """`sasflow_supervisor_last_sweep_timestamp_seconds`, while this supervisor leads.
+
+    A standby supervisor (one that does not hold the lease) has no sample: a 0 would read as
+    "never swept" and trip any `time() - x > N` rule on every standby. So
+    `max(sasflow_supervisor_last_sweep_timestamp_seconds)` is the last sweep of the leader,
+    and the series is absent when no supervisor leads. A leader that loses the lease drops its
+    sample at its next attempt to sweep."""
+
+    NAME = "sasflow_supervisor_last_sweep_timestamp_seconds"
+    HELP = (
+        "Unix time at which this supervisor last finished a sweep, while it is the leader "
+        "(no sample on standby)."
+    )
+
+    def __init__(self) -> None:
+        self._at: float | None = None
+        self._lock = threading.Lock()
+
+    def swept(self, at: float) -> None:
+        with self._lock:
+            self._at = at
+
+    def forget(self) -> None:
+        with self._lock:
+            self._at = None
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self.NAME, self.HELP)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            at = self._at
+        family = GaugeMetricFamily(self.NAME, self.HELP)
+        if at is not None:
+            family.add_metric([], at)
+        yield family
 
 
 ROLE_METRICS: Mapping[str, Callable[[CollectorRegistry], Hooks]] = {
@@ -368,27 +413,18 @@ ROLE_METRICS: Mapping[str, Callable[[CollectorRegistry], Hooks]] = {
 }
 
 
-class MetricsServer(Hooks):
-    """Serves a registry on `/metrics` (any path answers) until `close()`."""
-
-    def __init__(self, registry: CollectorRegistry, port: int, address: str) -> None:
-        self._server, self._thread = start_http_server(port, address, registry=registry)
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
 def role_metrics(
-    role: str, port: int, address: str, collectors: Sequence[Collector] = ()
+    role: str,
+    port: int,
+    address: str,
+    collectors: Sequence[Collector] = (),
+    *,
+    schema: str | None = None,
 ) -> list[Hooks]:
-    """The metrics hooks of `role` and the server that exposes them (close it at exit)."""
+    """The metrics hooks of `role` and the server that exposes them (close it at exit);
+    `schema`: the migration head its code expects (`sasflow_build_info`)."""
     registry = new_registry()
+    build_info(registry, role, schema)
     hooks = [ROLE_METRICS[role](registry)]
     for collector in collectors:
         registry.register(collector)
@@ -404,8 +440,11 @@ class ApiMetrics:
     `GET /metrics` with `body, content_type = metrics.render()`.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, schema: str | None = None
+    ) -> None:
         self.registry = registry or new_registry()
+        build_info(self.registry, "api", schema)
         self.requests = Counter(
             "sasflow_http_requests",
             "HTTP requests answered by the API, by method, route template and status code.",

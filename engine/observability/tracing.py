@@ -34,8 +34,8 @@ from sasflow.states import ReplyStatus
 from sasflow.store.runs import traces
 
 if TYPE_CHECKING:
+    from sasflow.commands import FinishedRun
     from sasflow.messages import Reply, Request
-    from sasflow.states import RunState
     from sasflow.store.db import Connection
     from sasflow.store.runs.apply import ApplyReport
     from sasflow.store.runs.claim import ClaimedStep
@@ -272,8 +272,14 @@ class Tracing(Hooks):
             )
             span.end()
 
-    def runs_finished(self, conn: Connection, finished: Mapping[int, RunState]) -> None:
-        self._internal(conn, {run_id: (f"run {state}", {}) for run_id, state in finished.items()})
+    def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
+        self._internal(
+            conn,
+            {
+                run_id: (f"run {run.state}", {"sasflow.workflow": run.workflow})
+                for run_id, run in finished.items()
+            },
+        )
         for run_id in finished:  # an operator's resubmission reads it back from the run
             self._remembered.pop(run_id, None)
 

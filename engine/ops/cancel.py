@@ -67,6 +67,7 @@ def cancel(
             to_state=to_state,
             actor=actor,
             reason=f"cancelled: {reason}",
+            workflow=run.workflow,
         )
     ]
     batch += [

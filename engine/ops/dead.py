@@ -12,8 +12,9 @@ A dead letter's id hashes what a requeue does not change (its headers, correlati
 reply-to and body), so `replay ID` addresses the message `list` showed. Two identical
 messages share an id; a command given that id acts on both.
 
-Every replay and purge is one `audit` row (action `dead.replay` / `dead.purge`) with the actor,
-the reason and the ids, written in a transaction that is open while the broker is touched and
+Every replay and purge is one `audit` row (action `dead.replay` / `dead.purge`; the
+supervisor's retention, supervisor.dead_letters, records `dead.expire`) with the actor, the
+reason and the ids, written in a transaction that is open while the broker is touched and
 commits after it; the action is also logged, in case the database fails in between.
 """
 
@@ -162,7 +163,7 @@ def list_dead(
     """The dead letters `where` selects (the database gives the clock for their age)."""
     now = audit.database_now(conn)
     with _taken(transport, names, dead_queue(names, queue), scan_limit) as (taken, truncated):
-        letters = [_letter(d, now) for d in taken]
+        letters = [read_letter(d, now) for d in taken]
     return Scan(_select(letters, where, names.namespace), len(letters), truncated)
 
 
@@ -283,7 +284,7 @@ def _taken(
 def _chosen(
     taken: list[Delivery], where: DeadFilter, names: Names, now: datetime
 ) -> list[tuple[Delivery, DeadLetter]]:
-    pairs = [(d, _letter(d, now)) for d in taken]
+    pairs = [(d, read_letter(d, now)) for d in taken]
     chosen = [(d, le) for d, le in pairs if where.matches(le, names.namespace)]
     return chosen[: where.limit] if where.limit is not None else chosen
 
@@ -305,7 +306,9 @@ def _require_ids(
         )
 
 
-def _letter(delivery: Delivery, now: datetime) -> DeadLetter:
+def read_letter(delivery: Delivery, now: datetime) -> DeadLetter:
+    """What sasflow (its headers) and the broker (`x-death`) wrote on a dead letter; its age
+    by `now`, the database's clock."""
     headers = dict(delivery.headers)
     deaths = headers.get("x-death") or []
     first = deaths[0] if deaths and isinstance(deaths[0], dict) else {}

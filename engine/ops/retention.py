@@ -1,5 +1,8 @@
 """History retention: delete finished runs past their retention, in small batches, optionally
-archiving each one (with its steps, events and alerts) as a JSON line first.
+archiving each one (with its steps, events and alerts) as a JSON line first; and the audit
+trail's retention (`prune_audit`). `GrowthRetention` says how long the other things that grow
+are kept (audit records, away subscribers, dead letters): the supervisor's retention pass
+enforces it all, docs/operations.md#retention.
 
 Called by `sasflow db prune` and, with the configured policy, by the supervisor. Each batch is
 one short transaction that locks its runs with SKIP LOCKED: a run an operator, a scheduler or
@@ -31,6 +34,7 @@ from sasflow.store.operator.retention import RetentionRule
 log = logging.getLogger(__name__)
 
 PRUNE_ACTION = "runs.prune"
+AUDIT_PRUNE_ACTION = "audit.prune"
 DAY = 86400.0
 
 FAILED_RUN_STATES = TERMINAL_RUN_STATES - {RunState.COMPLETED}
@@ -84,6 +88,47 @@ class RetentionPolicy:
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"states": list(r.states), "keep_s": r.keep_s} for r in self.rules]
+
+
+@dataclass(frozen=True)
+class GrowthRetention:
+    """How long what else grows is kept; None: forever (or, for dead letters, no bound)."""
+
+    audit_keep_s: float | None = None
+    """Seconds an audit record is kept after it was written."""
+    subscriber_alert_s: float | None = None
+    """Seconds a stream subscriber may have no open stream before a `subscriber_away` alert."""
+    subscriber_expire_s: float | None = None
+    """Seconds without an open stream after which a subscriber is expired (deleted with its
+    updates), no sooner than `subscriber_expire_s - subscriber_alert_s` after its alert."""
+    dead_letters_keep_s: float | None = None
+    """Seconds a dead letter stays in `<ns>.dead`."""
+    dead_letters_max: int | None = None
+    """Dead letters `<ns>.dead` holds at most (the oldest beyond it are removed)."""
+
+    def __post_init__(self) -> None:
+        if self.subscriber_expire_s is not None and not (
+            self.subscriber_alert_s is not None
+            and 0 < self.subscriber_alert_s < self.subscriber_expire_s
+        ):
+            raise InvalidActionError("a subscriber is alerted before it expires: alert < expiry")
+        for name in ("audit_keep_s", "subscriber_alert_s", "dead_letters_keep_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InvalidActionError(f"{name} must be above 0 (None: forever)")
+        if self.dead_letters_max is not None and self.dead_letters_max < 1:
+            raise InvalidActionError("dead_letters_max must be at least 1 (None: no bound)")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GrowthRetention:
+        """The settings' retention (a 0 in them: forever, or no bound)."""
+        return cls(
+            audit_keep_s=settings.retain_audit_days * DAY or None,
+            subscriber_alert_s=settings.api_stream_away_alert_s or None,
+            subscriber_expire_s=settings.api_stream_expire_s or None,
+            dead_letters_keep_s=settings.retain_dead_letters_days * DAY or None,
+            dead_letters_max=settings.retain_dead_letters_max or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -198,3 +243,51 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def prune_audit(
+    engine: Engine,
+    keep_s: float,
+    *,
+    actor: str,
+    batch: int = 1000,
+    budget: float | None = None,
+    check: Callable[[Connection], None] | None = None,
+) -> PruneReport:
+    """Delete the audit records written more than `keep_s` seconds ago, `batch` per
+    transaction, the oldest first, within `budget` seconds. What it deleted is itself one
+    record (action `audit.prune`), written with the first batch and brought up to date by
+    each, so the trail says when and how much of it retention removed. `check` runs first
+    in every transaction (the supervisor checks its lease there)."""
+    report = PruneReport()
+    deadline = None if budget is None else time.monotonic() + budget
+
+    def one_batch(conn: Connection) -> tuple[int, int | None]:
+        if check is not None:
+            check(conn)
+        deleted = audit.prune(conn, keep_s=keep_s, batch=batch)
+        if not deleted:
+            return 0, report.audit_id
+        detail = {
+            "pruned": report.pruned + deleted,
+            "batches": report.batches + 1,
+            "keep_days": keep_s / DAY,
+        }
+        if report.audit_id is None:
+            record = audit.AuditRecord(actor, AUDIT_PRUNE_ACTION, "retention", detail=detail)
+            return deleted, audit.record(conn, record)
+        audit.update_detail(conn, report.audit_id, detail)
+        return deleted, report.audit_id
+
+    while True:
+        if deadline is not None and time.monotonic() >= deadline:
+            report.complete = False
+            break
+        deleted, report.audit_id = run_transaction(engine, one_batch)
+        report.pruned += deleted
+        report.batches += 1 if deleted else 0
+        if deleted < batch:
+            break
+    if report.pruned:
+        log.info("%s pruned %d audit record(s)", actor, report.pruned)
+    return report

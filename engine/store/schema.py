@@ -275,6 +275,17 @@ leases = Table(
     _ts("expires_at", nullable=False),
 )
 
+retention_marks = Table(
+    "retention_marks",
+    metadata,
+    # When the supervisor's retention next needs to look at what it cannot query by age (the
+    # head of <ns>.dead: a message is read by taking it, and every hand-back counts towards a
+    # quorum queue's delivery limit). Kept on the database clock, so a supervisor run from cron
+    # does not take it on every run.
+    Column("name", String(200), primary_key=True),
+    _ts("due_at", nullable=False),
+)
+
 schedulers = Table(
     "schedulers",
     metadata,
@@ -402,6 +413,8 @@ audit = Table(
     Column("detail", Json, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
+    # Serves `sasflow audit list --since` and the retention of audit rows (oldest first).
+    Index("ix_audit_created_at", "created_at"),
 )
 
 agent_instances = Table(
@@ -502,6 +515,12 @@ subscribers = Table(
     Column("stream_id", String(36), nullable=True, unique=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("connected_at", nullable=False, default_now=True),
+    # When a stream of it was last known open (refreshed at each of its heartbeats); NULL:
+    # not since it connected. A subscriber away too long is alerted, then expired (supervisor):
+    # from `expired_at` on it receives nothing and cannot reconnect, while its updates are
+    # deleted in batches, then its row.
+    _ts("seen_at"),
+    _ts("expired_at"),
 )
 
 stream_updates = Table(

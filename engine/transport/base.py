@@ -77,6 +77,10 @@ class Transport(Protocol):
         """How many consumers the (declared) queue has now."""
         ...
 
+    def message_count(self, queue: str) -> int:
+        """How many messages the (declared) queue holds ready now (not those taken unacked)."""
+        ...
+
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         """Start delivering `queue` to `handler` (called on the owner thread from `process`).
 

@@ -307,6 +307,11 @@ class RabbitMQTransport:
             declared = self._chan().queue_declare(queue, passive=True)
         return int(declared.method.consumer_count or 0)
 
+    def message_count(self, queue: str) -> int:
+        with _translated():
+            declared = self._chan().queue_declare(queue, passive=True)
+        return int(declared.method.message_count or 0)
+
     def bind_queue(self, queue: str, exchange: str, routing_key: str) -> None:
         with self._declaring():
             self._chan().queue_bind(queue, exchange, routing_key=routing_key)

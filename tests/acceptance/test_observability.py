@@ -123,7 +123,7 @@ def test_one_run_is_one_trace_across_processes_with_metrics_and_json_logs(
     scheduler = _scrape(ports["scheduler"])
     assert scheduler["sasflow_steps_claimed_total"] == 3  # first, second, second again
     assert scheduler['sasflow_replies_applied_total{status="ok"}'] == 2
-    assert scheduler['sasflow_runs_finished_total{state="completed"}'] == 1
+    assert scheduler['sasflow_runs_finished_total{state="completed",workflow="traced"}'] == 1
     second = 'sasflow_step_duration_seconds_count{agent="observed",step="second",workflow="traced"}'
     harness.wait_for(  # the expired first attempt finishes its nap after the run completed
         lambda: _scrape(ports["agent"]).get(second) == 2, timeout=10, what="both attempts timed"
@@ -138,6 +138,13 @@ def test_one_run_is_one_trace_across_processes_with_metrics_and_json_logs(
     assert supervisor["sasflow_supervisor_leader"] == 1
     assert supervisor["sasflow_schedulers_alive"] == 1
     assert supervisor['sasflow_runs{state="running"}'] == 0
+    assert supervisor["sasflow_supervisor_last_sweep_timestamp_seconds"] > 0
+    for name, port in ports.items():
+        served = _scrape(port)
+        assert [s for s in served if "_created" in s] == [], name
+        (info,) = [s for s in served if s.startswith("sasflow_build_info{")]
+        assert f'role="{name}"' in info
+        assert ("schema=" in info) is (name != "agent")
     with engine.connect() as conn:
         run_id, stored = conn.execute(select(runs.c.id, runs.c.trace_parent)).one()
     assert stored is not None

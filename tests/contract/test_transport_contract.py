@@ -518,3 +518,23 @@ def test_consumer_count_follows_consumers_of_a_pool_queue(bus: Bus) -> None:
     assert scheduler.consumer_count(queue) == 1
     agent.cancel_consumers()
     assert scheduler.consumer_count(queue) == 0
+
+
+def test_message_count_counts_ready_messages_and_a_requeued_one_comes_back_first(
+    bus: Bus,
+) -> None:
+    """What the supervisor's dead-letter retention relies on: the count of what waits (not
+    what is held unacked), and a message handed back is the head again."""
+    names = bus.names
+    transport = setup(bus, "echo")
+    queue = names.agent("echo")
+    assert transport.message_count(queue) == 0
+    transport.publish_many([to_queue(queue, str(i).encode()) for i in range(3)])
+    assert transport.message_count(queue) == 3
+    held = take(transport, queue)
+    assert (held.body, transport.message_count(queue)) == (b"0", 2)
+    assert transport.requeue(held)
+    again = take(transport, queue)
+    assert again.body == b"0"
+    transport.ack(again)
+    assert transport.message_count(queue) == 2

@@ -27,11 +27,16 @@ configured."""
 RETENTION_DEFAULTS: dict[str, Any] = {
     "retain_completed_days": 30,
     "retain_failed_days": 90,
+    "retain_audit_days": 365,
+    "retain_dead_letters_days": 14,
+    "retain_dead_letters_max": 10_000,
 }
 """The retention settings as `Settings.redacted()` shows them when none is configured."""
 STREAM_DEFAULTS: dict[str, Any] = {
     "api_stream_heartbeat_s": 15.0,
     "api_stream_resend_s": 30.0,
+    "api_stream_away_alert_s": 86400.0,
+    "api_stream_expire_s": 604800.0,
 }
 """The subscription stream's settings as `Settings.redacted()` shows them by default."""
 CONNECTION_DEFAULTS: dict[str, Any] = {

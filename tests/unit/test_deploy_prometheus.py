@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from sasflow.observability import metrics
+from sasflow.observability import exposition, metrics
 from sasflow.store.operator.gauges import StateCounts
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -47,11 +47,12 @@ def _dashboard_exprs() -> Iterator[str]:
 
 def exported_names() -> set[str]:
     """Every series name the roles and the API expose (counters with `_total`, histograms with
-    `_bucket`, `_count` and `_sum`)."""
+    `_bucket`, `_count` and `_sum`, info with `_info`)."""
     registries = [metrics.ApiMetrics(CollectorRegistry()).registry]
-    for make in metrics.ROLE_METRICS.values():
+    for role, make in metrics.ROLE_METRICS.items():
         registries.append(CollectorRegistry())
         make(registries[-1])
+        exposition.build_info(registries[-1], role, "0001")
     registries[-1].register(  # the supervisor's (last) registry holds its state gauges
         metrics.StateGauges(lambda: StateCounts({"running": 1}, {"pending": 1}, 1, 10.0))
     )
@@ -62,6 +63,8 @@ def exported_names() -> set[str]:
                 names.add(f"{family.name}_total")
             elif family.type == "histogram":
                 names.update(f"{family.name}{s}" for s in ("_bucket", "_count", "_sum"))
+            elif family.type == "info":
+                names.add(f"{family.name}_info")
             else:
                 names.add(family.name)
     return names

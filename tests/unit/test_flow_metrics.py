@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sasflow.errors import StoreUnavailableError
 from sasflow.hooks import HookChain
-from sasflow.observability.metrics import LimitGauges, SchedulerMetrics, new_registry
+from sasflow.observability.exposition import new_registry
+from sasflow.observability.metrics import LimitGauges, SchedulerMetrics
 
 
 def test_the_budgeted_claim_counts_admitted_steps_and_sets_tokens_per_limit() -> None:

@@ -94,6 +94,9 @@ class FakeTransport:
     def consumer_count(self, queue: str) -> int:
         raise NotImplementedError
 
+    def message_count(self, queue: str) -> int:
+        raise NotImplementedError
+
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         raise NotImplementedError
 

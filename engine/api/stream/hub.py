@@ -128,8 +128,10 @@ class StreamHub:
             if self._closing.is_set():
                 yield _error("the API server is shutting down: reconnect")
                 return
+            now = time.monotonic()
+            beat = now >= next_beat
             try:
-                current, due = self._take(subscriber_id, stream_id)
+                current, due = self._take(subscriber_id, stream_id, touch=beat)
             except StoreUnavailableError as exc:
                 log.warning("stream %s: %s", stream_id, exc)
                 yield _error("the state store is unavailable: reconnect")
@@ -139,20 +141,25 @@ class StreamHub:
                 return
             if due:
                 yield b"".join(encode(_update(d)) for d in due)
-                if len(due) == self._options.batch:
-                    continue
-            now = time.monotonic()
-            if now >= next_beat:
+            if beat:
                 yield encode({"type": "HEARTBEAT"})
                 next_beat = now + heartbeat
+            if len(due) == self._options.batch:
+                continue  # more may be due at once
+            now = time.monotonic()
             self._waker.wait(seen, min(next_beat - now, self._poll))
 
-    def _take(self, subscriber_id: str, stream_id: str) -> tuple[bool, list[stream.Due]]:
-        """(still the current stream?, the updates now due on it), retried on a deadlock."""
+    def _take(
+        self, subscriber_id: str, stream_id: str, *, touch: bool
+    ) -> tuple[bool, list[stream.Due]]:
+        """(still the current stream?, the updates now due on it), retried on a deadlock;
+        `touch`: also record that the subscriber's stream is open (at each heartbeat)."""
 
         def work(conn: Connection) -> tuple[bool, list[stream.Due]]:
             if not stream.lock_if_current(conn, subscriber_id, stream_id):
                 return False, []
+            if touch:
+                stream.touch(conn, subscriber_id)
             due = stream.take_due(
                 conn,
                 subscriber_id,

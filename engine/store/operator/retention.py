@@ -1,5 +1,6 @@
 """The statements of history retention: find finished runs past their retention, read them for
-the archive, delete them (steps, events and alerts go with them: ON DELETE CASCADE)."""
+the archive, delete them (steps, events and alerts go with them: ON DELETE CASCADE); and the
+marks of when the retention next needs to look at what it cannot query by age."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, delete, exists, select
+from sqlalchemy import ColumnElement, Connection, delete, exists, literal, select
 
 from sasflow.states import RunState
-from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.store.dialect import upsert_insert
+from sasflow.store.schema import alerts, events, retention_marks, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
 
@@ -78,3 +80,23 @@ def delete_runs(conn: Connection, run_ids: Sequence[int]) -> int:
     if not run_ids:
         return 0
     return conn.execute(delete(runs).where(runs.c.id.in_(list(run_ids)))).rowcount
+
+
+def is_due(conn: Connection, name: str) -> bool:
+    """Whether `name` needs a look now: never marked, or marked due at or before the
+    database's now (primary key)."""
+    later = conn.execute(
+        select(literal(1)).where(retention_marks.c.name == name, retention_marks.c.due_at > now())
+    ).first()
+    return later is None
+
+
+def mark_due(conn: Connection, name: str, in_seconds: float) -> None:
+    """Record that `name` needs a look again `in_seconds` from the database's now (primary
+    key)."""
+    due = plus_seconds(now(), max(0.0, in_seconds))
+    conn.execute(
+        upsert_insert(conn, retention_marks)
+        .values(name=name, due_at=due)
+        .on_conflict_do_update(index_elements=[retention_marks.c.name], set_={"due_at": due})
+    )

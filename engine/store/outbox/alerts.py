@@ -45,6 +45,9 @@ class AlertKind(StrEnum):
     BROKER_OUTAGE = "broker_outage"
     """The supervisor could not reach the broker while work waited for agents nobody has heard
     of (supervisor.broker_outage): one alert in place of one `agent_outage` per agent."""
+    SUBSCRIBER_AWAY = "subscriber_away"
+    """A stream subscriber has had no open stream for a while; it expires later
+    (supervisor.subscribers)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED

@@ -65,6 +65,10 @@ def _subscriber(row: Any) -> Subscriber:
     return Subscriber(row.id, row.name, row.owner, workflows, row.submitted_by)
 
 
+LIVE = subscribers.c.expired_at.is_(None)
+"""Subscribers not expired: an expired one receives nothing and cannot reconnect while its
+updates are deleted (store.outbox.stream_retention)."""
+
 _SUBSCRIBER_COLUMNS = (
     subscribers.c.id,
     subscribers.c.name,
@@ -84,6 +88,7 @@ def create_subscriber(conn: Connection, subscriber: Subscriber, stream_id: str) 
             workflows=None if subscriber.workflows is None else list(subscriber.workflows),
             submitted_by=subscriber.submitted_by,
             stream_id=stream_id,
+            seen_at=now(),
         )
     )
 
@@ -100,14 +105,21 @@ def reconnect_subscriber(conn: Connection, subscriber: Subscriber, stream_id: st
             submitted_by=subscriber.submitted_by,
             stream_id=stream_id,
             connected_at=now(),
+            seen_at=now(),
         )
     )
 
 
+def touch(conn: Connection, subscriber_id: str) -> None:
+    """Record that a stream of the subscriber is open now (at each of its heartbeats; primary
+    key): a subscriber not seen for long is alerted, then expired."""
+    conn.execute(update(subscribers).where(subscribers.c.id == subscriber_id).values(seen_at=now()))
+
+
 def get_subscriber(conn: Connection, subscriber_id: str) -> Subscriber | None:
-    """One subscriber (primary key)."""
+    """One subscriber, unless it expired (primary key)."""
     row = conn.execute(
-        select(*_SUBSCRIBER_COLUMNS).where(subscribers.c.id == subscriber_id)
+        select(*_SUBSCRIBER_COLUMNS).where(subscribers.c.id == subscriber_id, LIVE)
     ).one_or_none()
     return None if row is None else _subscriber(row)
 
@@ -115,7 +127,7 @@ def get_subscriber(conn: Connection, subscriber_id: str) -> Subscriber | None:
 def subscriber_of_stream(conn: Connection, stream_id: str) -> Subscriber | None:
     """The subscriber whose current stream is `stream_id`, if any (uq_subscribers_stream_id)."""
     row = conn.execute(
-        select(*_SUBSCRIBER_COLUMNS).where(subscribers.c.stream_id == stream_id)
+        select(*_SUBSCRIBER_COLUMNS).where(subscribers.c.stream_id == stream_id, LIVE)
     ).one_or_none()
     return None if row is None else _subscriber(row)
 
@@ -202,8 +214,8 @@ def pending_count(conn: Connection, subscriber_id: str) -> int:
 
 
 def all_subscribers(conn: Connection) -> list[Subscriber]:
-    """Every subscriber, for the relay's fan-out (a full scan of a small table)."""
-    return [_subscriber(r) for r in conn.execute(select(*_SUBSCRIBER_COLUMNS))]
+    """Every subscriber not expired, for the relay's fan-out (a full scan of a small table)."""
+    return [_subscriber(r) for r in conn.execute(select(*_SUBSCRIBER_COLUMNS).where(LIVE))]
 
 
 @dataclass(frozen=True)

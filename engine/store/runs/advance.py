@@ -216,5 +216,6 @@ class _Applier:
                 actor=self.actor,
                 detail=detail,
                 reason=reason,
+                workflow=run.workflow,
             )
         )

@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from sasflow.commands import StepOutcome, StoredError
+from sasflow.commands import FinishedRun, StepOutcome, StoredError
 from sasflow.registry import Registry
-from sasflow.states import ReplyStatus, RunState, StepState
+from sasflow.states import ReplyStatus, StepState
 from sasflow.store.dialect import capabilities
 from sasflow.store.notify import notify_ready
 from sasflow.store.runs import events, queries
@@ -33,8 +33,8 @@ class ApplyReport:
     ready: int = 0
     backing_off: int = 0
     """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
-    finished: dict[int, RunState] = field(default_factory=dict)
-    """Runs that reached a terminal state: run id -> state."""
+    finished: dict[int, FinishedRun] = field(default_factory=dict)
+    """Runs that reached a terminal state: run id -> its state and workflow."""
 
 
 def apply_outcomes(

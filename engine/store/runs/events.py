@@ -11,6 +11,7 @@ import psycopg
 from sqlalchemy import Connection, Row, insert
 from sqlalchemy.exc import DBAPIError
 
+from sasflow.commands import FinishedRun
 from sasflow.states import QUIET_STEP_STATES, TERMINAL_RUN_STATES, AgentState, RunState, StepState
 from sasflow.store.dialect import capabilities
 from sasflow.store.outbox import callbacks
@@ -33,6 +34,9 @@ class Event:
     attempt: int | None = None
     reason: str | None = None
     detail: Any = None
+    workflow: str | None = None
+    """The run's workflow, on the events that end a run (what `finished_runs` reports); not a
+    column: the run's row holds it."""
 
     def row(self) -> dict[str, Any]:
         # Step events not worth a status message (dispatches, retries): they are in the
@@ -114,10 +118,14 @@ def step_event(
     )
 
 
-def finished_runs(batch: Sequence[Event]) -> dict[int, RunState]:
-    """The runs that `batch` takes to a terminal state: run id -> state."""
+UNKNOWN_WORKFLOW = "unknown"
+"""The workflow `finished_runs` reports for an ending event that did not name one."""
+
+
+def finished_runs(batch: Sequence[Event]) -> dict[int, FinishedRun]:
+    """The runs that `batch` takes to a terminal state: run id -> its state and workflow."""
     return {
-        e.run_id: RunState(e.to_state)
+        e.run_id: FinishedRun(RunState(e.to_state), e.workflow or UNKNOWN_WORKFLOW)
         for e in batch
         if e.entity == "run" and e.run_id is not None and e.to_state in TERMINAL_RUN_STATES
     }

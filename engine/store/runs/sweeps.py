@@ -184,6 +184,14 @@ class SweepReport:
     """Dead-lettered requests counted as failures before their deadline."""
     pruned: int = 0
     """Finished runs deleted past their retention."""
+    audit_pruned: int = 0
+    """Audit records deleted past their retention."""
+    subscribers_expired: int = 0
+    """Stream subscribers away past their expiry, expired (their updates deleted after)."""
+    updates_deleted: int = 0
+    """Unacknowledged updates of expired subscribers deleted."""
+    dead_letters_expired: int = 0
+    """Dead letters removed from <ns>.dead past their age or beyond its bound (audited)."""
     agents_lost: int = 0
     """Agent instances that missed their heartbeats (sasflow.supervisor.fleet)."""
     deadlines: int = 0
@@ -193,10 +201,26 @@ class SweepReport:
     """False when the time budget ran out with expired steps left."""
 
     def summary(self) -> str:
-        return (
-            f"reclaimed={self.reclaimed} escalated={self.escalated} "
-            f"compensations={self.compensations} alerts={len(self.alerts)} "
-            f"dead_requests={self.dead_requests} pruned={self.pruned} "
-            f"agents_lost={self.agents_lost} waited={self.waited} deadlines={self.deadlines} "
-            f"seconds={self.seconds:.3f}" + ("" if self.complete else " incomplete=budget")
-        )
+        counts = {
+            "reclaimed": self.reclaimed,
+            "escalated": self.escalated,
+            "compensations": self.compensations,
+            "alerts": len(self.alerts),
+            "dead_requests": self.dead_requests,
+            "pruned": self.pruned,
+            "agents_lost": self.agents_lost,
+            "waited": self.waited,
+            "deadlines": self.deadlines,
+        }
+        retention = {  # shown when something was done
+            "audit_pruned": self.audit_pruned,
+            "subscribers_expired": self.subscribers_expired,
+            "updates_deleted": self.updates_deleted,
+            "dead_letters_expired": self.dead_letters_expired,
+        }
+        parts = [f"{k}={v}" for k, v in counts.items()]
+        parts += [f"{k}={v}" for k, v in retention.items() if v]
+        parts.append(f"seconds={self.seconds:.3f}")
+        if not self.complete:
+            parts.append("incomplete=budget")
+        return " ".join(parts)

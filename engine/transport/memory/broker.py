@@ -378,6 +378,11 @@ class MemoryBroker:
             self._check(channel)
             return len(self._require_queue(channel, queue).consumers)
 
+    def _message_count(self, channel: Channel, queue: str) -> int:
+        with self._lock:
+            self._check(channel)
+            return len(self._require_queue(channel, queue).ready)
+
     def _consume(
         self, channel: Channel, queue: str, handler: Callable[[Delivery], None], prefetch: int
     ) -> None:

@@ -73,6 +73,9 @@ class MemoryTransport:
     def consumer_count(self, queue: str) -> int:
         return self._broker._consumer_count(self._chan(), queue)
 
+    def message_count(self, queue: str) -> int:
+        return self._broker._message_count(self._chan(), queue)
+
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         self._broker._consume(self._chan(), queue, handler, prefetch)
 
