@@ -513,37 +513,42 @@ class RabbitInstance:
         finally:
             os.kill(self.os_pid, signal.SIGCONT)
 
-    def setting(self, key: str) -> int | None:
-        """An integer setting of the `rabbit` application in the running node (None: unset)."""
-        done = self.ctl("eval", f"application:get_env(rabbit, {_setting_name(key)}).")
-        found = re.fullmatch(r"\{ok,(\d+)\}", done.stdout.strip())
-        return int(found.group(1)) if found else None
+    def settings(self, *keys: str) -> dict[str, int | None]:
+        """Integer settings of the `rabbit` application in the running node (None: unset)."""
+        asked = ", ".join(f"application:get_env(rabbit, {_setting_name(k)})" for k in keys)
+        done = self.ctl("eval", f"[{asked}].")
+        found = [m.group(1) for m in re.finditer(r"\{ok,(\d+)\}|undefined", done.stdout)]
+        if len(found) != len(keys):
+            raise ServiceError(f"{self.node}: unexpected settings {done.stdout.strip()!r}")
+        return {
+            key: None if value is None else int(value)
+            for key, value in zip(keys, found, strict=True)
+        }
 
-    def set_setting(self, key: str, value: int | None) -> None:
-        """Set (None: unset) an integer setting of the `rabbit` application in the running
-        node, for what reads it from then on (a channel reads its consumer timeout and tick
-        when it opens). The node's files are left alone: a restart forgets it."""
-        name = _setting_name(key)
-        self.ctl(
-            "eval",
-            f"application:unset_env(rabbit, {name})."
+    def set_settings(self, settings: dict[str, int | None]) -> None:
+        """Set (None: unset) integer settings of the `rabbit` application in the running
+        node, for what reads them from then on (a channel reads its consumer timeout and tick
+        when it opens). The node's files are left alone: a restart forgets them."""
+        changes = ", ".join(
+            f"application:unset_env(rabbit, {_setting_name(key)})"
             if value is None
-            else f"application:set_env(rabbit, {name}, {int(value)}).",
+            else f"application:set_env(rabbit, {_setting_name(key)}, {int(value)})"
+            for key, value in settings.items()
         )
+        self.ctl("eval", f"{changes}.")
 
     def override_consumer_timeout(self, seconds: float) -> dict[str, int | None]:
         """Give the running node a consumer timeout of `seconds`, checked every
-        CHANNEL_TICK_MS, for the channels opened from now on (the node's files say otherwise:
-        a restart forgets it); returns what it had, for `restore_settings`."""
-        keys = ("consumer_timeout", "channel_tick_interval")
-        before = {key: self.setting(key) for key in keys}
-        self.set_setting("consumer_timeout", round(seconds * 1000))
-        self.set_setting("channel_tick_interval", CHANNEL_TICK_MS)
+        CHANNEL_TICK_MS, for the channels opened from now on (its files say otherwise: a
+        restart forgets it); returns what it had, for `set_settings` to put back."""
+        before = self.settings("consumer_timeout", "channel_tick_interval")
+        self.set_settings(
+            {
+                "consumer_timeout": round(seconds * 1000),
+                "channel_tick_interval": CHANNEL_TICK_MS,
+            }
+        )
         return before
-
-    def restore_settings(self, settings: dict[str, int | None]) -> None:
-        for key, value in settings.items():
-            self.set_setting(key, value)
 
     def disk_alarm_for(self, seconds: float) -> None:
         """Raise the free-disk limit above the disk's size: the disk alarm blocks every

@@ -186,21 +186,10 @@ def test_a_channel_closed_for_the_consumer_timeout_during_a_publish_does_not_ref
     """The broker closes the channel (406 PRECONDITION_FAILED, as it does for a message it
     refuses) because a delivery of it stayed unacknowledged: the message being confirmed is
     not refused for good (a scheduler would fail its step), it is to be sent again."""
-    names = Names(services.unique("sfct"))
-    queue = f"{names.namespace}.held"
+    queue = f"{services.unique('sfct')}.held"
     transport = RabbitMQTransport(rabbit.url, process_name="test-held")
-    transport.connect()
     try:
-        transport.declare_queue(queue, dead_letter_exchange=None)
-        transport.publish(Outgoing("", queue, b"held"))
-        held: list[Delivery] = []
-        transport.consume(queue, held.append, prefetch=1)
-
-        def delivered() -> bool:
-            transport.process(0.1)
-            return bool(held)
-
-        harness.wait_for(delivered, what="the delivery")
+        _hold_one(transport, queue)
         # The broker closes the channel meanwhile; its close waits in the socket until the
         # publish below reads from it.
         time.sleep(CONSUMER_TIMEOUT + 2 * CHANNEL_TICK_MS / 1000)
@@ -211,3 +200,46 @@ def test_a_channel_closed_for_the_consumer_timeout_during_a_publish_does_not_ref
         assert isinstance(outcome, BrokerUnavailableError), f"refused: {outcome!r}"
     finally:
         transport.close()
+
+
+def _hold_one(transport: RabbitMQTransport, queue: str) -> None:
+    """Connect, and consume one message of `queue` (made for it) without acknowledging it."""
+    transport.connect()
+    transport.declare_queue(queue, dead_letter_exchange=None)
+    transport.publish(Outgoing("", queue, b"held"))
+    held: list[Delivery] = []
+    transport.consume(queue, held.append, prefetch=1)
+
+    def delivered() -> bool:
+        transport.process(0.1)
+        return bool(held)
+
+    harness.wait_for(delivered, what="the delivery")
+
+
+def test_a_running_node_given_a_consumer_timeout_in_memory_applies_it_to_new_channels(
+    rabbit: RabbitInstance,
+) -> None:
+    """How a chaos run on a running cluster gives its nodes the run's consumer timeout (their
+    files have theirs), and puts their settings back at its end."""
+    configured = {"consumer_timeout": round(CONSUMER_TIMEOUT * 1000), "channel_tick_interval": 1000}
+    assert rabbit.settings("consumer_timeout", "channel_tick_interval") == configured
+    before = rabbit.override_consumer_timeout(2.0)
+    assert before == configured
+    offset = _log_size(rabbit)
+    transport = RabbitMQTransport(rabbit.url, process_name="test-held-in-memory")
+    try:
+        assert rabbit.settings("consumer_timeout")["consumer_timeout"] == 2000
+        _hold_one(transport, f"{services.unique('sfct')}.held")
+        harness.wait_for(
+            lambda: _timeouts_logged(rabbit, offset) == 1,
+            timeout=15,
+            interval=0.2,
+            what="the channel closed for the consumer timeout",
+        )
+        used = rabbit.log_file.read_bytes()[offset:].decode(errors="replace")
+        assert "Timeout used: 2000 ms" in used
+    finally:
+        transport.close()
+        rabbit.set_settings(before)
+    assert rabbit.settings("consumer_timeout", "channel_tick_interval") == configured
