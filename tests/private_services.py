@@ -154,12 +154,18 @@ def postgres(say: Callable[[str], None] = print) -> Iterator[PrivatePostgres]:
 
 
 @contextlib.contextmanager
-def rabbitmq(say: Callable[[str], None] = print) -> Iterator[RabbitInstance]:
+def rabbitmq(
+    say: Callable[[str], None] = print, *, consumer_timeout: float | None = None
+) -> Iterator[RabbitInstance]:
     """A RabbitMQ node of the caller's own (`url` for the processes, `stop_app()` and
-    `start_app()` for the faults)."""
+    `start_app()` for the faults), with a `consumer_timeout` in seconds if given (default:
+    RabbitMQ's, 30 minutes)."""
     started = time.monotonic()
     with _thrown_away(
-        "rabbitmq", lambda root, run_id: RabbitInstance(root, run_id, prefix=PREFIX)
+        "rabbitmq",
+        lambda root, run_id: RabbitInstance(
+            root, run_id, prefix=PREFIX, consumer_timeout=consumer_timeout
+        ),
     ) as instance:
         say(
             f"\n[private services] RabbitMQ {instance.node} on :{instance.port} in "

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 PERSISTENT = 2
 PRECONDITION_FAILED = 406
 JSON = "application/json"
+CONSUMER_SIDE = ("delivery acknowledgement on channel", "unknown delivery tag")
+"""PRECONDITION_FAILED texts about the channel's consumer side, not a message it publishes: a
+delivery left unacknowledged past the broker's consumer timeout, an ack of a tag it does not
+know. The messages awaiting their confirms then are sent again on the next connection."""
 
 
 MESSAGE_REFUSED: tuple[type[Exception], ...] = (
@@ -90,6 +94,13 @@ def _refused(exc: Exception) -> bool:
     return isinstance(exc, pika.exceptions.ChannelClosedByBroker) and (
         exc.reply_code == ACCESS_REFUSED
     )
+
+
+def _refuses_message(exc: pika.exceptions.ChannelClosedByBroker) -> bool:
+    """Whether the broker closed the channel over a message published on it (e.g. one larger
+    than its max_message_size), not over its consumer side (CONSUMER_SIDE)."""
+    text = str(exc.reply_text)
+    return exc.reply_code == PRECONDITION_FAILED and not any(t in text for t in CONSUMER_SIDE)
 
 
 @contextlib.contextmanager
@@ -491,7 +502,7 @@ class RabbitMQTransport:
         try:
             _wait_until(self._chan(), lambda: tracker.is_settled(waiting))
         except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code != PRECONDITION_FAILED:  # e.g. larger than max_message_size
+            if not _refuses_message(exc):
                 raise
             unsettled = [i for i, t in tags.items() if not tracker.is_settled([t])]
             if len(unsettled) != 1:

@@ -1,5 +1,5 @@
-"""`python -m tests.chaos --runs N --seed S --duration SECONDS [--cluster]`: the chaos suite's
-long form, on instances of its own or (`--cluster`) on the local cluster.
+"""`python -m tests.chaos --runs N --seed S --duration SECONDS [--cluster] [--no-early-acks]`:
+the chaos suite's long form, on instances of its own or (`--cluster`) on the local cluster.
 
 Exits 0 when every invariant held, 1 on any violation, 2 when the suite could not run (its
 own PostgreSQL or RabbitMQ instance did not start). Ctrl-C and SIGTERM stop the processes
@@ -54,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --cluster: use the running cluster of this state directory "
         "(scripts/cluster start; default: start one of the run's own)",
     )
+    parser.add_argument(
+        "--no-early-acks",
+        action="store_true",
+        help="do not tell the agents the broker's consumer timeout "
+        "(SASFLOW_BROKER_CONSUMER_TIMEOUT=0): they acknowledge every request after its reply, "
+        "and the long steps' check is expected to fail (it shows that it can)",
+    )
     args = parser.parse_args(argv)
     if args.cluster_dir is not None and not args.cluster:
         parser.error("--cluster-dir needs --cluster")
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         logs=args.logs,
         cluster=args.cluster,
         cluster_dir=args.cluster_dir,
+        early_acks=not args.no_early_acks,
     )
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -1,5 +1,6 @@
 """The chaos app: a three-step workflow on two agents, each step calling the fake remote
-service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key.
+service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key; and a one-step workflow whose
+step works longer than the broker's consumer timeout (the `long_steps` fault).
 
 Every step's output carries the attempt that produced it and the service's effect id, so the
 checker can tell which attempt's reply the scheduler accepted.
@@ -100,4 +101,42 @@ order = Workflow(
     ],
 )
 
-registry = Registry([order], [alpha, beta])
+CONSUMER_TIMEOUT = 10.0
+"""Seconds the chaos runs' broker lets a delivery go unacknowledged (its `consumer_timeout`,
+30 minutes by default). Above twice POLICY's timeout: the requests of the short steps are
+acknowledged after their reply, as before."""
+LONG_WORK = 1.5 * CONSUMER_TIMEOUT
+"""Seconds the long step works: past the consumer timeout."""
+LONG_POLICY = StepPolicy(
+    timeout=2.5 * CONSUMER_TIMEOUT,  # at least half the consumer timeout: acked at its start
+    heartbeat_timeout=5,
+    max_failures=25,
+    backoff=Backoff(initial=0.2, maximum=2),
+)
+
+
+@alpha.handler("long_work")
+def long_work(call: Call) -> dict[str, Any]:
+    """Work `hold` seconds, heartbeating, then call the remote service (once: no `work`)."""
+    until = time.monotonic() + float((call.input or {}).get("hold", 0))
+    while (left := until - time.monotonic()) > 0:
+        call.heartbeat()
+        if call.cancelled.wait(min(1.0, left)):
+            raise TransientError("the agent gave the attempt up (stopping, or past its deadline)")
+    return call_remote(call)
+
+
+long_run = Workflow(
+    "chaos_long",
+    [
+        Step(
+            "long",
+            "alpha",
+            "long_work",
+            policy=LONG_POLICY,
+            input=lambda ctx: {"hold": ctx.run_input.get("hold", LONG_WORK)},
+        )
+    ],
+)
+
+registry = Registry([order, long_run], [alpha, beta])

@@ -16,7 +16,9 @@ time. A fault's clock starts when it hits (the SIGKILL, the delete, the promotio
 its target is looked for (a `rabbitmqctl list_queues`, about a second).
 
 The processes get the three nodes as their broker list and both servers in a multi-host
-database URL, as in production (docs/howto/production-topology.md).
+database URL, as in production (docs/howto/production-topology.md). The nodes get the run's
+consumer timeout (10 s, for the `long_steps` fault): in their files when the cluster is the
+run's own, else in their memory for the run's duration.
 """
 
 from __future__ import annotations
@@ -48,11 +50,24 @@ class Cluster:
     """The local cluster as a chaos run's stack: its own (started and removed with the run),
     or a running one (`running`: its state directory), used and left running."""
 
-    def __init__(self, root: Path, running: Path | None, names: Names) -> None:
+    def __init__(
+        self,
+        root: Path,
+        running: Path | None,
+        names: Names,
+        *,
+        consumer_timeout: float | None = None,
+    ) -> None:
+        """`consumer_timeout`: the RabbitMQ nodes', in seconds: in the files of a cluster of
+        the run's own; in the memory of a running one's nodes until the run ends (given again
+        to a node it restarts), since their files have theirs."""
         self.names = names
         self.own = running is None
+        self.consumer_timeout = consumer_timeout
+        self._saved: dict[str, dict[str, int | None]] = {}
+        """A running cluster's nodes' settings before the run (restored at its end)."""
         if running is None:
-            self.local = LocalCluster.new(root / "cluster")
+            self.local = LocalCluster.new(root / "cluster", consumer_timeout=consumer_timeout)
         else:
             found = LocalCluster.load(running)
             if found is None:
@@ -91,13 +106,29 @@ class Cluster:
             self.local.start()
         else:
             self.local.attach()
+            self._override(self.rabbit.nodes)
         self.postgres.primary.admin(f'CREATE DATABASE "{self.database}" OWNER {APP_ROLE}')
+
+    def _override(self, nodes: list[RabbitInstance]) -> None:
+        """A running cluster's `nodes` get the run's consumer timeout (in memory)."""
+        if self.own or self.consumer_timeout is None:
+            return
+        for node in nodes:
+            saved = node.override_consumer_timeout(self.consumer_timeout)
+            self._saved.setdefault(node.node, saved)  # a restarted node read its files again
+
+    def _boot(self, node: RabbitInstance) -> None:
+        node.boot()
+        self._override([node])
 
     def describe(self) -> str:
         nodes = ", ".join(f"{n.node} :{n.port}" for n in self.rabbit.nodes)
         pair = self.postgres
+        timeout = self.consumer_timeout
         return (
-            f"rabbitmq {nodes}; postgresql {pair.primary_name} :{pair.primary.port} primary, "
+            f"rabbitmq {nodes}"
+            + ("" if timeout is None else f" (consumer timeout {timeout:g}s)")
+            + f"; postgresql {pair.primary_name} :{pair.primary.port} primary, "
             f"{pair.standby_name} :{pair.standby.port} synchronous standby"
             + ("" if self.own else f"; cluster of {self.local.root}")
         )
@@ -150,7 +181,7 @@ class Cluster:
         pid = node.pid()
         self._began = time.time()
         node.kill(pid)
-        self._restore_later(node.boot, hold)
+        self._restore_later(lambda: self._boot(node), hold)
 
     def actions(self, fleet: Fleet) -> Actions:  # noqa: ARG002 - no fault here needs the fleet
         names, rabbit = self.names, self.rabbit
@@ -199,7 +230,11 @@ class Cluster:
         try:
             self._restored()
         finally:
-            self.local.heal()
+            booted = self.local.heal()
+            self._override([node for node in self.rabbit.nodes if node.node in booted])
+
+    def brokers(self) -> list[RabbitInstance]:
+        return list(self.rabbit.nodes)
 
     def stop(self) -> None:
         if self.own:
@@ -207,5 +242,8 @@ class Cluster:
             return
         with contextlib.suppress(ServiceError):
             self.local.heal()
+            for node in self.rabbit.nodes:
+                if node.node in self._saved:
+                    node.set_settings(self._saved[node.node])
             self.rabbit.delete_namespace(self.names.namespace)
             self.postgres.primary.admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')

@@ -32,11 +32,15 @@ SERVICE_FAULTS = (
     "pg_connection_limit",
 )
 MESSAGE_FAULTS = ("poison", "duplicates", "stale_replies")
-ALL_FAULTS = PROCESS_FAULTS + SERVICE_FAULTS + MESSAGE_FAULTS
+LOAD_FAULTS = ("long_steps",)
+"""Work the system must carry through the other faults: `long_steps` submits runs whose step
+works longer than the broker's consumer timeout (tests/chaos/long_steps.py)."""
+ALL_FAULTS = PROCESS_FAULTS + SERVICE_FAULTS + MESSAGE_FAULTS + LOAD_FAULTS
 WEIGHTS = {
     **dict.fromkeys(PROCESS_FAULTS, 4),
     **dict.fromkeys(SERVICE_FAULTS, 1),
     **dict.fromkeys(MESSAGE_FAULTS, 2),
+    **dict.fromkeys(LOAD_FAULTS, 2),
 }
 CLUSTER_FAULTS = (
     "leader_kill_agent",
@@ -49,8 +53,12 @@ CLUSTER_FAULTS = (
 """The local cluster's (`--cluster`): a RabbitMQ node SIGKILLed (the one leading an agent queue,
 the submit or the replies queue, or one leading no agent queue), a queue deleted under its
 consumers, the PostgreSQL standby promoted and the old primary fenced."""
-CLUSTER_RUN = CLUSTER_FAULTS + MESSAGE_FAULTS
-CLUSTER_WEIGHTS = {**dict.fromkeys(CLUSTER_FAULTS, 3), **dict.fromkeys(MESSAGE_FAULTS, 1)}
+CLUSTER_RUN = CLUSTER_FAULTS + MESSAGE_FAULTS + LOAD_FAULTS
+CLUSTER_WEIGHTS = {
+    **dict.fromkeys(CLUSTER_FAULTS, 3),
+    **dict.fromkeys(MESSAGE_FAULTS, 1),
+    **dict.fromkeys(LOAD_FAULTS, 1),
+}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,11 @@ APP_ROLE = "sasflow_app"
 """The roles connect as this owner of the database, not as a superuser: superusers are exempt
 from the connection limits the `pg_connection_limit` fault sets."""
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
+CHANNEL_TICK_MS = 1000
+"""The channel tick of a node given a consumer timeout: RabbitMQ (3.10) compares a channel's
+oldest unacknowledged delivery with `consumer_timeout` only on this tick (`channel_tick_interval`,
+60 s by default, an application setting outside rabbitmq.conf's schema), so a timeout of a few
+seconds closes the channel about a second after it passed instead of up to a minute later."""
 
 
 class ServiceError(RuntimeError):
@@ -320,6 +326,12 @@ class PostgresStandby(PostgresInstance):
         self._pg_ctl_start()
 
 
+def _setting_name(key: str) -> str:
+    if re.fullmatch(r"[a-z][a-z_]*", key) is None:
+        raise ValueError(f"not a RabbitMQ setting name: {key!r}")
+    return key
+
+
 class RabbitInstance:
     """A second RabbitMQ node on this machine with its own name, ports, cookie and files."""
 
@@ -332,10 +344,15 @@ class RabbitInstance:
         ports: tuple[int, int] | None = None,
         cookie: str | None = None,
         config: str = "",
+        consumer_timeout: float | None = None,
     ) -> None:
         """`ports`: its AMQP and distribution ports (default: free ones); `cookie`: its Erlang
         cookie (default: a random one; nodes of one cluster share theirs); `config`: lines
-        added to its rabbitmq.conf."""
+        added to its rabbitmq.conf; `consumer_timeout`: seconds a delivery may stay
+        unacknowledged before the node closes its channel (default: RabbitMQ's, 30 minutes),
+        checked every CHANNEL_TICK_MS."""
+        if consumer_timeout is not None and consumer_timeout <= 0:
+            raise ValueError(f"consumer_timeout must be > 0 seconds, got {consumer_timeout!r}")
         server = RABBIT_BIN / "rabbitmq-server"
         if not server.exists():
             raise ServiceError(f"RabbitMQ is not installed ({server} missing)")
@@ -344,6 +361,7 @@ class RabbitInstance:
         self.port, self.dist_port = ports or (free_port(), free_port())
         self.cookie = cookie or os.urandom(16).hex().upper()
         self.config = config
+        self.consumer_timeout = consumer_timeout
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
         self.os_pid: int | None = None
         self.started = False
@@ -381,12 +399,23 @@ class RabbitInstance:
         (self.root / "enabled_plugins").write_text("[].\n")
         (self.root / "rabbitmq-env.conf").write_text("# sasflow chaos: nothing from /etc\n")
         # No management or prometheus listener (no plugins), loopback only.
+        timeout = self.consumer_timeout
         (self.root / "rabbitmq.conf").write_text(
             f"listeners.tcp.local = 127.0.0.1:{self.port}\n"
             "log.console = false\n"
             "log.file.level = warning\n"
-            f"{self.config}"
+            + ("" if timeout is None else f"consumer_timeout = {round(timeout * 1000)}\n")
+            + self.config
         )
+        if timeout is not None:
+            (self.root / "advanced.config").write_text(
+                f"[{{rabbit, [{{channel_tick_interval, {CHANNEL_TICK_MS}}}]}}].\n"
+            )
+
+    @property
+    def log_file(self) -> Path:
+        """The node's log (warnings and errors; kept across its restarts)."""
+        return self.root / "log" / f"{self.node}.log"
 
     def ctl(
         self, *args: str, timeout: float = 120, check: bool = True
@@ -483,6 +512,43 @@ class RabbitInstance:
             time.sleep(seconds)
         finally:
             os.kill(self.os_pid, signal.SIGCONT)
+
+    def settings(self, *keys: str) -> dict[str, int | None]:
+        """Integer settings of the `rabbit` application in the running node (None: unset)."""
+        asked = ", ".join(f"application:get_env(rabbit, {_setting_name(k)})" for k in keys)
+        done = self.ctl("eval", f"[{asked}].")
+        found = [m.group(1) for m in re.finditer(r"\{ok,(\d+)\}|undefined", done.stdout)]
+        if len(found) != len(keys):
+            raise ServiceError(f"{self.node}: unexpected settings {done.stdout.strip()!r}")
+        return {
+            key: None if value is None else int(value)
+            for key, value in zip(keys, found, strict=True)
+        }
+
+    def set_settings(self, settings: dict[str, int | None]) -> None:
+        """Set (None: unset) integer settings of the `rabbit` application in the running
+        node, for what reads them from then on (a channel reads its consumer timeout and tick
+        when it opens). The node's files are left alone: a restart forgets them."""
+        changes = ", ".join(
+            f"application:unset_env(rabbit, {_setting_name(key)})"
+            if value is None
+            else f"application:set_env(rabbit, {_setting_name(key)}, {int(value)})"
+            for key, value in settings.items()
+        )
+        self.ctl("eval", f"{changes}.")
+
+    def override_consumer_timeout(self, seconds: float) -> dict[str, int | None]:
+        """Give the running node a consumer timeout of `seconds`, checked every
+        CHANNEL_TICK_MS, for the channels opened from now on (its files say otherwise: a
+        restart forgets it); returns what it had, for `set_settings` to put back."""
+        before = self.settings("consumer_timeout", "channel_tick_interval")
+        self.set_settings(
+            {
+                "consumer_timeout": round(seconds * 1000),
+                "channel_tick_interval": CHANNEL_TICK_MS,
+            }
+        )
+        return before
 
     def disk_alarm_for(self, seconds: float) -> None:
         """Raise the free-disk limit above the disk's size: the disk alarm blocks every

@@ -24,6 +24,8 @@ from sasflow.store.db import make_engine
 from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import Names
 from tests.chaos import faults as faultplan
+from tests.chaos import long_steps
+from tests.chaos.app import CONSUMER_TIMEOUT
 from tests.chaos.broker import Publisher, drain
 from tests.chaos.checks import Observed, Report, check
 from tests.chaos.cluster_faults import Cluster
@@ -67,6 +69,9 @@ class ChaosConfig:
     cluster_dir: Path | None = None
     """With `cluster`: the state directory of a running cluster (`scripts/cluster start`) to
     use and leave running, instead of one of the run's own."""
+    early_acks: bool = True
+    """Whether the agents are told the broker's consumer timeout (app.CONSUMER_TIMEOUT); if
+    not, they acknowledge every request after its reply and the long steps' check fails."""
 
 
 @dataclass
@@ -88,9 +93,14 @@ class ChaosRun:
         self.names = Names(f"chaos{run_id}")
         self.remote = RemoteService()
         self.stack: Stack = (
-            Cluster(self.root, self.config.cluster_dir, self.names)
+            Cluster(
+                self.root,
+                self.config.cluster_dir,
+                self.names,
+                consumer_timeout=CONSUMER_TIMEOUT,
+            )
             if self.config.cluster
-            else SingleNode(self.root, run_id)
+            else SingleNode(self.root, run_id, consumer_timeout=CONSUMER_TIMEOUT)
         )
         self.fleet: Fleet | None = None
         self.engine: Engine | None = None
@@ -108,6 +118,7 @@ class ChaosRun:
             "SASFLOW_NAMESPACE": self.names.namespace,
             "SASFLOW_APP": "tests.chaos.app",
             "SASFLOW_CHAOS_REMOTE_URL": self.remote.url,
+            **long_steps.agent_environment(CONSUMER_TIMEOUT, self.config.early_acks),
             "PYTHONPATH": str(REPO),
             "PYTHONUNBUFFERED": "1",
         }
@@ -228,7 +239,9 @@ class ChaosRun:
                 # 0 when they settled before a cluster fault hit (its target being looked for)
                 record.settled = None if settled is None else max(0.0, settled - record.started)
 
-    def _actions(self, driver: Driver, publisher: Publisher) -> dict[str, Callable[[Fault], str]]:
+    def _actions(
+        self, driver: Driver, publisher: Publisher, long: long_steps.LongSteps
+    ) -> dict[str, Callable[[Fault], str]]:
         assert self.fleet is not None
         assert self.engine is not None
         fleet, engine = self.fleet, self.engine
@@ -268,6 +281,7 @@ class ChaosRun:
             "poison": poison,
             "duplicates": duplicates,
             "stale_replies": stale,
+            "long_steps": lambda _fault: long.inject(publisher),
         }
         for kind in faultplan.PROCESS_FAULTS:
             actions[kind] = kill if kind.startswith("kill") else pause
@@ -350,7 +364,13 @@ class ChaosRun:
             progress=injector.progress,
         )
         publisher = Publisher(self.stack.broker_url)  # owned by the injector's thread
-        injector.actions = self._actions(driver, publisher)
+        long = long_steps.LongSteps(
+            self.engine,
+            driver,
+            config.seed,
+            long_steps.BrokerLogs([node.log_file for node in self.stack.brokers()]),
+        )
+        injector.actions = self._actions(driver, publisher, long)
         injector.ready = self.stack.ready
         injector.before = self._watch_settling
         injector.after = lambda record, snapshot: self._recovery(
@@ -391,7 +411,10 @@ class ChaosRun:
             fault_errors=injector.errors,
             fault_types=tuple(weights),
         )
-        return check(self.engine, seen)
+        report = check(self.engine, seen)
+        told = CONSUMER_TIMEOUT if config.early_acks else 0.0
+        long.check(report, calls, told)
+        return report
 
     def close(self) -> None:
         """Stop what this run started and remove its directory (idempotent)."""

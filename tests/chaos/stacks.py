@@ -58,15 +58,19 @@ class Stack(Protocol):
     def ensure_running(self) -> None:
         """Start whatever a fault left down (healing)."""
 
+    def brokers(self) -> list[RabbitInstance]:
+        """The RabbitMQ nodes (their logs count the channels closed by the consumer timeout)."""
+
     def stop(self) -> None: ...
 
 
 class SingleNode:
     """One PostgreSQL and one RabbitMQ instance of the run's own, on free ports."""
 
-    def __init__(self, root: Path, run_id: str) -> None:
+    def __init__(self, root: Path, run_id: str, *, consumer_timeout: float | None = None) -> None:
+        """`consumer_timeout`: the RabbitMQ node's, in seconds (default: RabbitMQ's)."""
         self.postgres = PostgresInstance(root)
-        self.rabbit = RabbitInstance(root, run_id)
+        self.rabbit = RabbitInstance(root, run_id, consumer_timeout=consumer_timeout)
 
     @property
     def broker_url(self) -> str:
@@ -88,7 +92,11 @@ class SingleNode:
         self.rabbit.start()
 
     def describe(self) -> str:
-        return f"postgres :{self.postgres.port}, rabbitmq {self.rabbit.node} :{self.rabbit.port}"
+        timeout = self.rabbit.consumer_timeout
+        return (
+            f"postgres :{self.postgres.port}, rabbitmq {self.rabbit.node} :{self.rabbit.port}"
+            + ("" if timeout is None else f" (consumer timeout {timeout:g}s)")
+        )
 
     def targets(self) -> dict[str, list[str]]:
         return {}
@@ -146,6 +154,9 @@ class SingleNode:
     def ensure_running(self) -> None:
         self.rabbit.ensure_running()
         self.postgres.ensure_running()
+
+    def brokers(self) -> list[RabbitInstance]:
+        return [self.rabbit]
 
     def stop(self) -> None:
         self.rabbit.stop()

@@ -20,7 +20,8 @@ def test_every_invariant_holds_under_the_seeded_fault_schedule(tmp_path: Path) -
     """300 runs through 2 schedulers, 4 agents and 2 supervisors while processes are killed
     and stopped, RabbitMQ and PostgreSQL restarted and poison injected: no run lost, no
     double effect, no stale completion, nothing stuck, no crash loop, all poison
-    dead-lettered with a reason."""
+    dead-lettered with a reason; steps longer than the broker's consumer timeout complete,
+    no attempt of theirs run twice."""
     report = run(
         ChaosConfig(runs=300, seed=1, duration=100, heal_timeout=120, logs=tmp_path / "logs")
     )

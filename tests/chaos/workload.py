@@ -39,6 +39,8 @@ class Submissions:
     keys: list[str] = field(default_factory=list)
     duplicates: int = 0
     unconfirmed: list[str] = field(default_factory=list)
+    once: set[str] = field(default_factory=set)
+    """Keys of other workflows' runs (`Driver.submit_once`): never submitted again."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -110,13 +112,20 @@ class Driver(threading.Thread):
         """Submit one more run (from the calling thread) to time the recovery with."""
         return self._send(key, submission(key, 0.0), publisher=publisher)
 
+    def submit_once(self, publisher: Publisher, key: str, body: bytes) -> bool:
+        """Submit one run of another workflow (`body`, from the calling thread), counted with
+        the others but never chosen as a duplicate (it would be another workflow's run)."""
+        with self.result.lock:
+            self.result.once.add(key)
+        return self._send(key, body, publisher=publisher)
+
     def duplicate_some(
         self, publisher: Publisher, rng: random.Random, count: int, *, variant: int
     ) -> None:
         """Submit `count` confirmed keys again, with another input (`publisher` and `rng`
         belong to the calling thread)."""
         with self.result.lock:
-            known = list(self.result.keys)
+            known = [key for key in self.result.keys if key not in self.result.once]
         for key in rng.sample(known, min(count, len(known))):
             self._send(
                 key, submission(key, 0.0, variant=variant), duplicate=True, publisher=publisher

@@ -59,14 +59,16 @@ class LocalCluster:
             f"sasflow-{self.id}",
             str(state["cookie"]),
             [(int(n["port"]), int(n["dist_port"])) for n in state["rabbit"]],
+            consumer_timeout=state.get("consumer_timeout"),
         )
         ports = [int(state["postgres"][name]) for name in NAMES]
         self.postgres = PostgresPair(root, (ports[0], ports[1]))
         self.timings = Timings()
 
     @classmethod
-    def new(cls, root: Path) -> LocalCluster:
-        """A cluster description on fresh ports, written to `root` (which must not hold one)."""
+    def new(cls, root: Path, *, consumer_timeout: float | None = None) -> LocalCluster:
+        """A cluster description on fresh ports, written to `root` (which must not hold one);
+        `consumer_timeout`: its RabbitMQ nodes', in seconds (default: RabbitMQ's)."""
         if (root / STATE).exists():
             raise ServiceError(f"{root} already holds a cluster")
         root.mkdir(parents=True, exist_ok=True)
@@ -78,6 +80,7 @@ class LocalCluster:
                 {"port": free_port(), "dist_port": free_port()} for _ in range(RABBIT_NODES)
             ],
             "postgres": {name: free_port() for name in NAMES},
+            "consumer_timeout": consumer_timeout,
         }
         (root / STATE).write_text(json.dumps(state, indent=2) + "\n")
         return cls(root, state)

@@ -44,7 +44,10 @@ class RabbitCluster:
         prefix: str,
         cookie: str,
         ports: Sequence[tuple[int, int]],
+        *,
+        consumer_timeout: float | None = None,
     ) -> None:
+        """`consumer_timeout`: the nodes', in seconds (default: RabbitMQ's, 30 minutes)."""
         self.nodes = [
             RabbitInstance(
                 root / f"c{n}",
@@ -53,6 +56,7 @@ class RabbitCluster:
                 ports=pair,
                 cookie=cookie,
                 config=NODE_CONFIG,
+                consumer_timeout=consumer_timeout,
             )
             for n, pair in enumerate(ports, start=1)
         ]

@@ -1,13 +1,16 @@
-"""ConfirmTracker: how broker acks, nacks and returns map to the messages of a batch; and
-RabbitMQTransport.publish_many's one-message-at-a-time fallback after an unknown refusal."""
+"""ConfirmTracker: how broker acks, nacks and returns map to the messages of a batch;
+RabbitMQTransport.publish_many's one-message-at-a-time fallback after an unknown refusal; and
+which channel closes refuse the message awaiting its confirm."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pika.exceptions
 import pytest
 
 from sasflow.errors import BrokerUnavailableError, PublishError, UnroutableError
+from sasflow.transport import rabbitmq
 from sasflow.transport.base import Outgoing
 from sasflow.transport.confirms import ConfirmTracker
 from sasflow.transport.rabbitmq import RabbitMQTransport
@@ -133,3 +136,33 @@ def test_after_an_unknown_refusal_the_next_batch_goes_one_by_one_and_stops_at_th
     ]
     assert transport.sent[-2:] == [b"c", b"d"]
     assert not transport._serial
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "refused"),
+    [
+        (
+            406,
+            "PRECONDITION_FAILED - message size 300 is larger than configured max size 200",
+            True,
+        ),
+        (
+            406,
+            (
+                "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout "
+                "value used: 10000 ms. This timeout value can be configured, see consumers doc "
+                "guide to learn more"
+            ),
+            False,
+        ),
+        (406, "PRECONDITION_FAILED - unknown delivery tag 7", False),
+        (404, "NOT_FOUND - no exchange 'x' in vhost '/'", False),
+    ],
+)
+def test_only_a_close_over_a_published_message_refuses_the_message_awaiting_its_confirm(
+    code: int, text: str, refused: bool
+) -> None:
+    """A channel closed over its consumer side (the broker's consumer timeout) has the
+    messages awaiting their confirms sent again, not refused for good."""
+    closed = pika.exceptions.ChannelClosedByBroker(code, text)
+    assert rabbitmq._refuses_message(closed) is refused
