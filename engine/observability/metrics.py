@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
 from sasflow.hooks import Headers, Hooks
 
 if TYPE_CHECKING:
@@ -449,7 +449,8 @@ class LimitGauges(Collector):
                 try:
                     self._cached, self._at = self._read(), now
                 except StoreUnavailableError as exc:
-                    log.warning("limit gauges not read: %s", exc)
+                    if not isinstance(exc, SchemaOutdatedError):  # the role's loop says that once
+                        log.warning("limit gauges not read: %s", exc)
                     self._cached = None
             counts = self._cached
         if counts is None:
@@ -483,7 +484,8 @@ class StateGauges(Collector):
                 try:
                     self._cached, self._at = self._read(), now
                 except StoreUnavailableError as exc:
-                    log.warning("state gauges not read: %s", exc)
+                    if not isinstance(exc, SchemaOutdatedError):  # the role's loop says that once
+                        log.warning("state gauges not read: %s", exc)
                     self._cached = None
             return self._cached
 
