@@ -122,12 +122,15 @@ class NewRun:
 
 @dataclass(frozen=True)
 class SubmitResult:
-    """The run a submission maps to; `created` is False for a duplicate (same workflow and key)."""
+    """The run a submission maps to; `created` is False for a duplicate (same workflow and key),
+    and `input_differs` True when that duplicate's input is not the recorded run's (the
+    recorded run is kept as it is: this input was not used)."""
 
     run_id: int
     business_key: str
     created: bool
     state: str
+    input_differs: bool = False
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,11 @@ class StoreUnavailableError(SasflowError):
     """The state store (database) cannot be reached."""
 
 
+class SchemaOutdatedError(StoreUnavailableError):
+    """The database's schema is not the one this sasflow needs (never migrated, or migrated
+    behind its head revision): run `sasflow db upgrade`."""
+
+
 class ConflictError(StoreUnavailableError):
     """A concurrent transaction got in the way (deadlock or serialization failure); retry."""
 

@@ -22,6 +22,7 @@ from sasflow.errors import SasflowError
 from sasflow.messages import DEFAULT_LIMITS, Limits
 from sasflow.registry import Registry
 from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store import migrate
 from sasflow.store.db import Engine
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
@@ -227,8 +228,12 @@ def add_roles(
                     limits=options.limits,
                 ),
             )
+    schema = SchemaWatch(engine, "supervisor")
     dispatcher = AlertDispatcher(
-        engine, list(sinks) if sinks is not None else [LogSink()], namespace=names.namespace
+        engine,
+        list(sinks) if sinks is not None else [LogSink()],
+        namespace=names.namespace,
+        schema=schema,
     )
     runner.add(
         "supervisor",
@@ -238,5 +243,6 @@ def add_roles(
             transport=transports("supervisor"),
             dispatcher=dispatcher,
             options=options.supervisor,
+            schema=schema,
         ),
     )

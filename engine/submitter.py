@@ -28,12 +28,18 @@ from sasflow.backpressure import (
 )
 from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.doors import BacklogGate, known_keys
-from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
+from sasflow.errors import (
+    InvalidInputError,
+    InvalidMessageError,
+    SchemaOutdatedError,
+    UnknownWorkflowError,
+)
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
 from sasflow.relay import relay_events
 from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store.db import Engine, transaction
 from sasflow.store.runs.submit import record_runs
 from sasflow.transport.base import Delivery, Transport
@@ -103,6 +109,7 @@ class Submitter:
         self._gate = BacklogGate(self._backpressure.max_backlog)
         self._waiting = _Waiting()
         self.stats = SubmitterStats()
+        self.schema = SchemaWatch(engine, self.id)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -124,10 +131,23 @@ class Submitter:
         declare_common(self._transport, self._names)
         self._transport.consume(self._names.submit, self._on_delivery, prefetch=self._prefetch)
         log.info("%s consuming %s", self.id, self._names.submit)
+        retry, retry_at = Reconnect(), 0.0  # retry_at: while the schema is not at head
         while not self._stop.is_set():
-            self._transport.process(0.0 if self._held else 0.5)
-            if self._held or self._waiting_due():
-                self._insert_held()
+            wait = 0.0 if self._held else 0.5
+            if retry_at:
+                wait = min(0.5, max(0.0, retry_at - time.monotonic()))
+            self._transport.process(wait)
+            if (self._held or self._waiting_due()) and time.monotonic() >= retry_at:
+                try:
+                    self._insert_held()
+                except SchemaOutdatedError as exc:
+                    # Held unacked, tried again quietly: said once (sasflow.schema_watch).
+                    self.schema.failed(exc)
+                    retry_at = time.monotonic() + retry.next_delay()
+                else:
+                    retry_at = 0.0
+                    retry.reset()
+                    self.schema.ok()
         self._transport.cancel_consumers()
         self._transport.process(0)
         if self._held:
@@ -156,7 +176,12 @@ class Submitter:
         # The held ones first: what arrived first is admitted first.
         waiting, self._waiting.entries = self._waiting.entries, []
         self._waiting.looked_at = time.monotonic()
-        parsed, over, rooms = self._admit(waiting + parsed)
+        try:
+            parsed, over, rooms = self._admit(waiting + parsed)
+        except Exception:
+            # Nothing read: all of them as they were, to be tried again.
+            self._held, self._waiting.entries = held + self._held, waiting
+            raise
         rejected += self._past_the_bound(over, rooms)
         news = [new for _, new in parsed]
         try:

@@ -23,8 +23,9 @@ How it behaves, and the decisions behind it:
   supervisor process may send them again: at least once.)
 - **Never in the caller's way.** `start()` runs dispatching in a daemon thread that waits on
   an event (`wake()`, or every `interval` seconds); the supervisor's sweep only calls `wake()`.
-  A database outage inside the thread is logged and retried at the next interval; nothing
-  ends the thread but `stop()`.
+  A database outage inside the thread is logged and retried at the next interval (a schema
+  not at head is said once, through the role's `SchemaWatch`); nothing ends the thread but
+  `stop()`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
 from sasflow.hooks import Hooks, guarded
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store.db import Engine, transaction
 from sasflow.store.outbox.alerts import Delivery, record_deliveries, take_unnotified
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
@@ -130,9 +132,12 @@ class AlertDispatcher:
         interval: float = 2.0,
         budget: float = 10.0,
         hooks: Hooks | None = None,
+        schema: SchemaWatch | None = None,
     ) -> None:
         self._hooks = guarded(hooks)
         self._engine = engine
+        self.schema = schema or SchemaWatch(engine, "alerts")
+        """Shared with the supervisor's sweep: the role says a missing schema once."""
         self._sinks = list(sinks)
         self._namespace = namespace
         self._interval = interval
@@ -279,6 +284,9 @@ class AlertDispatcher:
                 more = time.monotonic() - started >= self._budget
                 if marked:
                     log.info("%d alert(s) delivered", marked)
+                self.schema.ok()
+            except SchemaOutdatedError as exc:
+                self.schema.failed(exc)
             except StoreUnavailableError as exc:
                 log.warning("alerts not dispatched: %s; retrying in %.1fs", exc, self._interval)
             except Exception:

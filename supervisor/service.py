@@ -9,7 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sasflow.errors import BrokerUnavailableError, LeaseLostError, StoreUnavailableError
+from sasflow.errors import (
+    BrokerUnavailableError,
+    LeaseLostError,
+    SchemaOutdatedError,
+    StoreUnavailableError,
+)
 from sasflow.hooks import Hooks, guarded
 from sasflow.ops.retention import (
     GrowthRetention,
@@ -19,6 +24,7 @@ from sasflow.ops.retention import (
     prune_audit,
 )
 from sasflow.runtime import process_id
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
 from sasflow.store.db import Engine
 from sasflow.store.runs.sweeps import SweepReport
@@ -100,8 +106,11 @@ class Supervisor:
         options: SupervisorOptions | None = None,
         stop: threading.Event | None = None,
         hooks: Hooks | None = None,
+        schema: SchemaWatch | None = None,
     ) -> None:
         self.id = process_id("supervisor")
+        self.schema = schema or SchemaWatch(engine, self.id)
+        """Says once that the schema is not at head (share it with the alert dispatcher)."""
         self._hooks = guarded(hooks)
         self._engine = engine
         self._names = names
@@ -317,6 +326,8 @@ class Supervisor:
             while not self._stop.is_set():
                 try:
                     report = self.sweep_once()
+                except SchemaOutdatedError as exc:
+                    self.schema.failed(exc)  # said once; the sweeps go on quietly
                 except StoreUnavailableError as exc:
                     log.warning("%s: %s; retrying in %.1fs", self.id, exc, self._options.interval)
                 except Exception:  # a bug must not end the daemon: log it, sweep again later
@@ -324,6 +335,7 @@ class Supervisor:
                         "%s: sweep failed; retrying in %.1fs", self.id, self._options.interval
                     )
                 else:
+                    self.schema.ok()
                     if report is not None and (
                         report.reclaimed
                         or report.escalated

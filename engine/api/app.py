@@ -48,6 +48,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
             heartbeat_interval=ctx.settings.api_stream_heartbeat_s,
             resend_after=ctx.settings.api_stream_resend_s,
         ),
+        schema=ctx.schema,
     )
 
     @asynccontextmanager

@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
+from sasflow.schema_watch import SchemaWatch
 from sasflow.settings import Settings
 from sasflow.store.db import Connection, Engine, run_transaction
 from sasflow.store.outbox import callbacks
@@ -97,8 +98,10 @@ class CallbackSender:
         *,
         stop: threading.Event,
         client: httpx.Client | None = None,
+        schema: SchemaWatch | None = None,
     ) -> None:
         self._engine = engine
+        self._schema = schema or SchemaWatch(engine, "callbacks")
         self._secret = secret
         self._policy = policy
         self._stop = stop
@@ -111,6 +114,10 @@ class CallbackSender:
             while not self._stop.is_set():
                 try:
                     busy = self.deliver_due()
+                    self._schema.ok()
+                except SchemaOutdatedError as exc:
+                    self._schema.failed(exc)  # said once; polled again quietly
+                    busy = False
                 except StoreUnavailableError as exc:
                     log.warning("callbacks: database unavailable: %s", exc)
                     busy = False

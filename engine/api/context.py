@@ -12,6 +12,7 @@ from sasflow.doors import BacklogGate
 from sasflow.hooks import NO_HOOKS, Hooks
 from sasflow.messages import Limits
 from sasflow.registry import Registry
+from sasflow.schema_watch import SchemaWatch
 from sasflow.settings import Settings
 from sasflow.store.db import Connection, Engine, run_transaction
 
@@ -24,7 +25,9 @@ class ApiContext:
 
     `check_broker` raises BrokerUnavailableError when the broker cannot be reached (/readyz);
     the in-process bus has nothing to reach and passes. `hooks` hear the door's refusals
-    (metrics); `backlog` is the server's reads of each workflow's backlog."""
+    (metrics); `backlog` is the server's reads of each workflow's backlog; `schema` says once
+    that the database's schema is not at head (/readyz, the callback loop and the streams
+    tell it)."""
 
     engine: Engine
     registry: Registry
@@ -32,9 +35,11 @@ class ApiContext:
     check_broker: Callable[[], None]
     hooks: Hooks = NO_HOOKS
     backlog: BacklogGate = field(init=False)
+    schema: SchemaWatch = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backlog", BacklogGate(self.settings.max_backlog))
+        object.__setattr__(self, "schema", SchemaWatch(self.engine, "api"))
 
     @property
     def namespace(self) -> str:

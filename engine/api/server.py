@@ -57,6 +57,7 @@ def callback_thread(ctx: ApiContext, stop: threading.Event) -> threading.Thread 
         settings.api_callback_secret.get_secret_value().encode(),
         CallbackPolicy.from_settings(settings),
         stop=stop,
+        schema=ctx.schema,
     )
     return threading.Thread(target=sender.run, name="sasflow-callbacks", daemon=True)
 

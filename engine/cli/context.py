@@ -19,6 +19,7 @@ from sasflow.errors import (
     BrokerUnavailableError,
     ConfigurationError,
     SasflowError,
+    SchemaOutdatedError,
     StoreRefusedError,
     StoreUnavailableError,
 )
@@ -34,7 +35,6 @@ from sasflow.store.db import (
     EngineOptions,
     make_engine,
     run_transaction,
-    transaction,
 )
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import broker_options, is_in_process, make_transport
@@ -42,6 +42,8 @@ from sasflow.transport.memory import MemoryBroker
 from sasflow.transport.topology import Names
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
 
@@ -84,10 +86,12 @@ class CliContext:
         )
 
     def in_transaction(self, work: Callable[[Connection], T]) -> T:
-        """Run an operator's `work` in one transaction of its own short-lived engine; a
-        sasflow error becomes a clean CLI error."""
+        """Run an operator's `work` in one transaction of its own short-lived engine, once the
+        schema is known to be at head (`check_schema`); a sasflow error becomes a clean CLI
+        error."""
         engine = self.engine("ops", pool_size=1)
         try:
+            check_schema(engine)
             return run_transaction(engine, work)
         except SasflowError as exc:
             raise fail(exc) from exc
@@ -160,12 +164,15 @@ def engine_options(
 
 def check_not_refused(engine: Engine | None = None, transport: Transport | None = None) -> None:
     """Connect once to each given: raise (exit status 78) when the database or broker refuses
-    this process's configuration. One that cannot be reached yet is left to the role, which
-    retries; so is a refusal after that first connection."""
+    this process's configuration, or the database's schema is empty or behind this sasflow's
+    head (`check_schema`). One that cannot be reached yet is left to the role, which retries;
+    so is a refusal after that first connection, and a schema that falls behind while the role
+    runs (sasflow.schema_watch)."""
     try:
         if engine is not None:
-            with transaction(engine):
-                pass
+            check_schema(engine)
+    except SchemaOutdatedError as exc:
+        raise role_failed(exc) from exc
     except StoreUnavailableError as exc:
         _raise_if_refused_at_start(exc)
     if transport is None:
@@ -176,6 +183,18 @@ def check_not_refused(engine: Engine | None = None, transport: Transport | None 
         _raise_if_refused_at_start(exc)
     finally:
         transport.close()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise SchemaOutdatedError, saying what `sasflow db check` says, when the database was
+    never migrated or is behind this sasflow's head revision; a database ahead of it (a newer
+    sasflow migrated it before its processes were restarted) is logged and used. The store's
+    errors (unreachable, refused) are raised as they are."""
+    from sasflow.store import migrate  # noqa: PLC0415 - alembic: only commands that need it
+
+    status = migrate.require_head(engine)
+    if status.ahead or status.unreadable is not None:
+        log.warning("%s; carrying on", status.sentence())
 
 
 def _raise_if_refused_at_start(exc: StoreUnavailableError | BrokerUnavailableError) -> None:
@@ -223,15 +242,19 @@ EX_CONFIG = 78
 
 
 def fail(exc: SasflowError) -> click.ClickException:
-    """A sasflow error as a one-line CLI error (exit status 1)."""
+    """A sasflow error as a one-line CLI error: exit status 1, or 78 (EX_CONFIG) when the
+    database's schema is not at head (`sasflow db upgrade` is the fix, not a retry)."""
+    if isinstance(exc, SchemaOutdatedError):
+        return ConfigurationExit(str(exc))
     return click.ClickException(str(exc))
 
 
 def role_failed(exc: SasflowError) -> click.ClickException:
     """How a long-running role ends on a sasflow error: exit status 78 (EX_CONFIG) when the
     database or broker refused this process before it ever connected, or it was started with
-    another assignment strategy than the live schedulers (a service manager should not
-    restart it), else 1 as `fail`. Operator commands keep 1 for every failure."""
+    another assignment strategy than the live schedulers, or on a database whose schema is not
+    at head (a service manager should not restart it), else 1 as `fail`. Operator commands
+    keep 1 for every other failure."""
     if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
         return ConfigurationExit(str(exc))
     if isinstance(exc, AssignmentConflictError):

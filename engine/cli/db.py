@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
 
-from sasflow.cli.context import CliContext, default_actor, fail
+from sasflow.cli.context import CliContext, check_schema, default_actor, fail
 from sasflow.cli.dead import parse_duration
 from sasflow.cli.output import OUTPUT_OPTION, to_json
-from sasflow.errors import SasflowError
+from sasflow.errors import ConflictError, SasflowError
 from sasflow.ops import retention as retention_ops
 from sasflow.states import TERMINAL_RUN_STATES, RunState
 from sasflow.store import migrate
@@ -40,24 +41,67 @@ def db() -> None:
     retention of finished runs."""
 
 
+MIGRATION_ATTEMPTS = 3
+"""A migration's DDL may deadlock with the running roles' statements (a DROP TABLE waits for
+a sweep's lock while the sweep waits for the DROP's): the one migration transaction is undone
+and run again."""
+
+
+def _migrate(step: Callable[[], None]) -> None:
+    for attempt in range(1, MIGRATION_ATTEMPTS + 1):
+        try:
+            step()
+        except ConflictError:
+            if attempt == MIGRATION_ATTEMPTS:
+                raise
+            time.sleep(0.1 * attempt)
+        else:
+            return
+
+
 @db.command()
 @click.argument("revision", default="head")
 @click.pass_obj
 def upgrade(obj: CliContext, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head)."""
     with _engine(obj) as engine:
-        migrate.upgrade(engine, revision)
+        _migrate(lambda: migrate.upgrade(engine, revision))
         click.echo(f"database at revision {migrate.current(engine)}")
 
 
 @db.command()
 @click.argument("revision")
+@click.option("--dry-run", is_flag=True, help="Only list the revisions that would be undone.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Really downgrade: what the undone revisions created goes, with its data.",
+)
 @click.pass_obj
-def downgrade(obj: CliContext, revision: str) -> None:
-    """Downgrade the schema to REVISION ('base' removes every table)."""
+def downgrade(obj: CliContext, revision: str, dry_run: bool, yes: bool) -> None:
+    """Downgrade the schema to REVISION ('base' removes every table and its data): preview
+    with --dry-run, act with --yes. Running roles wait for `db upgrade` (docs/operations.md)."""
+    if dry_run == yes:
+        raise click.UsageError(
+            "give --dry-run to preview or --yes to downgrade (it drops what the undone "
+            "revisions created, with its data)"
+        )
     with _engine(obj) as engine:
-        migrate.downgrade(engine, revision)
-        click.echo(f"database at revision {migrate.current(engine)}")
+        undone = migrate.downgrades(engine, revision)
+        if dry_run:
+            at = migrate.current(engine) or "(empty)"
+            if not undone:
+                click.echo(f"nothing to undo: the database is at {at}")
+                return
+            click.echo(
+                f"would downgrade from {at} to {revision}, undoing {len(undone)} revision(s)"
+                + (": every table and its data would go" if revision == "base" else "")
+            )
+            for name, doc in undone:
+                click.echo(f"  {name}  {doc}")
+            return
+        _migrate(lambda: migrate.downgrade(engine, revision))
+        click.echo(f"database at revision {migrate.current(engine) or '(empty)'}")
 
 
 @db.command()
@@ -74,11 +118,10 @@ def current(obj: CliContext) -> None:
 def check(obj: CliContext) -> None:
     """Exit 0 if the schema is at head and matches the models, 1 otherwise."""
     with _engine(obj) as engine:
-        at, head = migrate.current(engine), migrate.head()
-        if at != head:
-            raise click.ClickException(
-                f"database at {at or '(empty)'}, head is {head}: run `sasflow db upgrade`"
-            )
+        status = migrate.schema_status(engine)
+        if not status.at_head:
+            raise click.ClickException(status.sentence())
+        head = status.head
         diff = migrate.differences(engine)
         if diff:
             raise click.ClickException(f"schema differs from the models: {diff}")
@@ -157,6 +200,7 @@ def prune(
     except SasflowError as exc:
         raise fail(exc) from exc
     with _engine(obj) as engine, contextlib.ExitStack() as files:
+        check_schema(engine)
         export = (
             files.enter_context(export_path.open("a", encoding="utf-8"))
             if export_path is not None

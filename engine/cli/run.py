@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sasflow.backpressure import SubmitterBackpressure
-from sasflow.cli.context import CliContext, fail, stop_event
+from sasflow.cli.context import CliContext, check_schema, fail, stop_event
 from sasflow.cli.roles import exit_despite_hung_handlers
 from sasflow.errors import SasflowError
 from sasflow.local import LocalOptions, LocalRunner, add_roles, prepare_store
@@ -62,6 +62,8 @@ def run_command(
         engine = obj.engine("run", pool_size=schedulers + 4)
         if migrate:
             prepare_store(engine)
+        else:
+            check_schema(engine)
 
         def transports(role: str) -> Transport:
             return obj.transport(role, long_running=True)

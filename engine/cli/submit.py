@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from sasflow.cli.context import CliContext, fail
+from sasflow.cli.context import CliContext, check_schema, fail
 from sasflow.errors import InvalidMessageError, SasflowError
 from sasflow.messages import Limits, Submission, encode_within, loads
 from sasflow.store.db import transaction
@@ -27,6 +27,20 @@ def _parse_input(raw: str, limits: Limits) -> Any:
         raise click.BadParameter(str(exc), param_hint="--input") from exc
 
 
+EX_DATAERR = 65
+"""sysexits.h: the data was incorrect. `sasflow submit` exits with it when the key names a run
+recorded with another input: that run is kept as it is and this input is not used, which
+retrying cannot change."""
+
+CONFLICT = "input differs from the recorded run"
+
+
+class KeyConflict(click.ClickException):
+    """`Error: ...` and exit status 65 (EX_DATAERR), after the result line."""
+
+    exit_code = EX_DATAERR
+
+
 @click.command("submit")
 @click.argument("workflow")
 @click.option(
@@ -36,7 +50,11 @@ def _parse_input(raw: str, limits: Limits) -> Any:
     show_default=True,
     help="The run's input: JSON text, or @FILE to read it from a file.",
 )
-@click.option("--key", help="Business key; the same key twice yields one run [default: random].")
+@click.option(
+    "--key",
+    help="Business key, not empty; the same key twice yields one run (a different input with "
+    "it: exit status 65) [default: a random key, so every call starts a new run].",
+)
 @click.option(
     "--priority",
     type=click.IntRange(-1000, 1000),
@@ -67,13 +85,20 @@ def submit_command(
     reply_to: str | None,
     via_broker: bool,
 ) -> None:
-    """Submit a run of WORKFLOW and print its id (or, with --via-broker, its key)."""
+    """Submit a run of WORKFLOW and print its id (or, with --via-broker, its key) as one JSON
+    line. A key that names a run already recorded prints that run with "created": false; if
+    its input differs from this one, also "conflict", an error line and exit status 65."""
+    if key == "":
+        raise click.BadParameter(
+            "an empty key names no run: give a non-empty key, or leave --key out for a random one",
+            param_hint="--key",
+        )
     limits = obj.settings.limits()
     try:
         submission = Submission(
             workflow=workflow,
             input=_parse_input(input_, limits),
-            key=key or uuid.uuid4().hex,
+            key=uuid.uuid4().hex if key is None else key,
             priority=priority,
             version=version,
             reply_to=reply_to,
@@ -98,6 +123,7 @@ def submit_command(
         registry = obj.registry()
         engine = obj.engine("submit", pool_size=1)
         try:
+            check_schema(engine)
             with transaction(engine) as conn:
                 result = submit(
                     conn,
@@ -110,14 +136,19 @@ def submit_command(
             engine.dispose()
     except SasflowError as exc:
         raise fail(exc) from exc
-    click.echo(
-        json.dumps(
-            {
-                "run_id": result.run_id,
-                "workflow": workflow,
-                "key": result.business_key,
-                "created": result.created,
-                "state": result.state,
-            }
+    answer: dict[str, Any] = {
+        "run_id": result.run_id,
+        "workflow": workflow,
+        "key": result.business_key,
+        "created": result.created,
+        "state": result.state,
+    }
+    if result.input_differs:
+        answer["conflict"] = CONFLICT
+    click.echo(json.dumps(answer))
+    if result.input_differs:
+        raise KeyConflict(
+            f"key {result.business_key!r} names run {result.run_id} of {workflow}, recorded "
+            "with another input: that run is kept as it is and this input was not used "
+            "(submit it with another key)"
         )
-    )

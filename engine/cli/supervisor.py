@@ -8,8 +8,9 @@ import time
 import click
 
 from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
-from sasflow.errors import SasflowError, StoreUnavailableError
+from sasflow.errors import SasflowError, SchemaOutdatedError, StoreUnavailableError
 from sasflow.ops.retention import GrowthRetention, RetentionPolicy
+from sasflow.schema_watch import SchemaWatch
 from sasflow.supervisor.dispatch import AlertDispatcher
 from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.supervisor.sinks import build_sinks
@@ -124,7 +125,8 @@ def supervisor(
 
     Any number of supervisors may run (cron overlap, several hosts): one holds the lease and
     acts. With --once the exit status is 0 when the sweep ran or another supervisor holds the
-    lease, 1 when it could not run (database unreachable), 2 on a usage error.
+    lease, 1 when it could not run (database unreachable), 2 on a usage error, 78 when the
+    database or broker refused it or the database's schema is not at head.
     """
     options = SupervisorOptions(
         interval=interval,
@@ -150,11 +152,13 @@ def supervisor(
         # Its loop retries whatever the database says: a refusal at start must end it here.
         check_not_refused(engine, probe)
         hooks = obj.hooks("supervisor", engine=engine)
+        schema = SchemaWatch(engine, "supervisor")  # its sweeps and its alert thread share it
         dispatcher = AlertDispatcher(
             engine,
             build_sinks(obj.settings, lambda: obj.transport("alerts", long_running=True)),
             namespace=obj.settings.namespace,
             hooks=hooks,
+            schema=schema,
         )
         role = Supervisor(
             engine,
@@ -164,6 +168,7 @@ def supervisor(
             options=options,
             stop=None if once else stop_event(),
             hooks=hooks,
+            schema=schema,
         )
         if not once:
             role.run()
@@ -171,6 +176,8 @@ def supervisor(
         started = time.monotonic()
         try:
             report = role.sweep_once()
+        except SchemaOutdatedError:
+            raise  # exit status 78, below
         except StoreUnavailableError as exc:
             click.echo(f"sasflow supervisor: could not run: {exc}", err=True)
             raise SystemExit(EXIT_COULD_NOT_RUN) from exc

@@ -25,7 +25,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
 from sasflow.hooks import Headers, Hooks
 from sasflow.observability.exposition import MetricsServer, build_info, new_registry
 
@@ -488,7 +488,8 @@ class LimitGauges(Collector):
                 try:
                     self._cached, self._at = self._read(), now
                 except StoreUnavailableError as exc:
-                    log.warning("limit gauges not read: %s", exc)
+                    if not isinstance(exc, SchemaOutdatedError):  # the role's loop says that once
+                        log.warning("limit gauges not read: %s", exc)
                     self._cached = None
             counts = self._cached
         if counts is None:
@@ -522,7 +523,8 @@ class StateGauges(Collector):
                 try:
                     self._cached, self._at = self._read(), now
                 except StoreUnavailableError as exc:
-                    log.warning("state gauges not read: %s", exc)
+                    if not isinstance(exc, SchemaOutdatedError):  # the role's loop says that once
+                        log.warning("state gauges not read: %s", exc)
                     self._cached = None
             return self._cached
 

@@ -16,7 +16,12 @@ import logging
 import threading
 import time
 
-from sasflow.errors import BrokerUnavailableError, StoreRefusedError, StoreUnavailableError
+from sasflow.errors import (
+    BrokerUnavailableError,
+    SchemaOutdatedError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from sasflow.hooks import Hooks, guarded
 from sasflow.registry import Registry
 from sasflow.relay import Relay
@@ -32,6 +37,7 @@ from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RELAY_BATCH, RelayDuty
 from sasflow.scheduler.replies import Replies
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store import dialect
 from sasflow.store.db import Engine
 from sasflow.store.listen import ReadyListener
@@ -66,6 +72,7 @@ class Scheduler:
         self._wake = threading.Event()
         self.stats = SchedulerStats()
         self._hooks = guarded(hooks)
+        self.schema = SchemaWatch(engine, self.id)
         ctx = Context(
             id=self.id,
             engine=engine,
@@ -205,11 +212,15 @@ class Scheduler:
                     if duty.due < due:  # noqa: PLR1730
                         due = duty.due
                 db_retry.reset()
+                self.schema.ok()
             except StoreUnavailableError as exc:
                 delay = db_retry.next_delay()
-                # A refusal (rotated password, dropped database) needs an operator: ERROR.
-                level = logging.ERROR if isinstance(exc, StoreRefusedError) else logging.WARNING
-                log.log(level, "%s: %s; retrying in %.1fs", self.id, exc, delay)
+                if isinstance(exc, SchemaOutdatedError):
+                    self.schema.failed(exc)  # said once; the retries are quiet
+                else:
+                    # A refusal (rotated password, dropped database) needs an operator: ERROR.
+                    level = logging.ERROR if isinstance(exc, StoreRefusedError) else logging.WARNING
+                    log.log(level, "%s: %s; retrying in %.1fs", self.id, exc, delay)
                 transport.process(delay)  # keeps the broker connection alive meanwhile
                 continue
             wait = 0.0

@@ -24,6 +24,7 @@ from sqlalchemy.pool import QueuePool
 from sasflow.errors import (
     ConfigurationError,
     ConflictError,
+    SchemaOutdatedError,
     StoreRefusedError,
     StoreUnavailableError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "is_disconnect",
     "is_message_fault",
     "is_refused",
+    "is_schema_missing",
     "libpq_conninfo",
     "make_engine",
     "run_transaction",
@@ -268,6 +270,17 @@ violation, program limit exceeded (e.g. a value too large for an index row): the
 content is refused, so retrying it cannot help and it may be dead-lettered."""
 
 
+SCHEMA_STATES = frozenset({"42P01", "42703", "42883", "42704"})
+"""Undefined table, column, function or object (a type, say): sasflow's statements name only
+what its migrations create, so the schema is not at their head (never migrated, or an
+operator's downgrade). The store cannot do the work until it is upgraded (SchemaOutdatedError,
+waited for like an outage); that it is, and not a bug or a hand-made change, is checked by who
+reports it (sasflow.schema_watch reads the database's revision)."""
+
+SQLITE_SCHEMA_MESSAGES = re.compile(r"^no such (?:table|column|function):")
+"""SQLite's words for the same: it reports every SQL error as SQLITE_ERROR."""
+
+
 def _discard_read_only(context: ExceptionContext) -> None:
     # A session on a standby keeps refusing writes, and pool_pre_ping does not notice: a
     # standby answers it. Counted as a disconnect, the connection is closed (and every other
@@ -296,6 +309,16 @@ def is_refused(exc: BaseException) -> bool:
     if state is not None:
         return state in REFUSED_STATES
     return REFUSED_MESSAGES.search(str(exc.orig)) is not None
+
+
+def is_schema_missing(exc: BaseException) -> bool:
+    """True when a statement failed because the schema lacks a table, column, function or
+    type it names (see SCHEMA_STATES)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if isinstance(exc.orig, sqlite3.Error):
+        return SQLITE_SCHEMA_MESSAGES.search(str(exc.orig)) is not None
+    return sqlstate(exc) in SCHEMA_STATES
 
 
 def is_disconnect(exc: BaseException) -> bool:
@@ -342,8 +365,9 @@ def is_conflict(exc: BaseException) -> bool:
 def translated(engine: Engine | None = None) -> Iterator[None]:
     """Turn a database that cannot do the work now (see `is_disconnect`, and a pool with no
     connection free within its timeout) into
-    StoreUnavailableError, and a deadlock or serialization failure (SQLite: a write lock busy
-    past its timeout) into ConflictError, at the adapter boundary. A refusal of the
+    StoreUnavailableError, a deadlock or serialization failure (SQLite: a write lock busy
+    past its timeout) into ConflictError, and a statement naming what the schema lacks
+    (`is_schema_missing`) into SchemaOutdatedError, at the adapter boundary. A refusal of the
     credentials or database (`is_refused`) is StoreRefusedError, marked `never_connected` when
     `engine` has never connected. Any other driver error (the data, or a bug) is raised as it
     is."""
@@ -363,11 +387,23 @@ def translated(engine: Engine | None = None) -> Iterator[None]:
             ) from exc
         if is_disconnect(exc):
             raise StoreUnavailableError(f"state store unavailable: {exc.orig}") from exc
+        if is_schema_missing(exc):
+            raise SchemaOutdatedError(
+                f"the database lacks what sasflow needs ({_first_line(exc.orig)})"
+                ": is its schema at head? `sasflow db check` tells, `sasflow db upgrade` "
+                "migrates it"
+            ) from exc
         raise
 
 
 def _one_line(error: BaseException | None) -> str:
     return " ".join(str(error).split())
+
+
+def _first_line(error: BaseException | None) -> str:
+    """The server's message without the statement it quotes (`LINE 2: FROM ...`)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def run_transaction(engine: Engine, work: Callable[[Connection], T], *, attempts: int = 5) -> T:

@@ -15,14 +15,19 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Connection, Engine, func, insert, inspect, select, update
+from sqlalchemy import Connection, Engine, func, insert, inspect, select, text, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import ColumnElement
 
 from sasflow import submit_run
 from sasflow.cli.main import cli
-from sasflow.errors import ConfigurationError, ConflictError, StoreUnavailableError
+from sasflow.errors import (
+    ConfigurationError,
+    ConflictError,
+    SchemaOutdatedError,
+    StoreUnavailableError,
+)
 from sasflow.messages import ErrorInfo, Reply
 from sasflow.states import StepState
 from sasflow.store import migrate, sqlite
@@ -119,12 +124,19 @@ def _submit_many_on(conn: Connection, count: int, prefix: str) -> list[int]:
 
 
 def test_an_unopenable_file_is_store_unavailable_and_a_sql_error_is_not(tmp_path: Path) -> None:
+    """A file without the schema is one too (SchemaOutdatedError: waited for until `sasflow db
+    upgrade`); SQL the database cannot parse is a bug, raised as it is."""
     folder = tmp_path / "gone"
     folder.mkdir()
     engine = make_engine(f"sqlite:///{folder}/sasflow.db")
     try:
-        with pytest.raises(OperationalError, match="no such table"), transaction(engine) as conn:
+        with (
+            pytest.raises(SchemaOutdatedError, match="no such table: runs"),
+            transaction(engine) as conn,
+        ):
             conn.execute(select(runs.c.id)).all()
+        with pytest.raises(OperationalError, match="syntax error"), transaction(engine) as conn:
+            conn.execute(text("SELEC 1"))
         engine.dispose()
         shutil.rmtree(folder)
         with (

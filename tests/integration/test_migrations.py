@@ -66,3 +66,48 @@ def test_db_upgrade_reports_unreachable_database_without_password() -> None:
     assert result.exit_code == 1
     assert "unavailable" in result.output
     assert "s3cret" not in result.output
+
+
+def test_db_downgrade_asks_for_dry_run_or_yes_and_previews_what_it_undoes(
+    empty_database: str,
+) -> None:
+    """`db downgrade base` drops every table: without --yes it changes nothing."""
+    runner = CliRunner()
+    env = {"SASFLOW_DATABASE_URL": empty_database}
+    assert runner.invoke(cli, ["db", "upgrade"], env=env).exit_code == 0
+    head = migrate.head()
+    for flags in ([], ["--dry-run", "--yes"]):
+        refused = runner.invoke(cli, ["db", "downgrade", "base", *flags], env=env)
+        assert refused.exit_code == 2, refused.output
+        assert "give --dry-run to preview or --yes to downgrade" in refused.output
+    preview = runner.invoke(cli, ["db", "downgrade", "base", "--dry-run"], env=env)
+    assert preview.exit_code == 0, preview.output
+    lines = preview.output.splitlines()
+    assert lines[0] == (
+        f"would downgrade from {head} to base, undoing {int(head or 0)} revision(s): every "
+        "table and its data would go"
+    )
+    assert [line.split()[0] for line in lines[1:]] == [
+        f"{n:04d}" for n in range(int(head or 0), 0, -1)
+    ]
+    assert runner.invoke(cli, ["db", "check"], env=env).exit_code == 0  # still at head
+    done = runner.invoke(cli, ["db", "downgrade", "base", "--yes"], env=env)
+    assert (done.exit_code, done.output) == (0, "database at revision (empty)\n")
+    nothing = runner.invoke(cli, ["db", "downgrade", "base", "--dry-run"], env=env)
+    assert nothing.output == "nothing to undo: the database is at (empty)\n"
+
+
+def test_db_downgrade_to_a_revision_above_the_database_is_a_clear_error(
+    empty_database: str,
+) -> None:
+    runner = CliRunner()
+    env = {"SASFLOW_DATABASE_URL": empty_database}
+    assert runner.invoke(cli, ["db", "upgrade", "0005"], env=env).exit_code == 0
+    done = runner.invoke(cli, ["db", "downgrade", "0009", "--yes"], env=env)
+    assert done.exit_code == 1
+    assert done.output == (
+        "Error: cannot downgrade from 0005 to '0009': Revision 0009 is not an ancestor of "
+        "revision 0005\n"
+    )
+    current = runner.invoke(cli, ["db", "current"], env=env)
+    assert "current: 0005" in current.output

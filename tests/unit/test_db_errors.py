@@ -1,6 +1,7 @@
 """Database errors are classified by SQLSTATE, not by the driver's exception class: a database
-that cannot do the work now (gone, read-only, out of resources) is held and retried; a conflict
-is retried; only a refusal of the message's own data may dead-letter the message."""
+that cannot do the work now (gone, read-only, out of resources, or a schema that lacks what a
+statement names) is held and retried; a conflict is retried; only a refusal of the message's own
+data may dead-letter the message."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import psycopg.errors
 import pytest
 from sqlalchemy.exc import DBAPIError
 
-from sasflow.errors import ConflictError, StoreUnavailableError
+from sasflow.errors import ConflictError, SchemaOutdatedError, StoreUnavailableError
 from sasflow.store.db import is_disconnect, is_message_fault, sqlstate, translated
 
 HELD = [
@@ -44,10 +45,15 @@ MESSAGE_FAULTS = [
     "23514",  # check violation
     "54000",  # program limit exceeded (e.g. index row too large)
 ]
-NEITHER = [
-    "42P01",  # undefined table: not migrated, a bug or an operator's error, not the message's
-    "42501",  # insufficient privilege
+SCHEMA = [
+    "42P01",  # undefined table: never migrated, or downgraded under the running roles
+    "42703",  # undefined column: migrated behind the head
     "42883",  # undefined function
+    "42704",  # undefined object (a type)
+]
+NEITHER = [
+    "42501",  # insufficient privilege
+    "42601",  # syntax error: a bug, not the schema's
     "XX000",  # internal error
     "0A000",  # feature not supported
 ]
@@ -70,6 +76,8 @@ def _outcome(error: DBAPIError) -> str:
             raise error
     except ConflictError:
         return "conflict"
+    except SchemaOutdatedError:
+        return "schema"
     except StoreUnavailableError:
         return "held"
     except DBAPIError as exc:
@@ -83,6 +91,7 @@ def _outcome(error: DBAPIError) -> str:
     [(s, "held") for s in HELD]
     + [(s, "conflict") for s in CONFLICTS]
     + [(s, "message fault") for s in MESSAGE_FAULTS]
+    + [(s, "schema") for s in SCHEMA]
     + [(s, "neither") for s in NEITHER],
 )
 def test_a_postgresql_error_is_classified_by_its_sqlstate(state: str, expected: str) -> None:
@@ -120,8 +129,23 @@ def test_an_invalidated_connection_is_held_whatever_the_error() -> None:
     assert _outcome(error) == "held"
 
 
-def _sqlite(cls: type[sqlite3.Error], code: int) -> DBAPIError:
-    orig = cls(f"sqlite error code {code}")
+def test_a_missing_table_says_which_without_the_statement() -> None:
+    error = _wrapped(
+        psycopg.errors.UndefinedTable(
+            'relation "schedulers" does not exist\nLINE 2: FROM schedulers\n             ^'
+        )
+    )
+    with pytest.raises(SchemaOutdatedError) as raised, translated():
+        raise error
+    assert str(raised.value).startswith(
+        'the database lacks what sasflow needs (relation "schedulers" does not exist): '
+    )
+    assert "LINE" not in str(raised.value)
+    assert "sasflow db upgrade" in str(raised.value)
+
+
+def _sqlite(cls: type[sqlite3.Error], code: int, message: str | None = None) -> DBAPIError:
+    orig = cls(message or f"sqlite error code {code}")
     orig.sqlite_errorcode = code
     return DBAPIError.instance("INSERT INTO runs ...", {}, orig, sqlite3.Error)  # type: ignore[return-value]
 
@@ -136,10 +160,23 @@ def _sqlite(cls: type[sqlite3.Error], code: int) -> DBAPIError:
         (sqlite3.OperationalError, 14, "held"),  # SQLITE_CANTOPEN
         (sqlite3.IntegrityError, 19 | (5 << 8), "message fault"),  # SQLITE_CONSTRAINT_NOTNULL
         (sqlite3.DataError, 18, "message fault"),  # SQLITE_TOOBIG
-        (sqlite3.OperationalError, 1, "neither"),  # SQLITE_ERROR: "no such table"
+        (sqlite3.OperationalError, 1, "neither"),  # SQLITE_ERROR: a syntax error, say
     ],
 )
 def test_sqlite_errors_keep_their_result_code_classification(
     cls: type[sqlite3.Error], code: int, expected: str
 ) -> None:
     assert _outcome(_sqlite(cls, code)) == expected
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("no such table: runs", "schema"),
+        ("no such column: runs.pool", "schema"),
+        ('near "SELEC": syntax error', "neither"),
+    ],
+)
+def test_sqlite_says_what_the_schema_lacks_in_words(message: str, expected: str) -> None:
+    """SQLite reports every SQL error as SQLITE_ERROR: its message tells them apart."""
+    assert _outcome(_sqlite(sqlite3.OperationalError, 1, message)) == expected

@@ -22,9 +22,11 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 def readyz(ctx: Annotated[ApiContext, Depends(get_context)]) -> dict[str, Any]:
-    """The database answers a query and the broker accepts a connection; else 503."""
+    """The database answers a query, its schema is at head, and the broker accepts a
+    connection; else 503."""
     try:
         ctx.transaction(audit.database_now)
+        ctx.schema.check()
     except StoreUnavailableError as exc:
         raise ApiError(503, "store_unavailable", f"database: {exc}") from exc
     try:

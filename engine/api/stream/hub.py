@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
 from sasflow.recordio import encode
+from sasflow.schema_watch import SchemaWatch
 from sasflow.store.db import Connection, Engine, run_transaction
 from sasflow.store.dialect import has_notifications
 from sasflow.store.listen import ReadyListener
@@ -67,9 +68,16 @@ class StreamHub:
     """The open streams of one API server: `records` serves one; `close` ends them all."""
 
     def __init__(
-        self, engine: Engine, database_url: str, namespace: str, options: StreamOptions
+        self,
+        engine: Engine,
+        database_url: str,
+        namespace: str,
+        options: StreamOptions,
+        *,
+        schema: SchemaWatch | None = None,
     ) -> None:
         self._engine = engine
+        self._schema = schema or SchemaWatch(engine, "api-stream")
         self._options = options
         self._waker = Waker()
         self._closing = threading.Event()
@@ -133,7 +141,10 @@ class StreamHub:
             try:
                 current, due = self._take(subscriber_id, stream_id, touch=beat)
             except StoreUnavailableError as exc:
-                log.warning("stream %s: %s", stream_id, exc)
+                if isinstance(exc, SchemaOutdatedError):
+                    self._schema.failed(exc)  # said once, not once per stream
+                else:
+                    log.warning("stream %s: %s", stream_id, exc)
                 yield _error("the state store is unavailable: reconnect")
                 return
             if not current:

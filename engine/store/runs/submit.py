@@ -231,14 +231,17 @@ def _insert_portable(
                 runs.c.workflow == workflow.name, runs.c.business_key == key
             )
         ).one()
-        if existing.input != submission.input:
+        differs = existing.input != submission.input
+        if differs:
             log.warning(
                 "duplicate submission of %s key %r with a different input: run %s kept as is",
                 workflow.name,
                 key,
                 existing.id,
             )
-        return SubmitResult(existing.id, key, created=False, state=existing.state)
+        return SubmitResult(
+            existing.id, key, created=False, state=existing.state, input_differs=differs
+        )
 
     if workflow.deadline is not None:
         conn.execute(

@@ -254,14 +254,17 @@ def insert(
                     "waited for it; retry"
                 )
             run_id, state, kept = found
-        if kept != p.new.input:
+        differs = kept != p.new.input
+        if differs:
             log.warning(
                 "duplicate submission of %s key %r with a different input: run %s kept as is",
                 p.workflow.name,
                 p.key,
                 run_id,
             )
-        results.append(SubmitResult(run_id, p.key, created=False, state=state))
+        results.append(
+            SubmitResult(run_id, p.key, created=False, state=state, input_differs=differs)
+        )
     return results
 
 

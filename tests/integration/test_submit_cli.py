@@ -1,0 +1,96 @@
+"""`sasflow submit`'s key: an empty one is refused, none at all is a random one (a new run each
+time), and a key already recorded with another input is a conflict the result says (exit 65)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import Engine, func, select
+
+from sasflow.cli.main import cli
+from sasflow.store.schema import runs
+from sasflow.transport.topology import Names
+
+pytestmark = pytest.mark.integration
+
+EX_DATAERR = 65
+
+
+def _submit(database_url: str, names: Names, *args: str) -> Result:
+    return CliRunner().invoke(
+        cli,
+        ["submit", "pipeline", *args],
+        env={
+            "SASFLOW_DATABASE_URL": database_url,
+            "SASFLOW_NAMESPACE": names.namespace,
+            "SASFLOW_APP": "tests.apps.basic",
+        },
+    )
+
+
+def _runs(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(runs)).scalar_one())
+
+
+@pytest.mark.parametrize("via_broker", [False, True], ids=["database", "broker"])
+def test_an_empty_key_is_refused_and_records_nothing(
+    database_url: str, names: Names, engine: Engine, via_broker: bool
+) -> None:
+    extra = ("--via-broker",) if via_broker else ()
+    done = _submit(database_url, names, "--input", '{"text": "a"}', "--key", "", *extra)
+    assert done.exit_code == 2, done.output
+    assert "Error: Invalid value for --key: an empty key names no run" in done.output
+    assert done.stdout == ""
+    assert _runs(engine) == 0
+
+
+def test_no_key_is_a_random_one_so_each_call_starts_a_run(
+    database_url: str, names: Names, engine: Engine
+) -> None:
+    first = _submit(database_url, names, "--input", '{"text": "a"}')
+    second = _submit(database_url, names, "--input", '{"text": "a"}')
+    assert (first.exit_code, second.exit_code) == (0, 0), first.output + second.output
+    keys = {json.loads(r.stdout)["key"] for r in (first, second)}
+    assert len(keys) == 2
+    assert _runs(engine) == 2
+
+
+def test_the_same_key_and_input_again_is_the_same_run_without_a_conflict(
+    database_url: str, names: Names
+) -> None:
+    first = _submit(database_url, names, "--input", '{"text": "a"}', "--key", "k1")
+    again = _submit(database_url, names, "--input", '{"text": "a"}', "--key", "k1")
+    assert (first.exit_code, again.exit_code) == (0, 0), again.output
+    answer = json.loads(again.stdout)
+    assert (answer["run_id"], answer["created"]) == (json.loads(first.stdout)["run_id"], False)
+    assert "conflict" not in answer
+    assert again.stderr == ""
+
+
+def test_the_same_key_with_another_input_says_the_conflict_and_exits_65(
+    database_url: str, names: Names, engine: Engine
+) -> None:
+    first = _submit(database_url, names, "--input", '{"text": "a"}', "--key", "k2")
+    assert first.exit_code == 0, first.output
+    run_id = json.loads(first.stdout)["run_id"]
+    other = _submit(database_url, names, "--input", '{"text": "b"}', "--key", "k2")
+    assert other.exit_code == EX_DATAERR, other.output
+    assert json.loads(other.stdout) == {
+        "run_id": run_id,
+        "workflow": "pipeline",
+        "key": "k2",
+        "created": False,
+        "state": "pending",
+        "conflict": "input differs from the recorded run",
+    }
+    assert other.stderr == (
+        f"Error: key 'k2' names run {run_id} of pipeline, recorded with another input: that "
+        "run is kept as it is and this input was not used (submit it with another key)\n"
+    )
+    with engine.connect() as conn:
+        kept = conn.execute(select(runs.c.input).where(runs.c.id == run_id)).scalar_one()
+    assert kept == {"text": "a"}
+    assert _runs(engine) == 1
