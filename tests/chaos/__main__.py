@@ -54,11 +54,24 @@ def main(argv: list[str] | None = None) -> int:
         help="with --cluster: use the running cluster of this state directory "
         "(scripts/cluster start; default: start one of the run's own)",
     )
+    parser.add_argument(
+        "--account-concurrency",
+        type=int,
+        default=1,
+        help="the flow limit on `charge` per account (default 1; the invariant expects 1)",
+    )
+    parser.add_argument(
+        "--no-account-limit",
+        action="store_true",
+        help="define no limit on `charge` (the invariant then shows what the limit prevents)",
+    )
     args = parser.parse_args(argv)
     if args.cluster_dir is not None and not args.cluster:
         parser.error("--cluster-dir needs --cluster")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.account_concurrency < 1:
+        parser.error("--account-concurrency must be at least 1 (0 would pause every charge)")
     config = ChaosConfig(
         runs=args.runs,
         seed=args.seed,
@@ -69,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         logs=args.logs,
         cluster=args.cluster,
         cluster_dir=args.cluster_dir,
+        account_concurrency=None if args.no_account_limit else args.account_concurrency,
     )
     signal.signal(signal.SIGTERM, _interrupt)
     try:
