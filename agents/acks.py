@@ -38,8 +38,6 @@ from sasflow.transport.base import Transport
 
 DEFAULT_CONSUMER_TIMEOUT = 1800.0
 """RabbitMQ's default `consumer_timeout`, in seconds."""
-TAKE_ACK_WAIT = 5.0
-"""Seconds a worker waits at most for the owner thread to acknowledge an exclusive request."""
 
 
 def acks_at_start(job: Job, consumer_timeout: float | None) -> bool:
@@ -85,8 +83,10 @@ class EarlyAcks:
 def ack_taken(transport: Transport, job: Job, stats: AgentStats) -> bool:
     """From a worker thread: whether `job` may run now. An `exclusive` request is acknowledged
     first, on the owner thread (which alone touches the connection), and runs only once the
-    ack went out on the connection it arrived on; otherwise (the connection is gone: the
-    broker requeued it, or will) it is not run here. Other requests run at once."""
+    ack went out on the connection it arrived on, and if waiting for that did not take it past
+    its wait budget; otherwise it is not run here (its connection gone, the broker has it
+    again; acked but late, the step's wait clock gives the attempt back). Other requests run
+    at once."""
     if not job.request.exclusive:
         return True
     done = threading.Event()
@@ -106,5 +106,5 @@ def ack_taken(transport: Transport, job: Job, stats: AgentStats) -> bool:
         transport.call_threadsafe(ack)
     except BrokerUnavailableError:
         return False
-    done.wait(max(0.0, min(TAKE_ACK_WAIT, job.call.remaining())))
-    return bool(acked) and acked[0]
+    done.wait(job.call.remaining())
+    return bool(acked) and acked[0] and not waited_too_long(job)

@@ -111,3 +111,10 @@ def test_an_exclusive_request_whose_connection_is_gone_does_not_run_here() -> No
         job = _job(budget_s=10, wait_ms=1_000, exclusive=True)
         assert not ack_taken(cast(Transport, owner), job, AgentStats())
         assert (owner.acked, job.acked) == ([], False)
+
+
+def test_an_exclusive_request_acked_past_its_wait_budget_is_not_started() -> None:
+    owner = Owner()
+    job = _job(budget_s=10, wait_ms=1_000, waited_s=1.5, exclusive=True)
+    assert not ack_taken(cast(Transport, owner), job, AgentStats())
+    assert owner.acked == [1]  # gone from the broker: the wait clock gives the attempt back
