@@ -92,6 +92,8 @@ class AgentStats:
     heartbeats: int = 0
     acked_at_start: int = 0
     """Requests of long steps acknowledged once their start was confirmed (agents.acks)."""
+    acked_at_take: int = 0
+    """Exclusive requests acknowledged when a worker took them (agents.acks)."""
 
 
 REPLY_MARGIN = 0.1

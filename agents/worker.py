@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, waited_too_long
+from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, ack_taken, waited_too_long
 from sasflow.agents.agent import Agent, Call, HandlerSpec
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.errors import BreakerOpenError, PermanentError, TransientError
@@ -265,10 +265,12 @@ class AgentWorker:
         running = self._jobs.get(key)
         if running is not None:
             # The same attempt already runs here. Redelivered after a reconnect: the new
-            # delivery replaces the dead one and is acked after the reply. A duplicate on the
-            # same connection is acked now; the first copy is acked after the reply.
+            # delivery replaces the dead one and is acked after the reply (an exclusive one at
+            # once). A duplicate on the same connection is acked now; the first copy is acked
+            # after the reply.
             if running.delivery.generation != delivery.generation:
                 running.delivery = delivery
+                running.acked = request.exclusive and self._transport.ack(delivery)
             else:
                 self._transport.ack(delivery)
             return
@@ -518,6 +520,8 @@ class AgentWorker:
         try:
             if job.call.cancelled.is_set() or job.call.remaining() <= 0 or waited_too_long(job):
                 return  # waited here past its deadline or wait budget: never start it late
+            if not ack_taken(self._transport, job, self.stats):
+                return  # exclusive, and its connection is gone: the broker has it again
             job.call = self._progress.start(job)  # the execution clock runs from now
             outcome = Outcome.of(job, self._run_handler(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged

@@ -142,6 +142,11 @@ class Request(_Message):
     (an older scheduler): the agent sends none and times `budget_ms` from receipt."""
     heartbeat_ms: int | None = Field(default=None, ge=1)
     """The heartbeat clock: when set, the started attempt must heartbeat at least this often."""
+    exclusive: bool = False
+    """A concurrency limit covers the step (docs/flow-control.md): the agent acknowledges the
+    request when a worker takes it, before the handler runs, so that the broker never delivers
+    it again and the attempt runs at most once (the database's clocks recover it if the agent
+    dies). Older agents ignore it and acknowledge after the reply."""
 
 
 class Fence(_Message):

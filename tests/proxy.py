@@ -42,6 +42,17 @@ class Proxy:
                     s.close()
         self._thread.join(5)
 
+    def cut(self) -> None:
+        """Drop every connection open through the proxy, as a network cut does (new ones
+        still go to `backend`: point it at a closed port first to keep them out)."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:

@@ -155,11 +155,11 @@ class Dispatcher(Part):
         except BrokerUnavailableError as exc:
             # None of the batch may be assumed delivered; a request that did arrive is
             # fenced by its attempt (the re-claim increments it), so its reply is dropped.
-            self._release(claimed, f"request not published: {exc}")
+            self._hand_back(claimed, f"request not published: {exc}")
             raise
         unsent = self._settle(claimed, results, claimed_at)
         if unsent:
-            self._release(unsent, "request not published: the broker closed the channel")
+            self._hand_back(unsent, "request not published: the broker closed the channel")
             raise BrokerUnavailableError("the broker closed the channel while dispatching")
 
     def _settle(
@@ -228,6 +228,7 @@ class Dispatcher(Part):
             complete_by=step.complete_by.isoformat(),
             wait_ms=wait_ms,
             heartbeat_ms=None if heartbeat_s is None else max(1, int(heartbeat_s * 1000)),
+            exclusive=self._flow.plan.exclusive(step.agent, step.action),
         )
         if step.agent not in self._declared_agents:
             self._declare_agent(step.agent)
@@ -265,6 +266,23 @@ class Dispatcher(Part):
     def _declare_agent(self, agent: str) -> None:
         declare_agent_queue(self._transport, self._names, agent)
         self._declared_agents.add(agent)
+
+    def _hand_back(self, steps: list[ClaimedStep], reason: str) -> None:
+        """Release the steps whose request the broker may or may not have taken, except those a
+        concurrency limit covers: released, their slot would be free while the request they
+        may have left in the queue can still run. They stay `processing`, holding it, until
+        their wait clock returns them (uncharged) or their agent answers."""
+        plan = self._flow.plan
+        held = [s for s in steps if plan.exclusive(s.agent, s.action)]
+        if held:
+            log.warning(
+                "%s: %d step(s) under a concurrency limit kept processing (%s): their wait "
+                "clock returns them if no agent takes their request",
+                self._id,
+                len(held),
+                reason,
+            )
+        self._release([s for s in steps if not plan.exclusive(s.agent, s.action)], reason)
 
     def _release(self, steps: list[ClaimedStep], reason: str) -> None:
         try:

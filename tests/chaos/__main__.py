@@ -61,11 +61,24 @@ def main(argv: list[str] | None = None) -> int:
         "(SASFLOW_BROKER_CONSUMER_TIMEOUT=0): they acknowledge every request after its reply, "
         "and the long steps' check is expected to fail (it shows that it can)",
     )
+    parser.add_argument(
+        "--account-concurrency",
+        type=int,
+        default=1,
+        help="the flow limit on `charge` per account (default 1; the invariant expects 1)",
+    )
+    parser.add_argument(
+        "--no-account-limit",
+        action="store_true",
+        help="define no limit on `charge` (the invariant then shows what the limit prevents)",
+    )
     args = parser.parse_args(argv)
     if args.cluster_dir is not None and not args.cluster:
         parser.error("--cluster-dir needs --cluster")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.account_concurrency < 1:
+        parser.error("--account-concurrency must be at least 1 (0 would pause every charge)")
     config = ChaosConfig(
         runs=args.runs,
         seed=args.seed,
@@ -77,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster=args.cluster,
         cluster_dir=args.cluster_dir,
         early_acks=not args.no_early_acks,
+        account_concurrency=None if args.no_account_limit else args.account_concurrency,
     )
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -1,6 +1,8 @@
 """The chaos app: a three-step workflow on two agents, each step calling the fake remote
 service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key; and a one-step workflow whose
-step works longer than the broker's consumer timeout (the `long_steps` fault).
+step works longer than the broker's consumer timeout (the `long_steps` fault). `charge` is the
+action the chaos run limits to one at a time per account (the run's `input.account`): it calls
+the service through a session (tests/chaos/session_call.py).
 
 Every step's output carries the attempt that produced it and the service's effect id, so the
 checker can tell which attempt's reply the scheduler accepted.
@@ -17,6 +19,7 @@ from typing import Any
 
 from sasflow import Backoff, Registry, Step, StepContext, StepPolicy, Workflow
 from sasflow.agents import Agent, Call, TransientError
+from tests.chaos.session_call import charge_in_session
 
 alpha = Agent("alpha")
 beta = Agent("beta")
@@ -71,7 +74,8 @@ def reserve(call: Call) -> dict[str, Any]:
 
 @beta.handler("charge")
 def charge(call: Call) -> dict[str, Any]:
-    return call_remote(call)
+    """Limited to one at a time per account: observed through sessions at the service."""
+    return charge_in_session(call)
 
 
 @alpha.handler("ship")
@@ -86,6 +90,10 @@ def _after(previous: str) -> Any:
     return build
 
 
+def _charge_input(ctx: StepContext) -> Any:
+    return {**_after("reserve")(ctx), "account": ctx.run_input.get("account", "")}
+
+
 order = Workflow(
     "chaos_order",
     [
@@ -96,7 +104,7 @@ order = Workflow(
             policy=POLICY,
             input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
         ),
-        Step("charge", "beta", "charge", policy=POLICY, input=_after("reserve")),
+        Step("charge", "beta", "charge", policy=POLICY, input=_charge_input),
         Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
     ],
 )

@@ -17,9 +17,11 @@ from sqlalchemy import Engine, select
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import REASON_HEADER
 from tests.chaos.broker import DeadLetter
+from tests.chaos.concurrency import history_overlaps, judge, processing_intervals
 from tests.chaos.faults import ALL_FAULTS, Injected
 from tests.chaos.fleet import Slot
 from tests.chaos.remote import RemoteCall
+from tests.chaos.sessions import LIMITED_ACTION, Session
 from tests.chaos.workload import POISON_HEADER, STALE_MARK, Poison, Submissions
 
 
@@ -42,6 +44,12 @@ class Observed:
     fault_errors: list[str]
     fault_types: tuple[str, ...] = ALL_FAULTS
     """The kinds the schedule had to inject, each at least once."""
+    sessions: list[Session] = field(default_factory=list)
+    """The limited action's sessions at the remote service (tests/chaos/sessions.py)."""
+    late_effects: int = 0
+    """Effect calls the service refused: their session's lease had ended."""
+    account_limit: int | None = 1
+    """The concurrency per account the run defined (None: no limit)."""
 
 
 @dataclass
@@ -94,6 +102,43 @@ def _stats(values: Sequence[float | None]) -> str:
         return "never"
     text = f"{statistics.median(known):.1f}/{max(known):.1f}"
     return text + (f" +{never} never" if never else "")
+
+
+def _concurrency(report: Report, engine: Engine, seen: Observed, step_rows: list[Any]) -> None:
+    """8. One limited step at a time per account, from the agent side (the sessions), and
+    what the database's history shows."""
+    verdict = judge(seen.sessions)
+    in_session = {(s.step_id, s.attempt) for s in seen.sessions}
+    unseen = [
+        r.id
+        for r in step_rows
+        if r.name == LIMITED_ACTION
+        and r.state == "processed"
+        and (r.id, r.attempt) not in in_session
+    ]
+    limit = "none" if seen.account_limit is None else f"{seen.account_limit} at once"
+    most = max(verdict.most_at_once.values(), default=0)
+    report.check(
+        "one charge at a time per account (agent side)",
+        verdict.holds and not unseen and verdict.sessions > 0,
+        f"limit {limit}; {verdict.sessions} sessions, {verdict.accounts} accounts, most at "
+        f"once per account {verdict.most_at_once}; {len(verdict.between)} overlaps of two "
+        f"steps or attempts {verdict.between[:3]}, {len(verdict.within)} of two executions of "
+        f"one attempt {verdict.within[:3]}; {seen.late_effects} late effects refused; "
+        f"{len(unseen)} processed charges with no session {unseen[:5]}",
+    )
+    history = history_overlaps(processing_intervals(engine))
+    report.lines.append(
+        f"  database side (step events, transaction times): {len(history)} overlapping "
+        f"processing intervals of one account"
+        + (f", longest {max(history) * 1000:.0f} ms" if history else "")
+    )
+    report.figures["sessions"] = verdict.sessions
+    report.figures["accounts"] = verdict.accounts
+    report.figures["most_at_once"] = most
+    report.figures["session_overlaps"] = len(verdict.between) + len(verdict.within)
+    report.figures["late_effects"] = seen.late_effects
+    report.figures["history_overlaps"] = len(history)
 
 
 def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list of checks
@@ -235,6 +280,8 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
     )
     report.figures["faults"] = dict(kinds)
     report.figures["missing_fault_types"] = sorted(set(seen.fault_types) - kinds.keys())
+
+    _concurrency(report, engine, seen, step_rows)
 
     # Recovery per fault type: fault start -> the probe run's first step; -> in-flight settled.
     recovery: dict[str, list[float | None]] = defaultdict(list)

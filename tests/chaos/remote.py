@@ -1,6 +1,11 @@
 """The fake remote service the chaos agents call: it records every call and applies each
 idempotency key's effect once, answering repeats with the stored result, as a real
-idempotent API (payments, provisioning) does."""
+idempotent API (payments, provisioning) does.
+
+`POST /effect` applies an effect; the limited action opens a session first (`POST
+/session/open`) and applies its effect through it (`POST /session/close`), refused (409) once
+the session's lease ended, or gives it back without one (`POST /session/release`)
+(tests/chaos/sessions.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.chaos.sessions import RefusedError, SessionLedger
 
 
 @dataclass(frozen=True)
@@ -65,14 +72,28 @@ class Ledger:
             return list(self.calls), {k: dict(v) for k, v in self.effects.items()}
 
 
-def _handler_class(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
+def _answer(ledger: Ledger, sessions: SessionLedger, path: str, request: Any) -> dict[str, Any]:
+    if path == "/session/open":
+        return sessions.open(request)
+    if path == "/session/close":
+        return sessions.close(str(request["session"]), lambda: ledger.apply(request))
+    if path == "/session/release":
+        return sessions.release(str(request["session"]))
+    if path == "/effect":
+        return ledger.apply(request)
+    raise KeyError(f"no such endpoint {path}")
+
+
+def _handler_class(ledger: Ledger, sessions: SessionLedger) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             try:
                 request = json.loads(self.rfile.read(length))
-                body = json.dumps(ledger.apply(request)).encode()
+                body = json.dumps(_answer(ledger, sessions, self.path, request)).encode()
                 status = 200
+            except RefusedError as exc:
+                body, status = json.dumps({"refused": str(exc)}).encode(), 409
             except (ValueError, KeyError, TypeError) as exc:
                 body, status = json.dumps({"error": str(exc)}).encode(), 400
             self.send_response(status)
@@ -92,7 +113,10 @@ class RemoteService:
 
     def __init__(self) -> None:
         self.ledger = Ledger()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self.ledger))
+        self.sessions = SessionLedger()
+        self.server = ThreadingHTTPServer(
+            ("127.0.0.1", 0), _handler_class(self.ledger, self.sessions)
+        )
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/effect"
         self.thread = threading.Thread(

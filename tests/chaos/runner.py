@@ -29,6 +29,7 @@ from tests.chaos.app import CONSUMER_TIMEOUT
 from tests.chaos.broker import Publisher, drain
 from tests.chaos.checks import Observed, Report, check
 from tests.chaos.cluster_faults import Cluster
+from tests.chaos.concurrency import define_limit
 from tests.chaos.faults import Fault, Injected, Injector
 from tests.chaos.fleet import Fleet
 from tests.chaos.instances import ServiceError
@@ -72,6 +73,9 @@ class ChaosConfig:
     early_acks: bool = True
     """Whether the agents are told the broker's consumer timeout (app.CONSUMER_TIMEOUT); if
     not, they acknowledge every request after its reply and the long steps' check fails."""
+    account_concurrency: int | None = 1
+    """The flow limit on `charge` per account (tests/chaos/concurrency.py); None: none
+    defined (the invariant then shows what the limit prevents)."""
 
 
 @dataclass
@@ -144,6 +148,7 @@ class ChaosRun:
         self.engine = make_engine(
             self.stack.admin_url, application_name="sasflow-chaos", pool_size=2
         )
+        self.say(f"[chaos] {define_limit(env, REPO, self.config.account_concurrency)}")
         fleet = Fleet(self.logs, env, REPO)
         skews = self.skews()
         fleet.add("submitter", "submitter")
@@ -395,6 +400,7 @@ class ChaosRun:
         self.fleet.stop()
         dead = drain(self.stack.broker_url, self.names.dead_letter_queue)
         calls, effects = self.remote.ledger.snapshot()
+        sessions, late_effects = self.remote.sessions.snapshot()
         seen = Observed(
             submissions=driver.result,
             calls=calls,
@@ -410,6 +416,9 @@ class ChaosRun:
             heal_seconds=heal_seconds,
             fault_errors=injector.errors,
             fault_types=tuple(weights),
+            sessions=sessions,
+            late_effects=late_effects,
+            account_limit=config.account_concurrency,
         )
         report = check(self.engine, seen)
         told = CONSUMER_TIMEOUT if config.early_acks else 0.0

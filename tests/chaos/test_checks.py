@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from sqlalchemy import Engine, select, update
@@ -22,6 +23,7 @@ from tests.chaos.checks import Observed, check
 from tests.chaos.faults import Fault, Injected
 from tests.chaos.fleet import Exit, Slot
 from tests.chaos.remote import Ledger, RemoteCall
+from tests.chaos.sessions import LIMITED_ACTION, SessionLedger
 from tests.chaos.workload import POISON_HEADER, STALE_MARK, Poison, Submissions
 
 pytestmark = pytest.mark.integration
@@ -30,24 +32,32 @@ KEYS = ["k1", "k2", "k3"]
 
 
 def _complete_history(engine: Engine) -> Observed:
-    """Three runs fully processed at attempt 1, and what the harness would have seen."""
+    """Three runs fully processed at attempt 1, and what the harness would have seen: their
+    charges of one account one after the other (each session opened when the last closed)."""
     ledger = Ledger()
+    clock = [10.0]
+    sessions = SessionLedger(clock=lambda: clock[0])
     with engine.begin() as conn:
         for key in KEYS:
             submit_run(conn, app.registry, app.order.name, {"work": 0}, key=key, namespace="t")
         for row in conn.execute(
             select(steps.c.id, steps.c.run_id, steps.c.name, steps.c.idempotency_key)
         ).all():
-            effect = ledger.apply(
-                {
-                    "key": row.idempotency_key,
-                    "step_id": row.id,
-                    "run_id": row.run_id,
-                    "step": row.name,
-                    "attempt": 1,
-                    "pid": 1,
-                }
-            )
+            request = {
+                "key": row.idempotency_key,
+                "step_id": row.id,
+                "run_id": row.run_id,
+                "step": row.name,
+                "attempt": 1,
+                "pid": 1,
+            }
+            if row.name == LIMITED_ACTION:
+                session = {**request, "session": f"s{row.id}", "account": "acct-1"}
+                sessions.open({**session, "budget": 4.0})
+                clock[0] += 0.5
+                effect = sessions.close(session["session"], partial(ledger.apply, request))
+            else:
+                effect = ledger.apply(request)
             conn.execute(
                 update(steps)
                 .where(steps.c.id == row.id)
@@ -76,6 +86,7 @@ def _complete_history(engine: Engine) -> Observed:
             )
         conn.execute(update(runs).values(state="completed"))
     calls, effects = ledger.snapshot()
+    seen_sessions, late = sessions.snapshot()
     poison = Poison("p-0", "ns.submit", "malformed")
     now = time.time()
     return Observed(
@@ -101,6 +112,8 @@ def _complete_history(engine: Engine) -> Observed:
         healed=True,
         heal_seconds=1.0,
         fault_errors=[],
+        sessions=seen_sessions,
+        late_effects=late,
     )
 
 
@@ -113,6 +126,8 @@ def test_a_consistent_history_passes(engine: Engine) -> None:
     report = check(engine, _complete_history(engine))
     assert report.violations == [], report.text()
     assert "kill_agent" in report.text()
+    assert report.figures["sessions"] == len(KEYS)
+    assert report.figures["most_at_once"] == 1
 
 
 def _lost_run(engine: Engine, seen: Observed) -> Observed:
@@ -169,6 +184,17 @@ def _left_processing(engine: Engine, seen: Observed) -> Observed:
     return replace(seen, past_deadline_max=2)
 
 
+def _overlapping_sessions(engine: Engine, seen: Observed) -> Observed:
+    """The second charge began 1 ms before the first one's effect closed its session."""
+    first, second, *rest = sorted(seen.sessions, key=lambda s: s.begin)
+    assert second.begin == first.end  # touching: the consistent history passes with it
+    return replace(seen, sessions=[first, replace(second, begin=first.end - 0.001), *rest])
+
+
+def _charge_without_session(engine: Engine, seen: Observed) -> Observed:
+    return replace(seen, sessions=seen.sessions[1:])
+
+
 @pytest.mark.parametrize(
     ("break_it", "invariants"),
     [
@@ -188,6 +214,8 @@ def _left_processing(engine: Engine, seen: Observed) -> Observed:
         (_poison_lost, ["every poison message dead-lettered with a reason"]),
         (_poison_without_reason, ["every poison message dead-lettered with a reason"]),
         (_left_processing, ["nothing left processing past deadline + sweep interval"]),
+        (_overlapping_sessions, ["one charge at a time per account (agent side)"]),
+        (_charge_without_session, ["one charge at a time per account (agent side)"]),
     ],
 )
 def test_each_violation_is_reported(

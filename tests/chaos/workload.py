@@ -18,6 +18,7 @@ from sasflow.store.schema import steps
 from sasflow.transport.topology import Names
 from tests.chaos.app import order
 from tests.chaos.broker import Publisher
+from tests.chaos.sessions import account_for
 
 POISON_HEADER = "x-chaos-poison"
 STALE_MARK = "stale-reply-injected-by-chaos"
@@ -27,9 +28,8 @@ a dead-lettered request as a failure of the step and attempt it names)."""
 
 
 def submission(key: str, work: float, *, variant: int = 0) -> bytes:
-    return json.dumps(
-        {"workflow": order.name, "key": key, "input": {"work": work, "variant": variant}}
-    ).encode()
+    run_input = {"work": work, "variant": variant, "account": account_for(key)}
+    return json.dumps({"workflow": order.name, "key": key, "input": run_input}).encode()
 
 
 @dataclass

@@ -112,3 +112,25 @@ def test_the_plan_bounds_agents_by_live_capacity_and_pauses_those_with_none_live
     assert plan.breakers[0].reason(AT).startswith("breaker half-open: pay/gateway")
     unbounded = make_plan(limits, fleet, fleet_bound=False, fleet_factor=2.0)
     assert (unbounded.bounds, unbounded.paused) == ({}, frozenset())
+
+
+def test_the_steps_a_concurrency_limit_selects_are_exclusive() -> None:
+    fleet = FleetView(
+        known=frozenset({"pay"}),
+        capacity={"pay": 3},
+        uses={("pay", "gateway"): frozenset({"refund"})},
+        open_breakers=(),
+    )
+    limits = [
+        Limit("one", "pay", actions=("charge",), key=KeyExpr.parse("input.a"), concurrency=1),
+        Limit("gateway", "pay", dependency="gateway", concurrency=5),
+        Limit("rate", "mail", rate=10),
+        Limit("off", "ship", concurrency=1, enabled=False),
+    ]
+    plan = make_plan(limits, fleet, fleet_factor=2.0)
+    assert plan.exclusive("pay", "charge")
+    assert plan.exclusive("pay", "refund")  # through the dependency the fleet resolved
+    assert not plan.exclusive("pay", "other")
+    assert not plan.exclusive("mail", "send")  # a rate alone
+    assert not plan.exclusive("ship", "go")  # disabled
+    assert not make_plan([], fleet, fleet_factor=2.0).exclusive("pay", "charge")  # a fleet bound

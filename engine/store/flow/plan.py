@@ -98,6 +98,14 @@ class FlowPlan:
     def limits_of(self, agents: frozenset[str] | set[str]) -> tuple[Limit, ...]:
         return tuple(limit for limit in self.limits if limit.agent in agents)
 
+    def exclusive(self, agent: str, action: str) -> bool:
+        """Whether a concurrency limit selects the steps of `agent`/`action`: their requests
+        go out `exclusive` (run at most once per attempt, see messages.Request)."""
+        return any(
+            limit.concurrency is not None and self.selects(limit, agent, action)
+            for limit in self.limits
+        )
+
 
 NO_PLAN = FlowPlan()
 """No limit, no fleet: every agent is claimed by the plain claim."""
