@@ -252,6 +252,13 @@ class Settings(BaseSettings):
         le=500,
         description="Deepest JSON nesting the HTTP API accepts in a request body (deeper: 400).",
     )
+    api_body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds the HTTP API waits for a request's whole body (slower: 408, and "
+        "the connection is closed).",
+    )
     api_ssl_certfile: str | None = Field(
         default=None, description="Certificate (PEM) to serve the HTTP API over TLS."
     )
@@ -456,6 +463,7 @@ API_SETTINGS = (
     "api_port",
     "api_max_body_bytes",
     "api_max_json_depth",
+    "api_body_timeout_s",
     "api_ssl_certfile",
     "api_ssl_keyfile",
     "api_callback_give_up_s",

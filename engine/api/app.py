@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from anyio import to_thread
 from fastapi import APIRouter, Depends, FastAPI
 
-from sasflow.api import errors
+from sasflow.api import body, errors, openapi
 from sasflow.api.console import actions, pages, schedule_actions, views
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import alerts, health, limits, registrations, runs, schedules
@@ -39,7 +39,7 @@ def routers() -> list[APIRouter]:
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
-    """The API over `ctx`; OpenAPI at /openapi.json, the docs page at /docs."""
+    """The API over `ctx`; OpenAPI at /openapi.json (openapi.py), the docs page at /docs."""
     hub = StreamHub(
         ctx.engine,
         ctx.settings.database_url,
@@ -68,12 +68,21 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     app.state.sasflow = ctx
     app.state.stream_hub = hub
-    errors.install(
+    errors.install(app)
+    body.install(
         app,
-        max_body_bytes=ctx.settings.api_max_body_bytes,
-        max_json_depth=ctx.settings.api_max_json_depth,
+        body.BodyPolicy(
+            max_bytes=ctx.settings.api_max_body_bytes,
+            max_json_depth=ctx.settings.api_max_json_depth,
+            timeout_s=ctx.settings.api_body_timeout_s,
+        ),
     )
+    openapi.install(app)
     views.install(app, ctx)
     for router in routers():
-        app.include_router(router, dependencies=[Depends(refuse_nul)])
+        app.include_router(
+            router,
+            dependencies=[Depends(refuse_nul)],
+            generate_unique_id_function=openapi.operation_id,
+        )
     return app

@@ -2,6 +2,10 @@
 
 No `Authorization: Bearer TOKEN` header, or a token that is unknown or revoked -> 401; a
 token without the scope -> 403 (`admin` holds every scope). Both say why in the error body.
+
+In the OpenAPI document the token is the `bearer` security scheme, and each operation names
+the scope it needs (`security: [{"bearer": ["read"]}]`): Swagger UI's Authorize button and
+generated clients send the token.
 """
 
 from __future__ import annotations
@@ -10,13 +14,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.ops import tokens
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sasflow"'}
+
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="sft_...",
+    description="A token from `sasflow tokens create --name NAME --scope SCOPE`. Its scopes: "
+    "`read` (GET runs, alerts, schedules, schedulers, agents, limits; the subscription "
+    "stream), `submit` (POST /v1/runs), `operate` (cancel, resubmit, acknowledge, pause, "
+    "resume, trigger, drain, undrain, change limits), `admin` (every scope). An operation "
+    "names the scope it needs.",
+    auto_error=False,  # `authenticate` says what is wrong, in the API's error shape
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,12 @@ def require(scope: str) -> Callable[[Request, ApiContext], Principal]:
     if scope not in tokens.SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
 
-    def dependency(request: Request, ctx: Annotated[ApiContext, Depends(get_context)]) -> Principal:
+    def dependency(
+        request: Request,
+        ctx: Annotated[ApiContext, Depends(get_context)],
+        # A default, not Annotated: the annotation is read as a string, where `scope` is unknown.
+        _: HTTPAuthorizationCredentials | None = Security(BEARER, scopes=[scope]),  # noqa: B008
+    ) -> Principal:
         principal = authenticate(request, ctx)
         if not principal.may(scope):
             held = ", ".join(sorted(principal.scopes))

@@ -1,8 +1,8 @@
 """One error shape for every error the API answers: `{"error": code, "message": ...}`.
 
-Validation errors add `fields` (`[{"field": "body.priority", "message": ...}]`). The body
-limits are checked by a small ASGI middleware before anything parses the body: larger than
-`api_max_body_bytes` -> 413, JSON nested deeper than `api_max_json_depth` -> 400.
+Validation errors add `fields` (`[{"field": "body.priority", "message": ...}]`). Each code and
+its status are in codes.py. A message is one line: the text of a database driver (hosts,
+DETAIL lines) and pydantic's dumps stay in the server's log. The body limits are body.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.routing import Match, Mount
 
 from sasflow import errors
-from sasflow.api.validation import NUL_MESSAGE, nul_fields, nul_problems
-from sasflow.messages import nesting
+from sasflow.api.codes import status_of
 
 log = logging.getLogger(__name__)
 
@@ -59,28 +58,29 @@ def error_response(
     )
 
 
-# What each sasflow error from the service layer means over HTTP.
-_SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], int, str], ...] = (
-    (errors.RunNotFoundError, 404, "run_not_found"),
-    (errors.AlertNotFoundError, 404, "alert_not_found"),
-    (errors.UnknownWorkflowError, 404, "unknown_workflow"),
-    (errors.TokenNotFoundError, 404, "token_not_found"),
-    (errors.ScheduleNotFoundError, 404, "schedule_not_found"),
-    (errors.SchedulerNotFoundError, 404, "scheduler_not_found"),
-    (errors.LimitNotFoundError, 404, "limit_not_found"),
-    (errors.AlertAlreadyAcknowledgedError, 409, "already_acknowledged"),
-    (errors.InvalidActionError, 409, "invalid_action"),
-    (errors.InvalidInputError, 400, "invalid_input"),
-    (errors.InvalidAcknowledgementError, 400, "invalid_input"),
-    (errors.InvalidTokenError, 400, "invalid_input"),
-    (errors.InvalidLimitError, 400, "invalid_input"),
-    (errors.StaleStreamError, 403, "stale_stream"),
-    (errors.SubscriberNotFoundError, 404, "subscriber_not_found"),
-    (errors.InvalidMessageError, 400, "invalid_call"),
-    (errors.StoreUnavailableError, 503, "store_unavailable"),
-    (errors.BrokerUnavailableError, 503, "broker_unavailable"),
+# What each sasflow error from the service layer means over HTTP (its status: codes.py).
+_SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], str], ...] = (
+    (errors.RunNotFoundError, "run_not_found"),
+    (errors.AlertNotFoundError, "alert_not_found"),
+    (errors.UnknownWorkflowError, "unknown_workflow"),
+    (errors.TokenNotFoundError, "token_not_found"),
+    (errors.ScheduleNotFoundError, "schedule_not_found"),
+    (errors.SchedulerNotFoundError, "scheduler_not_found"),
+    (errors.LimitNotFoundError, "limit_not_found"),
+    (errors.AlertAlreadyAcknowledgedError, "already_acknowledged"),
+    (errors.InvalidActionError, "invalid_action"),
+    (errors.InvalidInputError, "invalid_input"),
+    (errors.InvalidAcknowledgementError, "invalid_input"),
+    (errors.InvalidTokenError, "invalid_input"),
+    (errors.InvalidLimitError, "invalid_input"),
+    (errors.StaleStreamError, "stale_stream"),
+    (errors.SubscriberNotFoundError, "subscriber_not_found"),
+    (errors.InvalidMessageError, "invalid_call"),
+    (errors.StoreUnavailableError, "store_unavailable"),
+    (errors.BrokerUnavailableError, "broker_unavailable"),
 )
 
+# The code of an HTTP error the framework raised (routing, body parsing), by status.
 _STATUS_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -93,6 +93,22 @@ _STATUS_CODES = {
     422: "validation_error",
     503: "unavailable",
 }
+_UNPARSED_BODY = "There was an error parsing the body"
+"""FastAPI's detail of a JSON body it could not decode (e.g. not UTF-8)."""
+NOT_JSON = "the request body is not JSON"
+UNAVAILABLE = {
+    "store_unavailable": "the database is unavailable: try again later",
+    "broker_unavailable": "the broker is unavailable: try again later",
+}
+"""What a 503 says: the driver's text (hosts, ports, DETAIL) goes to the server's log only."""
+
+
+def unavailable_message(code: str, exc: Exception) -> str:
+    """A 503's message: the fixed text, except for a schema not at head, whose sentence names
+    two revisions and the command that fixes it (`sasflow db upgrade`), nothing of the driver."""
+    if isinstance(exc, errors.SchemaOutdatedError):
+        return first_line(str(exc))
+    return UNAVAILABLE[code]
 
 
 def to_response(exc: Exception) -> JSONResponse:
@@ -104,24 +120,42 @@ def to_response(exc: Exception) -> JSONResponse:
             )
         case RequestValidationError():
             return _validation_error(exc)
+        case StarletteHTTPException(status_code=400, detail=detail) if detail == _UNPARSED_BODY:
+            return error_response(400, "invalid_json", NOT_JSON)
         case StarletteHTTPException():
             code = _STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
             return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
         case errors.SasflowError():
-            for kind, status, name in _SASFLOW_ERRORS:
-                if isinstance(exc, kind):
-                    return error_response(status, name, str(exc))
-            log.error("unexpected sasflow error: %s", exc, exc_info=exc)
-            return error_response(500, "internal_error", str(exc))
+            return _sasflow_error(exc)
         case _:
             log.error("unexpected error: %s", exc, exc_info=exc)
             return error_response(500, "internal_error", "internal error (see the server's log)")
 
 
+def _sasflow_error(exc: errors.SasflowError) -> JSONResponse:
+    for kind, code in _SASFLOW_ERRORS:
+        if isinstance(exc, kind):
+            if code in UNAVAILABLE:
+                log.warning("answered 503 %s: %s", code, exc)
+                return error_response(status_of(code), code, unavailable_message(code, exc))
+            message = first_line(str(exc))
+            if message != str(exc):
+                log.info("answered %s with its first line: %s", code, exc)
+            return error_response(status_of(code), code, message)
+    log.error("unexpected sasflow error: %s", exc, exc_info=exc)
+    return error_response(500, "internal_error", "internal error (see the server's log)")
+
+
+def first_line(message: str) -> str:
+    """`message` up to its first line break: a driver's DETAIL, HINT or CONTEXT lines and the
+    rest of a multi-line dump stay in the server's log."""
+    return message.strip().split("\n", 1)[0].rstrip()
+
+
 def _validation_error(exc: RequestValidationError) -> JSONResponse:
     problems = list(exc.errors())
     if any(p.get("type") == "json_invalid" for p in problems):
-        return error_response(400, "invalid_json", "the request body is not valid JSON")
+        return error_response(400, "invalid_json", NOT_JSON)
     fields = [
         {"field": ".".join(str(part) for part in p.get("loc", ())), "message": p.get("msg", "")}
         for p in problems
@@ -130,84 +164,32 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "validation_error", summary, extra={"fields": fields})
 
 
-def _handle(_: Request, exc: Exception) -> JSONResponse:
-    return to_response(exc)
+def _handle(request: Request, exc: Exception) -> JSONResponse:
+    answer = to_response(exc)
+    if answer.status_code == 405 and (methods := allowed_methods(request)):
+        answer.headers["Allow"] = ", ".join(methods)
+    return answer
 
 
-def install(app: FastAPI, *, max_body_bytes: int, max_json_depth: int) -> None:
-    """Register the error handlers and the body limits on `app`."""
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (Starlette's own 405 names only
+    the methods of the first route that matched the path); [] when only a mount (the
+    console's static files) serves it."""
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+
+
+def install(app: FastAPI) -> None:
+    """Register the error handlers on `app`."""
     for kind in (ApiError, StarletteHTTPException, RequestValidationError, errors.SasflowError):
         app.add_exception_handler(kind, _handle)
     app.add_exception_handler(Exception, _handle)  # a bug: 500 in the same shape
-    app.add_middleware(BodyLimits, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth)
-
-
-class BodyLimits:
-    """Read a request's body up front (at most `max_body_bytes`), refuse a JSON body nested
-    deeper than `max_json_depth`, then hand the body on; later `receive` calls (a client
-    disconnecting from a stream) pass through."""
-
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_json_depth: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-        self.max_json_depth = max_json_depth
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = error_response(
-            413,
-            "body_too_large",
-            f"the request body is larger than {self.max_body_bytes} bytes",
-        )
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            await too_large(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left before sending it all
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await too_large(scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        if nuls := nul_fields(body):
-            refused = error_response(
-                422,
-                "validation_error",
-                f"{', '.join(nuls)}: {NUL_MESSAGE}",
-                extra={"fields": nul_problems(nuls)},
-            )
-            await refused(scope, receive, send)
-            return
-        if body and nesting(body, self.max_json_depth) > self.max_json_depth:
-            deep = error_response(
-                400,
-                "too_deeply_nested",
-                f"the request body nests JSON deeper than {self.max_json_depth} levels",
-            )
-            await deep(scope, receive, send)
-            return
-        await self.app(scope, _replay(body, receive), send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed

@@ -1,4 +1,5 @@
-"""The request bodies of the REST API (pydantic): what OpenAPI shows and FastAPI validates."""
+"""The request bodies of the REST API (pydantic): what OpenAPI shows and FastAPI validates,
+with the examples the document shows for each (`...EXAMPLES`, `Body(openapi_examples=...)`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from sasflow.api.validation import INT_MAX, Reason
+from sasflow.store.flow.model import MAX_ACTIONS, MAX_COUNT, MAX_RATE
+from sasflow.workflow import NAME_PATTERN, WORKFLOW_NAME_PATTERN
 
 POOL_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$"
 
@@ -18,7 +21,9 @@ class _Body(BaseModel):
 class RunRequest(_Body):
     """Submit a run of `workflow`; idempotent on (workflow, key)."""
 
-    workflow: str = Field(min_length=1, max_length=100, examples=["orders"])
+    workflow: str = Field(
+        min_length=1, max_length=100, pattern=WORKFLOW_NAME_PATTERN.pattern, examples=["order"]
+    )
     input: dict[str, Any] = Field(default_factory=dict, description="The run's input object.")
     key: str | None = Field(
         default=None,
@@ -64,39 +69,104 @@ class OperatorActionRequest(_Body):
     reason: Reason | None = None
 
 
+Name = Annotated[str, Field(pattern=NAME_PATTERN.pattern)]
+"""An agent's, an action's or a dependency's name."""
+LIMIT_KEY = r"^(business_key|workflow|input(\.[A-Za-z0-9_-]{1,100})+)$"
+"""What `KeyExpr.parse` reads (store/flow/model.py)."""
+
+
 class LimitRequest(_Body):
     """A flow limit's whole definition (`PUT /v1/limits/{name}` replaces it); see
-    docs/flow-control.md."""
+    docs/flow-control.md. What the schema cannot say is a 400 `invalid_input` that says
+    why: a limit needs a rate, a concurrency or both; actions or a dependency, not both; a
+    burst needs a rate; a rate written as text must read as `N/period`."""
 
-    agent: str = Field(min_length=1, max_length=100, description="The agent whose steps it limits.")
-    actions: list[str] | None = Field(
-        default=None, min_length=1, max_length=100, description="Only these actions [all]."
+    agent: Name = Field(description="The agent whose steps it limits.")
+    actions: list[Name] | None = Field(
+        default=None, min_length=1, max_length=MAX_ACTIONS, description="Only these actions [all]."
     )
-    dependency: str | None = Field(
-        default=None,
-        max_length=100,
-        description="Only the agent's actions that use this dependency (breaker).",
+    dependency: Name | None = Field(
+        default=None, description="Only the agent's actions that use this dependency (breaker)."
     )
     key: str | None = Field(
         default=None,
-        max_length=200,
+        max_length=1000,
+        pattern=LIMIT_KEY,
         description="One budget per value of `input.<field>[.<field>...]`, `business_key` or "
         "`workflow` [one budget].",
         examples=["input.account"],
     )
-    rate: float | str | None = Field(
+    rate: Annotated[float, Field(gt=0, le=MAX_RATE)] | str | None = Field(
         default=None,
-        description="Steps started per second (a number), or per period (`6000/min`).",
+        description="Steps started per second (a number), or per period (`100/s`, "
+        "`6000/min`, `5/h`, `2/day`).",
         examples=["100/s"],
     )
     burst: int | None = Field(
-        default=None, ge=1, le=INT_MAX, description="[one second of the rate]"
+        default=None, ge=1, le=MAX_COUNT, description="[one second of the rate]"
     )
     concurrency: int | None = Field(
         default=None,
         ge=0,
-        le=INT_MAX,
+        le=MAX_COUNT,
         description="Steps in flight at once (per key); 0 pauses them.",
     )
     enabled: bool = True
     reason: Annotated[Reason, Field(description="Why (audited).")]
+
+
+Examples = dict[str, dict[str, Any]]
+
+
+def _examples(**values: tuple[str, dict[str, Any]]) -> Examples:
+    return {name: {"summary": summary, "value": value} for name, (summary, value) in values.items()}
+
+
+RUN_EXAMPLES = _examples(
+    keyed=(
+        "A run with a business key (idempotent) and a priority",
+        {"workflow": "order", "input": {"qty": 2}, "key": "order-1042", "priority": 5},
+    ),
+    callback=(
+        "A run whose summary is POSTed to a URL once it ends, its steps in pool `eu`",
+        {
+            "workflow": "order",
+            "input": {"qty": 2},
+            "key": "order-1043",
+            "callback_url": "https://shop.example/hooks/sasflow",
+            "pool": "eu",
+        },
+    ),
+)
+CANCEL_EXAMPLES = _examples(
+    cancel=("Cancel", {"reason": "customer left"}),
+    compensate=("Cancel and undo the processed steps", {"reason": "fraud", "compensate": True}),
+)
+RESUBMIT_EXAMPLES = _examples(
+    again=("Run the failed steps again", {"reason": "the warehouse is back"}),
+    corrected=(
+        "From a step, with a corrected input",
+        {"reason": "quantity fixed", "from_step": "reserve", "input": {"qty": 1}},
+    ),
+)
+ACKNOWLEDGE_EXAMPLES = _examples(ack=("Acknowledge", {"reason": "known outage, ticket 4711"}))
+ACTION_EXAMPLES = _examples(
+    reason=("With a reason for the audit", {"reason": "maintenance window"}),
+    bare=("No reason (no body at all is fine too)", {}),
+)
+LIMIT_EXAMPLES = _examples(
+    rate=(
+        "100 steps a second, 40 at once, for the payments agent",
+        {"agent": "payments", "rate": "100/s", "concurrency": 40, "reason": "PSP quota"},
+    ),
+    keyed=(
+        "One step at a time per account",
+        {
+            "agent": "payments",
+            "actions": ["charge"],
+            "key": "input.account",
+            "concurrency": 1,
+            "reason": "one charge per account at once",
+        },
+    ),
+)

@@ -10,7 +10,7 @@ fields come first, extra keys after them)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -151,7 +151,7 @@ class SubmittedResponse(_Response):
 class BacklogFullResponse(_Response):
     """429 of `POST /v1/runs`: the workflow's backlog is at its bound (docs/backpressure.md)."""
 
-    error: str = Field(description="`backlog_full`")
+    error: Literal["backlog_full"]
     message: str
     workflow: str
     backlog: int = Field(

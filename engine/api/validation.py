@@ -41,6 +41,12 @@ def _has_text(value: str) -> str:
 
 Reason = Annotated[str, Field(min_length=1, max_length=REASON_MAX), AfterValidator(_has_text)]
 """An operator's reason, audited."""
+QueryReason = Annotated[
+    str,
+    Query(min_length=1, max_length=REASON_MAX, description="Why (audited)."),
+    AfterValidator(_has_text),
+]
+"""The same, as a query parameter (`DELETE /v1/limits/{name}?reason=...`)."""
 
 
 def refuse_nul(request: Request) -> None:

@@ -19,16 +19,24 @@ from sasflow.store.notify import notify_ready
 from sasflow.store.operator.audit import AuditRecord, database_now, record
 
 SHOWN_TICKS = 10
+MAX_ID = 2**63 - 1
+"""Ids are PostgreSQL bigints: a longer run of digits can only be a name."""
 
 
 def find(conn: Connection, ref: str, *, lock: bool = False) -> dict[str, Any]:
-    """The schedule whose id (digits) or name is `ref`."""
-    found = schedules.by_id(conn, int(ref), lock=lock) if ref.isdigit() else None
+    """The schedule whose id (ASCII digits, within a bigint) or name is `ref`."""
+    found = schedules.by_id(conn, int(ref), lock=lock) if _is_id(ref) else None
     if found is None:
         found = schedules.by_name(conn, ref, lock=lock)
     if found is None:
         raise ScheduleNotFoundError(f"no schedule with id or name {ref!r}")
     return found
+
+
+def _is_id(ref: str) -> bool:
+    # str.isdigit() is true for '²' (which int() refuses) and for other scripts' digits; the
+    # length is checked first (int() refuses more than 4,300 digits).
+    return ref.isascii() and ref.isdigit() and len(ref) <= len(str(MAX_ID)) and int(ref) <= MAX_ID
 
 
 def _audit(

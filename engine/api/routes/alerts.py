@@ -4,21 +4,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query
 
 from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.models import AcknowledgeRequest
+from sasflow.api.models import ACKNOWLEDGE_EXAMPLES, AcknowledgeRequest
+from sasflow.api.openapi import answers, link
 from sasflow.api.validation import RowId
 from sasflow.ops import alerts as alert_ops
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 
 Context = Annotated[ApiContext, Depends(get_context)]
+FIRST = "$response.body#/alerts/0/id"
 
 
-@router.get("", response_model=responses.AlertListResponse)
+@router.get(
+    "",
+    response_model=responses.AlertListResponse,
+    responses={
+        200: {
+            "links": {
+                "show_alert": link("show_alert", "The first alert", alert_id=FIRST),
+                "acknowledge_alert": link("acknowledge_alert", "Acknowledge it", alert_id=FIRST),
+            }
+        },
+        **answers(),
+    },
+)
 def list_alerts(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],
@@ -43,7 +57,20 @@ def list_alerts(
     return {"alerts": found}
 
 
-@router.get("/{alert_id}", response_model=responses.AlertResponse)
+@router.get(
+    "/{alert_id}",
+    response_model=responses.AlertResponse,
+    responses={
+        200: {
+            "links": {
+                "acknowledge_alert": link(
+                    "acknowledge_alert", "Acknowledge it", alert_id="$response.body#/id"
+                )
+            }
+        },
+        **answers("alert_not_found"),
+    },
+)
 def show_alert(
     alert_id: RowId, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -51,10 +78,14 @@ def show_alert(
     return found
 
 
-@router.post("/{alert_id}/ack", response_model=responses.AlertResponse)
+@router.post(
+    "/{alert_id}/ack",
+    response_model=responses.AlertResponse,
+    responses=answers("alert_not_found", "already_acknowledged", body=True),
+)
 def acknowledge_alert(
     alert_id: RowId,
-    body: AcknowledgeRequest,
+    body: Annotated[AcknowledgeRequest, Body(openapi_examples=ACKNOWLEDGE_EXAMPLES)],
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
 ) -> dict[str, Any]:

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.errors import ApiError
+from sasflow.api.errors import UNAVAILABLE, ApiError, unavailable_message
+from sasflow.api.openapi import answers
 from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
 from sasflow.store.operator import audit
 
 router = APIRouter(tags=["health"])
+log = logging.getLogger(__name__)
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses=answers(token=False, store=False))
 def healthz() -> dict[str, str]:
     """The process is up (no dependency is checked)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=answers("broker_unavailable", token=False))
 def readyz(ctx: Annotated[ApiContext, Depends(get_context)]) -> dict[str, Any]:
     """The database answers a query, its schema is at head, and the broker accepts a
     connection; else 503."""
@@ -28,9 +31,13 @@ def readyz(ctx: Annotated[ApiContext, Depends(get_context)]) -> dict[str, Any]:
         ctx.transaction(audit.database_now)
         ctx.schema.check()
     except StoreUnavailableError as exc:
-        raise ApiError(503, "store_unavailable", f"database: {exc}") from exc
+        log.warning("not ready: %s", exc)
+        code = "store_unavailable"
+        raise ApiError(503, code, unavailable_message(code, exc)) from exc
     try:
         ctx.check_broker()
     except BrokerUnavailableError as exc:
-        raise ApiError(503, "broker_unavailable", f"broker: {exc}") from exc
+        log.warning("not ready: %s", exc)
+        code = "broker_unavailable"
+        raise ApiError(503, code, UNAVAILABLE[code]) from exc
     return {"status": "ready", "database": "ok", "broker": "ok"}

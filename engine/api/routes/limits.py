@@ -6,27 +6,47 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Path, Response
 
 from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.models import LimitRequest
+from sasflow.api.models import LIMIT_EXAMPLES, LimitRequest
+from sasflow.api.openapi import answers, link
+from sasflow.api.validation import QueryReason
 from sasflow.ops import limits as limit_ops
-from sasflow.store.flow.model import KeyExpr, Limit, parse_rate
+from sasflow.store.flow.model import LIMIT_NAME, KeyExpr, Limit, parse_rate
 
 router = APIRouter(prefix="/v1/limits", tags=["limits"])
 
 Context = Annotated[ApiContext, Depends(get_context)]
+NAME = "$response.body#/name"
+LIMIT_LINKS = {
+    "show_limit": link("show_limit", "The limit and its live state", name=NAME),
+    "delete_limit": link("delete_limit", "Delete it", name=NAME),
+}
 
 
-@router.get("", response_model=responses.LimitListResponse)
+@router.get(
+    "",
+    response_model=responses.LimitListResponse,
+    responses={
+        200: {
+            "links": {
+                "show_limit": link(
+                    "show_limit", "The first limit", name="$response.body#/limits/0/name"
+                )
+            }
+        },
+        **answers(),
+    },
+)
 def list_limits(ctx: Context, _: Annotated[Principal, Depends(require("read"))]) -> dict[str, Any]:
     """Every limit, by name, with its live state."""
     return {"limits": ctx.transaction(limit_ops.list_limits)}
 
 
-@router.get("/{name}", response_model=responses.LimitResponse)
+@router.get("/{name}", response_model=responses.LimitResponse, responses=answers("limit_not_found"))
 def show_limit(
     name: str, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -38,11 +58,17 @@ def show_limit(
 @router.put(
     "/{name}",
     response_model=responses.LimitResponse,
-    responses={201: {"model": responses.LimitResponse, "description": "created"}},
+    responses={
+        200: {"description": "replaced", "links": LIMIT_LINKS},
+        201: {"model": responses.LimitResponse, "description": "created", "links": LIMIT_LINKS},
+        **answers("invalid_input", body=True),
+    },
 )
 def put_limit(
-    name: str,
-    body: LimitRequest,
+    name: Annotated[
+        str, Path(pattern=LIMIT_NAME.pattern, description="Lower case, as in metric labels.")
+    ],
+    body: Annotated[LimitRequest, Body(openapi_examples=LIMIT_EXAMPLES)],
     response: Response,
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
@@ -70,12 +96,16 @@ def put_limit(
     return done
 
 
-@router.delete("/{name}", response_model=responses.LimitDeletedResponse)
+@router.delete(
+    "/{name}",
+    response_model=responses.LimitDeletedResponse,
+    responses=answers("limit_not_found"),
+)
 def delete_limit(
     name: str,
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
-    reason: Annotated[str, Query(min_length=1, max_length=2000, description="Why (audited).")],
+    reason: QueryReason,
 ) -> dict[str, Any]:
     """Delete the limit (404 if there is none): its steps are claimed without it from the
     next claim."""

@@ -11,17 +11,33 @@ from fastapi import APIRouter, Body, Depends
 from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.models import OperatorActionRequest
+from sasflow.api.models import ACTION_EXAMPLES, OperatorActionRequest
+from sasflow.api.openapi import answers, link
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import registrations
 
 router = APIRouter(tags=["schedulers", "agents"])
 
 Context = Annotated[ApiContext, Depends(get_context)]
-Action = Annotated[OperatorActionRequest | None, Body()]
+Action = Annotated[OperatorActionRequest | None, Body(openapi_examples=ACTION_EXAMPLES)]
 
 
-@router.get("/v1/schedulers", response_model=responses.SchedulerListResponse)
+@router.get(
+    "/v1/schedulers",
+    response_model=responses.SchedulerListResponse,
+    responses={
+        200: {
+            "links": {
+                "drain_or_undrain_scheduler": link(
+                    "drain_or_undrain_scheduler",
+                    "Drain or undrain the first scheduler",
+                    name="$response.body#/schedulers/0/name",
+                )
+            }
+        },
+        **answers(),
+    },
+)
 def list_schedulers(
     ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -35,7 +51,11 @@ def list_schedulers(
     )
 
 
-@router.post("/v1/schedulers/{name}/{action}", response_model=responses.SchedulerChangedResponse)
+@router.post(
+    "/v1/schedulers/{name}/{action}",
+    response_model=responses.SchedulerChangedResponse,
+    responses=answers("scheduler_not_found", "invalid_action", body=True),
+)
 def drain_or_undrain_scheduler(
     name: str,
     action: Literal["drain", "undrain"],
@@ -56,7 +76,7 @@ def drain_or_undrain_scheduler(
     return {"name": name, "scheduler": next((s for s in view if s["name"] == name), None)}
 
 
-@router.get("/v1/agents", response_model=responses.AgentListResponse)
+@router.get("/v1/agents", response_model=responses.AgentListResponse, responses=answers())
 def list_agents(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Query, Response
 
 from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
-from sasflow.api.models import CancelRequest, ResubmitRequest, RunRequest
+from sasflow.api.models import (
+    CANCEL_EXAMPLES,
+    RESUBMIT_EXAMPLES,
+    RUN_EXAMPLES,
+    CancelRequest,
+    ResubmitRequest,
+    RunRequest,
+)
+from sasflow.api.openapi import answers, link
 from sasflow.api.validation import Cursor, RowId
 from sasflow.commands import NewRun
 from sasflow.errors import BacklogFullError, UnknownWorkflowError
@@ -29,6 +37,19 @@ LAST_EVENTS = 50
 MAX_PAGE = 500
 
 Context = Annotated[ApiContext, Depends(get_context)]
+RUN_ID = "$response.body#/id"
+RUN_LINKS = {
+    "get_run": link("get_run", "The run, its steps and events", run_id=RUN_ID),
+    "cancel_run": link("cancel_run", "Cancel it", run_id=RUN_ID),
+    "resubmit_run": link("resubmit_run", "Run it again", run_id=RUN_ID),
+}
+LOCATION = {
+    "Location": {
+        "description": "The run's path: `/v1/runs/{id}`.",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+}
 
 
 @router.post(
@@ -36,23 +57,24 @@ Context = Annotated[ApiContext, Depends(get_context)]
     status_code=201,
     response_model=responses.SubmittedResponse,
     responses={
-        200: {"model": responses.SubmittedResponse, "description": "existing run (same key)"},
-        429: {
-            "model": responses.BacklogFullResponse,
-            "description": "the workflow's backlog is at its bound (docs/backpressure.md): "
-            "submit again after `Retry-After` seconds; never answered to a key that names "
-            "an existing run",
-            "headers": {
-                "Retry-After": {
-                    "description": "seconds to wait before submitting again",
-                    "schema": {"type": "integer"},
-                }
-            },
+        201: {"description": "a new run", "headers": LOCATION, "links": RUN_LINKS},
+        200: {
+            "model": responses.SubmittedResponse,
+            "description": "the existing run of the same (workflow, key)",
+            "headers": LOCATION,
+            "links": RUN_LINKS,
         },
+        **answers(
+            "invalid_input",
+            "callbacks_disabled",
+            "unknown_workflow",
+            "backlog_full",
+            body=True,
+        ),
     },
 )
 def submit_run(
-    body: RunRequest,
+    body: Annotated[RunRequest, Body(openapi_examples=RUN_EXAMPLES)],
     response: Response,
     ctx: Context,
     who: Annotated[Principal, Depends(require("submit"))],
@@ -119,7 +141,9 @@ def submit_run(
     return {"id": run["id"], "created": created, "run": run}
 
 
-@router.get("/{run_id}", response_model=responses.RunDetailResponse)
+@router.get(
+    "/{run_id}", response_model=responses.RunDetailResponse, responses=answers("run_not_found")
+)
 def get_run(
     run_id: RowId, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -129,7 +153,18 @@ def get_run(
     return detail
 
 
-@router.get("", response_model=responses.RunListResponse)
+@router.get(
+    "",
+    response_model=responses.RunListResponse,
+    responses={
+        200: {
+            "links": {
+                "get_run": link("get_run", "The first run", run_id="$response.body#/runs/0/id")
+            }
+        },
+        **answers(),
+    },
+)
 def list_runs(
     *,
     ctx: Context,
@@ -146,10 +181,14 @@ def list_runs(
     return {"runs": page, "next_cursor": next_cursor}
 
 
-@router.post("/{run_id}/cancel", response_model=responses.CancelledResponse)
+@router.post(
+    "/{run_id}/cancel",
+    response_model=responses.CancelledResponse,
+    responses=answers("run_not_found", "invalid_action", body=True),
+)
 def cancel_run(
     run_id: RowId,
-    body: CancelRequest,
+    body: Annotated[CancelRequest, Body(openapi_examples=CANCEL_EXAMPLES)],
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
 ) -> dict[str, Any]:
@@ -167,10 +206,16 @@ def cancel_run(
     return {"id": done.run_id, "state": done.state, "cancelled_steps": list(done.cancelled_steps)}
 
 
-@router.post("/{run_id}/resubmit", response_model=responses.ResubmittedResponse)
+@router.post(
+    "/{run_id}/resubmit",
+    response_model=responses.ResubmittedResponse,
+    responses=answers(
+        "invalid_input", "run_not_found", "unknown_workflow", "invalid_action", body=True
+    ),
+)
 def resubmit_run(
     run_id: RowId,
-    body: ResubmitRequest,
+    body: Annotated[ResubmitRequest, Body(openapi_examples=RESUBMIT_EXAMPLES)],
     ctx: Context,
     who: Annotated[Principal, Depends(require("operate"))],
 ) -> dict[str, Any]:

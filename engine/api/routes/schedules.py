@@ -10,16 +10,33 @@ from fastapi import APIRouter, Body, Depends, Query
 from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.models import OperatorActionRequest
+from sasflow.api.models import ACTION_EXAMPLES, OperatorActionRequest
+from sasflow.api.openapi import answers, link
 from sasflow.ops import schedules as schedule_ops
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
 Context = Annotated[ApiContext, Depends(get_context)]
-Action = Annotated[OperatorActionRequest | None, Body()]
+FIRST = "$response.body#/schedules/0/name"
+Action = Annotated[OperatorActionRequest | None, Body(openapi_examples=ACTION_EXAMPLES)]
 
 
-@router.get("", response_model=responses.ScheduleListResponse)
+@router.get(
+    "",
+    response_model=responses.ScheduleListResponse,
+    responses={
+        200: {
+            "links": {
+                "show_schedule": link("show_schedule", "The first schedule", ref=FIRST),
+                "trigger_schedule": link("trigger_schedule", "Fire it now", ref=FIRST),
+                "pause_or_resume_schedule": link(
+                    "pause_or_resume_schedule", "Pause or resume it", ref=FIRST
+                ),
+            }
+        },
+        **answers(),
+    },
+)
 def list_schedules(
     ctx: Context, _: Annotated[Principal, Depends(require("read"))]
 ) -> dict[str, Any]:
@@ -27,7 +44,11 @@ def list_schedules(
     return {"schedules": ctx.transaction(schedule_ops.list_schedules)}
 
 
-@router.get("/{ref}", response_model=responses.ScheduleDetailResponse)
+@router.get(
+    "/{ref}",
+    response_model=responses.ScheduleDetailResponse,
+    responses=answers("schedule_not_found"),
+)
 def show_schedule(
     ref: str,
     ctx: Context,
@@ -40,7 +61,11 @@ def show_schedule(
     return found
 
 
-@router.post("/{ref}/trigger", response_model=responses.TriggeredResponse)
+@router.post(
+    "/{ref}/trigger",
+    response_model=responses.TriggeredResponse,
+    responses=answers("schedule_not_found", body=True),
+)
 def trigger_schedule(
     ref: str,
     ctx: Context,
@@ -58,7 +83,11 @@ def trigger_schedule(
     return fired
 
 
-@router.post("/{ref}/{action}", response_model=responses.ScheduleResponse)
+@router.post(
+    "/{ref}/{action}",
+    response_model=responses.ScheduleResponse,
+    responses=answers("schedule_not_found", "invalid_action", body=True),
+)
 def pause_or_resume_schedule(
     ref: str,
     action: Literal["pause", "resume"],

@@ -98,3 +98,30 @@ def parse_call(body: Any) -> Subscribe | Acknowledge | Reconcile | Kill | Teardo
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise InvalidMessageError(f"{where}: {first['msg']}") from exc
+
+
+_STREAM_ID = "5f0c6a9e-7d8b-4c1e-9a2f-3b4c5d6e7f80"
+CALL_EXAMPLES: dict[str, dict[str, Any]] = {
+    "subscribe": {
+        "summary": "SUBSCRIBE: open the stream (a new subscriber)",
+        "value": {
+            "type": "SUBSCRIBE",
+            "subscriber": {"name": "billing-controller"},
+            "filter": {"workflows": ["order"], "runs_submitted_by_me": True},
+        },
+    },
+    "acknowledge": {
+        "summary": "ACKNOWLEDGE an update (header Sasflow-Stream-Id)",
+        "value": {"type": "ACKNOWLEDGE", "uuid": _STREAM_ID},
+    },
+    "reconcile": {
+        "summary": "RECONCILE: send these runs' states again",
+        "value": {"type": "RECONCILE", "runs": [17, 18]},
+    },
+    "kill": {"summary": "KILL: cancel a run", "value": {"type": "KILL", "run": 17}},
+    "teardown": {
+        "summary": "TEARDOWN: cancel the subscriber's runs and end it",
+        "value": {"type": "TEARDOWN"},
+    },
+}
+"""The examples of `POST /v1/stream`'s body in the OpenAPI document."""

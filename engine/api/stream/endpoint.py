@@ -16,7 +16,16 @@ from fastapi.responses import Response, StreamingResponse
 
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.stream.calls import Acknowledge, Kill, Reconcile, Subscribe, Teardown, parse_call
+from sasflow.api.openapi import SCHEMAS, answers
+from sasflow.api.stream.calls import (
+    CALL_EXAMPLES,
+    Acknowledge,
+    Kill,
+    Reconcile,
+    Subscribe,
+    Teardown,
+    parse_call,
+)
 from sasflow.api.stream.hub import StreamHub
 from sasflow.errors import InvalidMessageError, StaleStreamError
 from sasflow.ops import stream as ops
@@ -54,10 +63,37 @@ async def _json_body(request: Request) -> dict[str, Any]:
     summary="Subscribe (a streaming response), or call on an open stream",
     response_class=Response,
     responses={
-        200: {"description": "SUBSCRIBE: the stream, RecordIO records of JSON"},
+        200: {
+            "description": "SUBSCRIBE: the stream, RecordIO records of JSON",
+            "headers": {
+                STREAM_ID_HEADER: {
+                    "description": "The stream's id: every call on it names it.",
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                }
+            },
+            "content": {RECORDIO: {"schema": {"type": "string"}}},
+        },
         202: {"description": "ACKNOWLEDGE, RECONCILE, KILL, TEARDOWN: accepted"},
-        400: {"description": "A malformed call"},
-        403: {"description": "No current stream has this Sasflow-Stream-Id, or wrong scope"},
+        **answers(
+            "invalid_call",
+            "stale_stream",
+            "run_not_found",
+            "subscriber_not_found",
+            "invalid_action",
+            body=True,
+        ),
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": SCHEMAS + "StreamCall"},
+                    "examples": CALL_EXAMPLES,
+                }
+            },
+        }
     },
 )
 def stream_call(
