@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sasflow.cli.context import CliContext, default_actor
-from sasflow.cli.output import OUTPUT_OPTION, cell, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, cell, print_table, to_json
 from sasflow.ops import alerts as alert_ops
 
 
@@ -39,7 +39,7 @@ def list_command(
     output: str,
 ) -> None:
     """List open alerts, newest first."""
-    found = obj.in_transaction(
+    found, now = obj.read(
         lambda conn: alert_ops.list_alerts(
             conn, include_acknowledged=include_all, kind=kind, limit=limit, undelivered=undelivered
         )
@@ -50,11 +50,11 @@ def list_command(
     if undelivered:
         _print_undelivered(found)
         return
-    columns = ["id", "kind", "run", "step", "created", "notified", "message"]
+    columns = list(ALERT_COLUMNS)
     if include_all:
-        columns.append("acknowledged by")
+        columns.append(Column("acknowledged by", drop=4))
     print_table(
-        f"{len(found)} {'' if include_all else 'open '}alert(s)",
+        f"{len(found)} {'' if include_all else 'open '}alert(s), times UTC",
         columns,
         [
             [
@@ -69,15 +69,31 @@ def list_command(
             ]
             for a in found
         ],
+        now=now,
     )
+
+
+ALERT_COLUMNS = (
+    Column("id", wrap=False, justify="right"),
+    Column("kind"),
+    Column("run", drop=3, wrap=False, justify="right"),
+    Column("step", drop=1, wrap=False, justify="right"),
+    Column("created", wrap=False),
+    Column("notified", drop=2, wrap=False),
+    Column("message"),
+)
+"""`alerts list`: when narrow, the step id goes first, then the notification time and the run
+id (in the message too); the message is never dropped nor cut (it folds)."""
 
 
 def _print_undelivered(found: list[dict[str, Any]]) -> None:
     """One block per alert: which sinks failed and why, and when it is tried again."""
     click.echo(f"{len(found)} alert(s) a sink failed to take")
     for a in found:
-        retry = f"retried at {a['retry_at']}" if a["retry_at"] else "given up"
-        click.echo(f"alert {a['id']} ({a['kind']}, raised {a['created_at']}): {retry}")
+        retry_at = a["retry_at"]
+        retry = f"retried at {retry_at.isoformat(timespec='seconds')}" if retry_at else "given up"
+        raised = a["created_at"].isoformat(timespec="seconds")
+        click.echo(f"alert {a['id']} ({a['kind']}, raised {raised}): {retry}")
         for sink, error in sorted((a["delivery_errors"] or {}).items()):
             click.echo(f"  {sink}: {error}")
 

@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import click
@@ -36,6 +37,7 @@ from sasflow.store.db import (
     make_engine,
     run_transaction,
 )
+from sasflow.store.operator.audit import database_now
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import broker_options, is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker
@@ -97,6 +99,11 @@ class CliContext:
             raise fail(exc) from exc
         finally:
             engine.dispose()
+
+    def read(self, work: Callable[[Connection], T]) -> tuple[T, datetime]:
+        """`in_transaction(work)` and the database's clock in that transaction (what a table
+        compacts its times against)."""
+        return self.in_transaction(lambda conn: (work(conn), database_now(conn)))
 
     def hooks(self, role: str, *, engine: Engine | None = None) -> Hooks:
         """The observability hooks of `role` from the settings (metrics, tracing, JSON log

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sasflow.cli.context import CliContext, default_actor
-from sasflow.cli.output import OUTPUT_OPTION, cell, parse_moment, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, cell, parse_moment, print_table, to_json
 from sasflow.ops import dead as dead_ops
 from sasflow.redact import redact_url
 from sasflow.store.db import Connection
@@ -145,7 +145,14 @@ def list_command(
     more = f" (only the first {scan.scanned:,} scanned)" if scan.truncated else ""
     print_table(
         f"{len(scan.letters)} dead letter(s) of {scan.scanned} in the queue{more}",
-        ["id", "source queue", "age", "reason", "headers", "body"],
+        [
+            Column("id", wrap=False),
+            Column("source queue", drop=3),
+            Column("age", wrap=False),
+            "reason",
+            Column("headers", drop=1),
+            Column("body", drop=2),
+        ],
         [
             [
                 le.id,

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
-from sasflow.cli.output import OUTPUT_OPTION, parse_moment, print_table, to_json
+from sasflow.cli.output import (
+    OUTPUT_OPTION,
+    Column,
+    compact_time,
+    error_text,
+    parse_moment,
+    print_table,
+    to_json,
+)
 from sasflow.errors import InvalidMessageError, SasflowError
 from sasflow.messages import Limits, loads, value_depth
 from sasflow.ops import cancel as cancel_ops
@@ -92,13 +100,13 @@ def list_command(
 ) -> None:
     """List runs, newest first."""
     where = _run_filter(states, workflow, key, since, until, limit)
-    found = obj.in_transaction(lambda conn: run_ops.list_runs(conn, where))
+    found, now = obj.read(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
         return
     print_table(
-        f"{len(found)} run(s)",
-        ["id", "workflow", "v", "key", "state", "created", "finished", "error"],
+        f"{len(found)} run(s), times UTC",
+        RUN_COLUMNS,
         [
             [
                 r["id"],
@@ -108,11 +116,53 @@ def list_command(
                 r["state"],
                 r["created_at"],
                 r["finished_at"],
-                r["error"],
+                error_text(r["error"]),
             ]
             for r in found
         ],
+        now=now,
     )
+
+
+RUN_COLUMNS = (
+    Column("id", wrap=False, justify="right"),
+    Column("workflow"),
+    Column("v", drop=2, justify="right"),
+    Column("key"),
+    Column("state", wrap=False),
+    Column("created", drop=3, wrap=False),
+    Column("finished", drop=1, wrap=False),
+    Column("error"),
+)
+"""`runs list`: when narrow, the finish time goes first, then the version, then the creation
+time; the error is never dropped (it folds)."""
+
+STEP_COLUMNS = (
+    Column("id", drop=4, wrap=False, justify="right"),
+    Column("kind", drop=3),
+    Column("name"),
+    Column("agent.action", drop=5),
+    Column("state", wrap=False),
+    Column("attempt", wrap=False, justify="right"),
+    Column("failures", drop=6, wrap=False),
+    Column("locked_by", drop=1),
+    Column("complete_by", drop=2, wrap=False),
+    Column("error"),
+)
+"""`runs show`'s steps: the lock and its deadline go first, then kind, id, agent.action and
+the failure count; name, state, attempt and error stay."""
+
+EVENT_COLUMNS = (
+    Column("#", drop=2, wrap=False, justify="right"),
+    Column("at", wrap=False),
+    Column("what"),
+    Column("from", drop=1, wrap=False),
+    Column("to", wrap=False),
+    Column("attempt", drop=3, wrap=False, justify="right"),
+    Column("by", drop=4),
+    Column("reason"),
+)
+"""`runs show`'s timeline: the state left goes first, then the event id, the attempt and who."""
 
 
 @runs.command("show")
@@ -122,40 +172,26 @@ def list_command(
 def show_command(obj: CliContext, run_id: int, output: str) -> None:
     """Show a run: its steps (state, attempt, failures, error; what a held step waits for) and
     its event timeline."""
-    detail = obj.in_transaction(lambda conn: run_ops.show_run(conn, run_id))
+    detail, now = obj.read(lambda conn: run_ops.show_run(conn, run_id))
     if output == "json":
         click.echo(to_json(detail))
         return
     run = detail["run"]
-    print_table(
-        f"run {run['id']}",
-        ["workflow", "v", "key", "state", "created", "finished", "error"],
-        [
-            [
-                run["workflow"],
-                run["version"],
-                run["business_key"],
-                run["state"],
-                run["created_at"],
-                run["finished_at"],
-                run["error"],
-            ]
-        ],
+    # The run itself as lines, not a one-row table: each reads whole at any width.
+    click.echo(
+        f"run {run['id']}: {run['workflow']} v{run['version']}, key {run['business_key']}, "
+        f"{run['state']}"
     )
+    finished = run["finished_at"]
+    click.echo(
+        f"  created {compact_time(run['created_at'], now)} UTC"
+        + (f", finished {compact_time(finished, now)}" if finished else "")
+    )
+    if run["error"] is not None:
+        click.echo(f"  error: {error_text(run['error'])}")
     print_table(
         "steps",
-        [
-            "id",
-            "kind",
-            "name",
-            "agent.action",
-            "state",
-            "attempt",
-            "failures",
-            "locked_by",
-            "complete_by",
-            "error",
-        ],
+        STEP_COLUMNS,
         [
             [
                 s["id"],
@@ -167,10 +203,11 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
                 f"{s['failure_count']}/{s['max_failures']}",
                 s["locked_by"],
                 s["complete_by"],
-                s["error"],
+                error_text(s["error"]),
             ]
             for s in detail["steps"]
         ],
+        now=now,
     )
     for step in detail["steps"]:
         if step.get("waiting"):
@@ -179,14 +216,14 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
         # One line each, not a table: the error is what matters and must not be cut.
         click.echo("failures (every attempt that did not succeed, kept across resubmissions):")
         for f in detail["failures"]:
-            error = _error_text(f["error"])
+            error = error_text(f["error"])
             click.echo(
-                f"  {f['at']:%Y-%m-%d %H:%M:%S} step {f['step']} attempt {f['attempt']}: "
+                f"  {compact_time(f['at'], now)} step {f['step']} attempt {f['attempt']}: "
                 f"{f['outcome'] or f['to_state']}{f': {error}' if error else ''}"
             )
     print_table(
         "timeline",
-        ["#", "at", "what", "from", "to", "attempt", "by", "reason"],
+        EVENT_COLUMNS,
         [
             [
                 e["id"],
@@ -200,15 +237,8 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
             ]
             for e in detail["events"]
         ],
+        now=now,
     )
-
-
-def _error_text(error: Any) -> str | None:
-    """An error as "Type: message" (the JSON shape otherwise)."""
-    if isinstance(error, dict) and "message" in error:
-        kind = error.get("type")
-        return f"{kind}: {error['message']}" if kind else str(error["message"])
-    return None if error is None else to_json(error)
 
 
 @runs.command("resubmit")
