@@ -8,9 +8,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sasflow.cli.context import CliContext, default_actor
+from sasflow.cli.context import CliContext, check_schema, default_actor, fail
 from sasflow.cli.output import OUTPUT_OPTION, Column, cell, print_table, to_json
+from sasflow.errors import AlertAlreadyAcknowledgedError, AlertNotFoundError, SasflowError
 from sasflow.ops import alerts as alert_ops
+from sasflow.store.db import run_transaction
 
 
 @click.group()
@@ -116,19 +118,52 @@ def show_command(obj: CliContext, alert_id: int, output: str) -> None:
 
 
 @alerts.command("ack")
-@click.argument("alert_id", type=int)
-@click.option("--reason", required=True, help="Why (recorded with the alert).")
+@click.argument("alert_ids", metavar="ALERT_ID...", nargs=-1, required=True, type=int)
+@click.option("--reason", required=True, help="Why (recorded with each alert).")
 @click.option(
     "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acknowledges."
 )
 @OUTPUT_OPTION
 @click.pass_obj
-def ack_command(obj: CliContext, alert_id: int, reason: str, actor: str, output: str) -> None:
-    """Acknowledge an open alert: someone is on it (the same alert may then be raised again)."""
-    alert = obj.in_transaction(
-        lambda conn: alert_ops.acknowledge(conn, alert_id, actor=actor, reason=reason)
-    )
+def ack_command(
+    obj: CliContext, alert_ids: tuple[int, ...], reason: str, actor: str, output: str
+) -> None:
+    """Acknowledge open alerts: someone is on it (the same alert may then be raised again).
+    Each alert in its own transaction: one that cannot be acknowledged (unknown, already
+    acknowledged) is reported and the others still are; the exit status is 1 if any failed.
+    With -o json: the alert for one ALERT_ID, else a list of each alert and each {"id",
+    "error"}."""
+    done: list[dict[str, Any]] = []
+    failed: list[tuple[int, str]] = []
+    engine = obj.engine("ops", pool_size=1)
+    try:
+        check_schema(engine)
+        for alert_id in dict.fromkeys(alert_ids):  # each once, in the order given
+            try:
+                done.append(
+                    run_transaction(
+                        engine,
+                        lambda conn, alert_id=alert_id: alert_ops.acknowledge(
+                            conn, alert_id, actor=actor, reason=reason
+                        ),
+                    )
+                )
+            except (AlertNotFoundError, AlertAlreadyAcknowledgedError) as exc:
+                failed.append((alert_id, str(exc)))
+    except SasflowError as exc:  # the database, the schema, the reason: nothing more to try
+        raise fail(exc) from exc
+    finally:
+        engine.dispose()
     if output == "json":
-        click.echo(to_json(alert))
-        return
-    click.echo(f"acknowledged alert {alert_id} ({alert['kind']}) as {actor}: {reason}")
+        errors = [{"id": alert_id, "error": error} for alert_id, error in failed]
+        if len(alert_ids) > 1:
+            click.echo(to_json([*done, *errors]))
+        elif done:  # one id: the alert as it is now, as before several could be given
+            click.echo(to_json(done[0]))
+    else:
+        for alert in done:
+            click.echo(f"acknowledged alert {alert['id']} ({alert['kind']}) as {actor}: {reason}")
+    for _, error in failed:
+        click.echo(f"Error: {error}", err=True)
+    if failed:
+        raise SystemExit(1)
