@@ -23,6 +23,7 @@ from sasflow.errors import (
     SchemaOutdatedError,
     StoreRefusedError,
     StoreUnavailableError,
+    UnknownWorkflowError,
 )
 from sasflow.hooks import Hooks
 from sasflow.observability.build import role_hooks
@@ -253,6 +254,8 @@ def fail(exc: SasflowError) -> click.ClickException:
     database's schema is not at head (`sasflow db upgrade` is the fix, not a retry)."""
     if isinstance(exc, SchemaOutdatedError):
         return ConfigurationExit(str(exc))
+    if isinstance(exc, UnknownWorkflowError) and exc.hint:
+        return click.ClickException(f"{exc}; {exc.hint}")
     return click.ClickException(str(exc))
 
 

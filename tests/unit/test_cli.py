@@ -149,3 +149,9 @@ def test_agent_wants_a_name_or_builtin_not_both_or_neither(args: list[str]) -> N
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "give an agent NAME or --builtin, not both or neither" in result.output
+
+
+def test_an_unknown_agent_name_lists_the_app_s_agents() -> None:
+    result = CliRunner().invoke(cli, ["--app", "tests.apps.basic", "agent", "ecoh"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == "Error: unknown agent 'ecoh' (known agents: echo)\n"
