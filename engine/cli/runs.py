@@ -247,9 +247,10 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
 @click.option("--from-step", help="Re-run from this step (and everything after it).")
 @click.option(
     "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A JSON file with the corrected run input.",
+    "input_text",
+    metavar="JSON|@FILE",
+    help="The corrected run input: a JSON object as text, or @FILE to read it from a file (as "
+    "`sasflow submit --input`); a bare file path is still read as before.",
 )
 @_filter_options
 @click.option("--dry-run", is_flag=True, help="Bulk: only list the runs that would be resubmitted.")
@@ -262,7 +263,7 @@ def resubmit_command(
     run_id: int | None,
     reason: str,
     from_step: str | None,
-    input_file: Path | None,
+    input_text: str | None,
     states: tuple[str, ...],
     workflow: str | None,
     key: str | None,
@@ -286,7 +287,7 @@ def resubmit_command(
             raise click.UsageError(
                 "filters, --dry-run and --yes are for bulk resubmission (without RUN_ID)"
             )
-        new_input = _read_input(input_file, obj.settings.limits()) if input_file else None
+        new_input = None if input_text is None else _read_input(input_text, obj.settings.limits())
         done = obj.in_transaction(
             lambda conn: resubmit_ops.resubmit(
                 conn,
@@ -305,7 +306,7 @@ def resubmit_command(
             "ready": list(done.ready_steps),
         }
     else:
-        if from_step or input_file:
+        if from_step or input_text is not None:
             raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
         if not dry_run and not yes:
             raise click.UsageError("bulk resubmission needs --dry-run or --yes")
@@ -337,17 +338,28 @@ def resubmit_command(
         )
 
 
-def _read_input(path: Path, limits: Limits) -> dict[str, Any]:
-    """A corrected run input: a JSON object within the message limits, like a submission's."""
+def _read_input(raw: str, limits: Limits) -> dict[str, Any]:
+    """A corrected run input: a JSON object within the message limits, like a submission's;
+    `raw` is its JSON text, `@FILE`, or (the form before JSON text was taken) a file's path."""
+    where = "the input"
+    if raw.startswith("@") or not raw.lstrip().startswith("{"):
+        path = Path(raw[1:] if raw.startswith("@") else raw)
+        if not path.is_file():
+            raise click.BadParameter(
+                f"{raw!r} is neither a JSON object nor @FILE naming a file", param_hint="--input"
+            )
+        body, where = path.read_bytes(), str(path)
+    else:
+        body = raw.encode("utf-8", "replace")
     try:
-        value = loads(path.read_bytes(), limits, what="the input")
+        value = loads(body, limits, what="the input")
         # The input as it would travel in a submission (the envelope is one level more).
         limits.check_depth(value_depth(value, limits.max_json_depth) + 1)
     except InvalidMessageError as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--input") from exc
+        raise click.BadParameter(f"{where}: {exc}", param_hint="--input") from exc
     if not isinstance(value, dict):
         raise click.BadParameter(
-            f"{path}: the run input must be a JSON object, got {type(value).__name__}",
+            f"{where}: the run input must be a JSON object, got {type(value).__name__}",
             param_hint="--input",
         )
     return value
