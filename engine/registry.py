@@ -104,10 +104,10 @@ class Registry:
         if version is not None:
             found = self._workflows.get((name, version))
             if found is None:
-                versions = sorted(v for (n, v) in self._workflows if n == name)
+                numbers = sorted(v for (n, v) in self._workflows if n == name)
                 hint = (
-                    f"registered versions of {name!r}: {names_list(map(str, versions))}"
-                    if versions
+                    f"registered versions of {name!r}: {names_list(map(str, numbers))}"
+                    if numbers
                     else self._known_workflows()
                 )
                 raise UnknownWorkflowError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import click
@@ -12,7 +13,7 @@ from sasflow.cli.context import CliContext, check_schema, default_actor, fail
 from sasflow.cli.output import OUTPUT_OPTION, Column, cell, print_table, to_json
 from sasflow.errors import AlertAlreadyAcknowledgedError, AlertNotFoundError, SasflowError
 from sasflow.ops import alerts as alert_ops
-from sasflow.store.db import run_transaction
+from sasflow.store.db import Connection, run_transaction
 
 
 @click.group()
@@ -117,6 +118,10 @@ def show_command(obj: CliContext, alert_id: int, output: str) -> None:
     Console().print(table)
 
 
+def _acknowledge(alert_id: int, actor: str, reason: str, conn: Connection) -> dict[str, Any]:
+    return alert_ops.acknowledge(conn, alert_id, actor=actor, reason=reason)
+
+
 @alerts.command("ack")
 @click.argument("alert_ids", metavar="ALERT_ID...", nargs=-1, required=True, type=int)
 @click.option("--reason", required=True, help="Why (recorded with each alert).")
@@ -140,14 +145,7 @@ def ack_command(
         check_schema(engine)
         for alert_id in dict.fromkeys(alert_ids):  # each once, in the order given
             try:
-                done.append(
-                    run_transaction(
-                        engine,
-                        lambda conn, alert_id=alert_id: alert_ops.acknowledge(
-                            conn, alert_id, actor=actor, reason=reason
-                        ),
-                    )
-                )
+                done.append(run_transaction(engine, partial(_acknowledge, alert_id, actor, reason)))
             except (AlertNotFoundError, AlertAlreadyAcknowledgedError) as exc:
                 failed.append((alert_id, str(exc)))
     except SasflowError as exc:  # the database, the schema, the reason: nothing more to try
