@@ -219,10 +219,23 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def setup_logging(level: str, log_format: str = "text", role: str = "cli") -> None:
+BROKER_LOGGERS = ("pika", "sasflow.transport")
+"""The broker client's loggers and sasflow's transport (connections, reconnections)."""
+
+
+def setup_logging(
+    level: str,
+    log_format: str = "text",
+    role: str = "cli",
+    *,
+    one_shot: bool = False,
+    verbose: bool = False,
+) -> None:
     """The root logger at `level`, as text or JSON lines naming `role`; alembic from WARNING
     up. pika logs an ERROR with a traceback for every failed (re)connection that sasflow handles
-    and reports itself in one line, so it is heard only at DEBUG."""
+    and reports itself in one line, so it is heard only at DEBUG, or from WARNING up when
+    `verbose`. A `one_shot` command (not a long-running role) prints no broker log line at all
+    unless `verbose`: its own `Error: ...` line says what failed."""
     if log_format == "json":
         from sasflow.observability.jsonlog import JsonFormatter  # noqa: PLC0415
 
@@ -233,7 +246,13 @@ def setup_logging(level: str, log_format: str = "text", role: str = "cli") -> No
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     root = logging.getLogger().level
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root))
-    logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL)
+    pika = logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL
+    if verbose:
+        pika = min(pika, max(logging.WARNING, root))
+    logging.getLogger("pika").setLevel(pika)
+    if one_shot and not verbose and root > logging.DEBUG:
+        for name in BROKER_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def build_settings(**overrides: Any) -> Settings:
