@@ -29,6 +29,12 @@ class AppLoadError(SasflowError):
 class UnknownWorkflowError(SasflowError):
     """No workflow with that name (and version) is registered."""
 
+    def __init__(self, message: str | None = None, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+        """What is registered instead (`known workflows: order, refund`), for a person to
+        read after the message; empty when not known."""
+
 
 class InvalidMessageError(SasflowError):
     """A message does not follow the sasflow wire protocol."""

@@ -96,16 +96,40 @@ class Registry:
         try:
             return self._agents[name]
         except KeyError:
-            raise DefinitionError(f"unknown agent {name!r}") from None
+            known = names_list(sorted(self._agents))
+            raise DefinitionError(f"unknown agent {name!r} (known agents: {known})") from None
 
     def workflow(self, name: str, version: int | None = None) -> Workflow:
         """The workflow `name` at `version`, or its latest version when `version` is None."""
         if version is not None:
             found = self._workflows.get((name, version))
             if found is None:
-                raise UnknownWorkflowError(f"unknown workflow {name!r} version {version}")
+                numbers = sorted(v for (n, v) in self._workflows if n == name)
+                hint = (
+                    f"registered versions of {name!r}: {names_list(map(str, numbers))}"
+                    if numbers
+                    else self._known_workflows()
+                )
+                raise UnknownWorkflowError(
+                    f"unknown workflow {name!r} version {version}", hint=hint
+                )
             return found
         versions = [w for (n, _), w in self._workflows.items() if n == name]
         if not versions:
-            raise UnknownWorkflowError(f"unknown workflow {name!r}")
+            raise UnknownWorkflowError(f"unknown workflow {name!r}", hint=self._known_workflows())
         return max(versions, key=lambda w: w.version)
+
+    def _known_workflows(self) -> str:
+        return f"known workflows: {names_list(sorted({n for (n, _) in self._workflows}))}"
+
+
+LISTED_NAMES = 20
+"""An error lists this many names at most, then how many more there are."""
+
+
+def names_list(names: Iterable[str]) -> str:
+    """`a, b, c` (`none` when empty), the first LISTED_NAMES and `and N more`."""
+    every = list(names)
+    shown = ", ".join(every[:LISTED_NAMES]) or "none"
+    more = len(every) - LISTED_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown

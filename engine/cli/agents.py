@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sasflow.cli.context import CliContext
-from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, print_table, to_json
 from sasflow.ops import agents as agent_ops
 
 
@@ -29,7 +29,16 @@ def list_command(obj: CliContext, agent: str | None, include_all: bool, output: 
         return
     print_table(
         f"{len(found)} agent instance(s)",
-        ["agent", "instance", "state", "host", "pid", "in flight", "last heartbeat", "breakers"],
+        [
+            "agent",
+            Column("instance", drop=3),
+            Column("state", wrap=False),
+            Column("host", drop=2),
+            Column("pid", drop=1, justify="right"),
+            Column("in flight", wrap=False),
+            Column("last heartbeat", wrap=False),
+            Column("breakers", drop=4),
+        ],
         [
             [
                 i["agent"],

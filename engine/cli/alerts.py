@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from sasflow.cli.context import CliContext, default_actor
-from sasflow.cli.output import OUTPUT_OPTION, cell, print_table, to_json
+from sasflow.cli.context import CliContext, check_schema, default_actor, fail
+from sasflow.cli.output import OUTPUT_OPTION, Column, cell, print_table, to_json
+from sasflow.errors import AlertAlreadyAcknowledgedError, AlertNotFoundError, SasflowError
 from sasflow.ops import alerts as alert_ops
+from sasflow.store.db import Connection, run_transaction
 
 
 @click.group()
@@ -39,7 +42,7 @@ def list_command(
     output: str,
 ) -> None:
     """List open alerts, newest first."""
-    found = obj.in_transaction(
+    found, now = obj.read(
         lambda conn: alert_ops.list_alerts(
             conn, include_acknowledged=include_all, kind=kind, limit=limit, undelivered=undelivered
         )
@@ -50,11 +53,11 @@ def list_command(
     if undelivered:
         _print_undelivered(found)
         return
-    columns = ["id", "kind", "run", "step", "created", "notified", "message"]
+    columns = list(ALERT_COLUMNS)
     if include_all:
-        columns.append("acknowledged by")
+        columns.append(Column("acknowledged by", drop=4))
     print_table(
-        f"{len(found)} {'' if include_all else 'open '}alert(s)",
+        f"{len(found)} {'' if include_all else 'open '}alert(s), times UTC",
         columns,
         [
             [
@@ -69,15 +72,31 @@ def list_command(
             ]
             for a in found
         ],
+        now=now,
     )
+
+
+ALERT_COLUMNS = (
+    Column("id", wrap=False, justify="right"),
+    Column("kind"),
+    Column("run", drop=3, wrap=False, justify="right"),
+    Column("step", drop=1, wrap=False, justify="right"),
+    Column("created", wrap=False),
+    Column("notified", drop=2, wrap=False),
+    Column("message"),
+)
+"""`alerts list`: when narrow, the step id goes first, then the notification time and the run
+id (in the message too); the message is never dropped nor cut (it folds)."""
 
 
 def _print_undelivered(found: list[dict[str, Any]]) -> None:
     """One block per alert: which sinks failed and why, and when it is tried again."""
     click.echo(f"{len(found)} alert(s) a sink failed to take")
     for a in found:
-        retry = f"retried at {a['retry_at']}" if a["retry_at"] else "given up"
-        click.echo(f"alert {a['id']} ({a['kind']}, raised {a['created_at']}): {retry}")
+        retry_at = a["retry_at"]
+        retry = f"retried at {retry_at.isoformat(timespec='seconds')}" if retry_at else "given up"
+        raised = a["created_at"].isoformat(timespec="seconds")
+        click.echo(f"alert {a['id']} ({a['kind']}, raised {raised}): {retry}")
         for sink, error in sorted((a["delivery_errors"] or {}).items()):
             click.echo(f"  {sink}: {error}")
 
@@ -99,20 +118,50 @@ def show_command(obj: CliContext, alert_id: int, output: str) -> None:
     Console().print(table)
 
 
+def _acknowledge(alert_id: int, actor: str, reason: str, conn: Connection) -> dict[str, Any]:
+    return alert_ops.acknowledge(conn, alert_id, actor=actor, reason=reason)
+
+
 @alerts.command("ack")
-@click.argument("alert_id", type=int)
-@click.option("--reason", required=True, help="Why (recorded with the alert).")
+@click.argument("alert_ids", metavar="ALERT_ID...", nargs=-1, required=True, type=int)
+@click.option("--reason", required=True, help="Why (recorded with each alert).")
 @click.option(
     "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acknowledges."
 )
 @OUTPUT_OPTION
 @click.pass_obj
-def ack_command(obj: CliContext, alert_id: int, reason: str, actor: str, output: str) -> None:
-    """Acknowledge an open alert: someone is on it (the same alert may then be raised again)."""
-    alert = obj.in_transaction(
-        lambda conn: alert_ops.acknowledge(conn, alert_id, actor=actor, reason=reason)
-    )
+def ack_command(
+    obj: CliContext, alert_ids: tuple[int, ...], reason: str, actor: str, output: str
+) -> None:
+    """Acknowledge open alerts: someone is on it (the same alert may then be raised again).
+    Each alert in its own transaction: one that cannot be acknowledged (unknown, already
+    acknowledged) is reported and the others still are; the exit status is 1 if any failed.
+    With -o json: the alert for one ALERT_ID, else a list of each alert and each {"id",
+    "error"}."""
+    done: list[dict[str, Any]] = []
+    failed: list[tuple[int, str]] = []
+    engine = obj.engine("ops", pool_size=1)
+    try:
+        check_schema(engine)
+        for alert_id in dict.fromkeys(alert_ids):  # each once, in the order given
+            try:
+                done.append(run_transaction(engine, partial(_acknowledge, alert_id, actor, reason)))
+            except (AlertNotFoundError, AlertAlreadyAcknowledgedError) as exc:
+                failed.append((alert_id, str(exc)))
+    except SasflowError as exc:  # the database, the schema, the reason: nothing more to try
+        raise fail(exc) from exc
+    finally:
+        engine.dispose()
     if output == "json":
-        click.echo(to_json(alert))
-        return
-    click.echo(f"acknowledged alert {alert_id} ({alert['kind']}) as {actor}: {reason}")
+        errors = [{"id": alert_id, "error": error} for alert_id, error in failed]
+        if len(alert_ids) > 1:
+            click.echo(to_json([*done, *errors]))
+        elif done:  # one id: the alert as it is now, as before several could be given
+            click.echo(to_json(done[0]))
+    else:
+        for alert in done:
+            click.echo(f"acknowledged alert {alert['id']} ({alert['kind']}) as {actor}: {reason}")
+    for _, error in failed:
+        click.echo(f"Error: {error}", err=True)
+    if failed:
+        raise SystemExit(1)

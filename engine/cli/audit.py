@@ -73,6 +73,10 @@ def _table(found: list[dict[str, Any]]) -> Table:
     return table
 
 
+DETAIL_CHARS = 40
+"""A value of the detail in the digest is cut after this many characters (whole in -o json)."""
+
+
 def _digest(detail: Any) -> str:
     """`key=value` pairs of the detail, lists as their length (ids are in `-o json`)."""
     if not isinstance(detail, dict):
@@ -80,5 +84,7 @@ def _digest(detail: Any) -> str:
     parts = []
     for key, value in detail.items():
         shown = len(value) if isinstance(value, list) else value
-        parts.append(f"{key}={cell(shown, 40)}")
+        text = cell(shown, DETAIL_CHARS)
+        cut = text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
+        parts.append(f"{key}={cut}")
     return " ".join(parts)

@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import click
@@ -22,6 +23,7 @@ from sasflow.errors import (
     SchemaOutdatedError,
     StoreRefusedError,
     StoreUnavailableError,
+    UnknownWorkflowError,
 )
 from sasflow.hooks import Hooks
 from sasflow.observability.build import role_hooks
@@ -36,6 +38,7 @@ from sasflow.store.db import (
     make_engine,
     run_transaction,
 )
+from sasflow.store.operator.audit import database_now
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import broker_options, is_in_process, make_transport
 from sasflow.transport.memory import MemoryBroker
@@ -97,6 +100,11 @@ class CliContext:
             raise fail(exc) from exc
         finally:
             engine.dispose()
+
+    def read(self, work: Callable[[Connection], T]) -> tuple[T, datetime]:
+        """`in_transaction(work)` and the database's clock in that transaction (what a table
+        compacts its times against)."""
+        return self.in_transaction(lambda conn: (work(conn), database_now(conn)))
 
     def hooks(self, role: str, *, engine: Engine | None = None) -> Hooks:
         """The observability hooks of `role` from the settings (metrics, tracing, JSON log
@@ -211,10 +219,23 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def setup_logging(level: str, log_format: str = "text", role: str = "cli") -> None:
+BROKER_LOGGERS = ("pika", "sasflow.transport")
+"""The broker client's loggers and sasflow's transport (connections, reconnections)."""
+
+
+def setup_logging(
+    level: str,
+    log_format: str = "text",
+    role: str = "cli",
+    *,
+    one_shot: bool = False,
+    verbose: bool = False,
+) -> None:
     """The root logger at `level`, as text or JSON lines naming `role`; alembic from WARNING
     up. pika logs an ERROR with a traceback for every failed (re)connection that sasflow handles
-    and reports itself in one line, so it is heard only at DEBUG."""
+    and reports itself in one line, so it is heard only at DEBUG, or from WARNING up when
+    `verbose`. A `one_shot` command (not a long-running role) prints no broker log line at all
+    unless `verbose`: its own `Error: ...` line says what failed."""
     if log_format == "json":
         from sasflow.observability.jsonlog import JsonFormatter  # noqa: PLC0415
 
@@ -225,7 +246,13 @@ def setup_logging(level: str, log_format: str = "text", role: str = "cli") -> No
         logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     root = logging.getLogger().level
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root))
-    logging.getLogger("pika").setLevel(logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL)
+    pika = logging.DEBUG if root <= logging.DEBUG else logging.CRITICAL
+    if verbose:
+        pika = min(pika, max(logging.WARNING, root))
+    logging.getLogger("pika").setLevel(pika)
+    if one_shot and not verbose and root > logging.DEBUG:
+        for name in BROKER_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def build_settings(**overrides: Any) -> Settings:
@@ -246,6 +273,8 @@ def fail(exc: SasflowError) -> click.ClickException:
     database's schema is not at head (`sasflow db upgrade` is the fix, not a retry)."""
     if isinstance(exc, SchemaOutdatedError):
         return ConfigurationExit(str(exc))
+    if isinstance(exc, UnknownWorkflowError) and exc.hint:
+        return click.ClickException(f"{exc}; {exc.hint}")
     return click.ClickException(str(exc))
 
 

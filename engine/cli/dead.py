@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sasflow.cli.context import CliContext, default_actor
-from sasflow.cli.output import OUTPUT_OPTION, cell, parse_moment, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, cell, parse_moment, print_table, to_json
 from sasflow.ops import dead as dead_ops
 from sasflow.redact import redact_url
 from sasflow.store.db import Connection
@@ -145,7 +145,14 @@ def list_command(
     more = f" (only the first {scan.scanned:,} scanned)" if scan.truncated else ""
     print_table(
         f"{len(scan.letters)} dead letter(s) of {scan.scanned} in the queue{more}",
-        ["id", "source queue", "age", "reason", "headers", "body"],
+        [
+            Column("id", wrap=False),
+            Column("source queue", drop=3),
+            Column("age", wrap=False),
+            "reason",
+            Column("headers", drop=1),
+            Column("body", drop=2),
+        ],
         [
             [
                 le.id,
@@ -218,6 +225,10 @@ def _report(acted: dead_ops.Acted, verb: str, past: str, output: str) -> None:
                     "count": len(acted.done),
                     "ids": [le.id for le in acted.done],
                     "failed": [{"id": le.id, "error": e} for le, e in acted.failed],
+                    "skipped": [
+                        {"id": le.id, "source_queue": le.source_queue, "why": why}
+                        for le, why in acted.skipped
+                    ],
                     "truncated": acted.truncated,
                     "audit_id": acted.audit_id,
                 }
@@ -228,6 +239,9 @@ def _report(acted: dead_ops.Acted, verb: str, past: str, output: str) -> None:
         click.echo(
             f"{said} {len(acted.done)} dead letter(s): {' '.join(le.id for le in acted.done)}"
         )
+        for letter, why in acted.skipped:
+            source = f" (from {letter.source_queue})" if letter.source_queue else ""
+            click.echo(f"skipped {letter.id}{source}: {why}")
         for letter, error in acted.failed:
             click.echo(f"failed {letter.id}: {error}", err=True)
     if acted.failed:
@@ -238,7 +252,11 @@ def _report(acted: dead_ops.Acted, verb: str, past: str, output: str) -> None:
 @click.argument("ids", nargs=-1)
 @REASON_OPTION
 @_filter_options
-@click.option("--dry-run", is_flag=True, help="Only list the dead letters that would be replayed.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Only list the dead letters that would be replayed, and those skipped with why.",
+)
 @click.option("--yes", is_flag=True, help="Without ids: really replay every matching one.")
 @BY_OPTION
 @OUTPUT_OPTION

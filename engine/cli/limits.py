@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
-from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, print_table, to_json
 from sasflow.errors import InvalidLimitError
 from sasflow.ops import limits as ops
 from sasflow.store.flow.model import MAX_COUNT, KeyExpr, Limit, format_rate, parse_rate
@@ -40,13 +40,21 @@ def _tokens(state: dict[str, Any]) -> str:
 @click.pass_obj
 def list_command(obj: CliContext, output: str) -> None:
     """Every limit: what it selects, its numbers and its live state."""
-    found = obj.in_transaction(ops.list_limits)
+    found, now = obj.read(ops.list_limits)
     if output == "json":
         click.echo(to_json(found))
         return
     print_table(
-        f"{len(found)} limit(s)",
-        ["name", "selects", "limit", "in flight", "tokens", "ready", "last admitted"],
+        f"{len(found)} limit(s), times UTC",
+        [
+            "name",
+            "selects",
+            "limit",
+            Column("in flight", wrap=False),
+            Column("tokens", drop=3),
+            Column("ready", drop=2),
+            Column("last admitted", drop=1),
+        ],
         [
             [
                 f["name"],
@@ -59,6 +67,7 @@ def list_command(obj: CliContext, output: str) -> None:
             ]
             for f in found
         ],
+        now=now,
     )
 
 

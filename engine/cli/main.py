@@ -31,6 +31,10 @@ COMMANDS = {
 }
 """Each subcommand's module is imported only when it runs (see cli/lazy.py)."""
 
+LONG_RUNNING = frozenset({"agent", "api", "demo", "run", "scheduler", "submitter", "supervisor"})
+"""The roles and servers, whose logs are wanted; every other command is one-shot: no broker
+log line on its stderr unless -v."""
+
 
 @click.group(
     cls=LazyGroup,
@@ -83,6 +87,15 @@ COMMANDS = {
     help="json: one JSON object per line (docs/observability.md).",
 )
 @click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    envvar="SASFLOW_VERBOSE",
+    show_envvar=True,
+    help="Also print the broker client's log lines from WARNING up (a one-shot command, "
+    "e.g. `sasflow dead list`, prints none of them without it).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     envvar="SASFLOW_METRICS_PORT",
@@ -105,11 +118,19 @@ def cli(
     app: str | None,
     log_level: str,
     log_format: str,
+    verbose: bool,
     metrics_port: int | None,
     trace_file: str | None,
 ) -> None:
     """sasflow: workflows on the Scheduler-Agent-Supervisor pattern."""
-    setup_logging(log_level, log_format, ctx.invoked_subcommand or "cli")
+    command = ctx.invoked_subcommand or "cli"
+    setup_logging(
+        log_level,
+        log_format,
+        command,
+        one_shot=command not in LONG_RUNNING,
+        verbose=verbose,
+    )
     ctx.obj = CliContext(
         build_settings(
             database_url=database_url,

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
-from sasflow.cli.output import OUTPUT_OPTION, parse_moment, print_table, to_json
+from sasflow.cli.output import (
+    OUTPUT_OPTION,
+    Column,
+    compact_time,
+    error_text,
+    parse_moment,
+    print_table,
+    to_json,
+)
 from sasflow.errors import InvalidMessageError, SasflowError
 from sasflow.messages import Limits, loads, value_depth
 from sasflow.ops import cancel as cancel_ops
@@ -92,13 +100,13 @@ def list_command(
 ) -> None:
     """List runs, newest first."""
     where = _run_filter(states, workflow, key, since, until, limit)
-    found = obj.in_transaction(lambda conn: run_ops.list_runs(conn, where))
+    found, now = obj.read(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
         return
     print_table(
-        f"{len(found)} run(s)",
-        ["id", "workflow", "v", "key", "state", "created", "finished", "error"],
+        f"{len(found)} run(s), times UTC",
+        RUN_COLUMNS,
         [
             [
                 r["id"],
@@ -108,11 +116,53 @@ def list_command(
                 r["state"],
                 r["created_at"],
                 r["finished_at"],
-                r["error"],
+                error_text(r["error"]),
             ]
             for r in found
         ],
+        now=now,
     )
+
+
+RUN_COLUMNS = (
+    Column("id", wrap=False, justify="right"),
+    Column("workflow"),
+    Column("v", drop=2, justify="right"),
+    Column("key"),
+    Column("state", wrap=False),
+    Column("created", drop=3, wrap=False),
+    Column("finished", drop=1, wrap=False),
+    Column("error"),
+)
+"""`runs list`: when narrow, the finish time goes first, then the version, then the creation
+time; the error is never dropped (it folds)."""
+
+STEP_COLUMNS = (
+    Column("id", drop=4, wrap=False, justify="right"),
+    Column("kind", drop=3),
+    Column("name"),
+    Column("agent.action", drop=5),
+    Column("state", wrap=False),
+    Column("attempt", wrap=False, justify="right"),
+    Column("failures", drop=6, wrap=False),
+    Column("locked_by", drop=1),
+    Column("complete_by", drop=2, wrap=False),
+    Column("error"),
+)
+"""`runs show`'s steps: the lock and its deadline go first, then kind, id, agent.action and
+the failure count; name, state, attempt and error stay."""
+
+EVENT_COLUMNS = (
+    Column("#", drop=2, wrap=False, justify="right"),
+    Column("at", wrap=False),
+    Column("what"),
+    Column("from", drop=1, wrap=False),
+    Column("to", wrap=False),
+    Column("attempt", drop=3, wrap=False, justify="right"),
+    Column("by", drop=4),
+    Column("reason"),
+)
+"""`runs show`'s timeline: the state left goes first, then the event id, the attempt and who."""
 
 
 @runs.command("show")
@@ -122,40 +172,26 @@ def list_command(
 def show_command(obj: CliContext, run_id: int, output: str) -> None:
     """Show a run: its steps (state, attempt, failures, error; what a held step waits for) and
     its event timeline."""
-    detail = obj.in_transaction(lambda conn: run_ops.show_run(conn, run_id))
+    detail, now = obj.read(lambda conn: run_ops.show_run(conn, run_id))
     if output == "json":
         click.echo(to_json(detail))
         return
     run = detail["run"]
-    print_table(
-        f"run {run['id']}",
-        ["workflow", "v", "key", "state", "created", "finished", "error"],
-        [
-            [
-                run["workflow"],
-                run["version"],
-                run["business_key"],
-                run["state"],
-                run["created_at"],
-                run["finished_at"],
-                run["error"],
-            ]
-        ],
+    # The run itself as lines, not a one-row table: each reads whole at any width.
+    click.echo(
+        f"run {run['id']}: {run['workflow']} v{run['version']}, key {run['business_key']}, "
+        f"{run['state']}"
     )
+    finished = run["finished_at"]
+    click.echo(
+        f"  created {compact_time(run['created_at'], now)} UTC"
+        + (f", finished {compact_time(finished, now)}" if finished else "")
+    )
+    if run["error"] is not None:
+        click.echo(f"  error: {error_text(run['error'])}")
     print_table(
         "steps",
-        [
-            "id",
-            "kind",
-            "name",
-            "agent.action",
-            "state",
-            "attempt",
-            "failures",
-            "locked_by",
-            "complete_by",
-            "error",
-        ],
+        STEP_COLUMNS,
         [
             [
                 s["id"],
@@ -167,10 +203,11 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
                 f"{s['failure_count']}/{s['max_failures']}",
                 s["locked_by"],
                 s["complete_by"],
-                s["error"],
+                error_text(s["error"]),
             ]
             for s in detail["steps"]
         ],
+        now=now,
     )
     for step in detail["steps"]:
         if step.get("waiting"):
@@ -179,14 +216,14 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
         # One line each, not a table: the error is what matters and must not be cut.
         click.echo("failures (every attempt that did not succeed, kept across resubmissions):")
         for f in detail["failures"]:
-            error = _error_text(f["error"])
+            error = error_text(f["error"])
             click.echo(
-                f"  {f['at']:%Y-%m-%d %H:%M:%S} step {f['step']} attempt {f['attempt']}: "
+                f"  {compact_time(f['at'], now)} step {f['step']} attempt {f['attempt']}: "
                 f"{f['outcome'] or f['to_state']}{f': {error}' if error else ''}"
             )
     print_table(
         "timeline",
-        ["#", "at", "what", "from", "to", "attempt", "by", "reason"],
+        EVENT_COLUMNS,
         [
             [
                 e["id"],
@@ -200,15 +237,8 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
             ]
             for e in detail["events"]
         ],
+        now=now,
     )
-
-
-def _error_text(error: Any) -> str | None:
-    """An error as "Type: message" (the JSON shape otherwise)."""
-    if isinstance(error, dict) and "message" in error:
-        kind = error.get("type")
-        return f"{kind}: {error['message']}" if kind else str(error["message"])
-    return None if error is None else to_json(error)
 
 
 @runs.command("resubmit")
@@ -217,9 +247,10 @@ def _error_text(error: Any) -> str | None:
 @click.option("--from-step", help="Re-run from this step (and everything after it).")
 @click.option(
     "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A JSON file with the corrected run input.",
+    "input_text",
+    metavar="JSON|@FILE",
+    help="The corrected run input: a JSON object as text, or @FILE to read it from a file (as "
+    "`sasflow submit --input`); a bare file path is still read as before.",
 )
 @_filter_options
 @click.option("--dry-run", is_flag=True, help="Bulk: only list the runs that would be resubmitted.")
@@ -232,7 +263,7 @@ def resubmit_command(
     run_id: int | None,
     reason: str,
     from_step: str | None,
-    input_file: Path | None,
+    input_text: str | None,
     states: tuple[str, ...],
     workflow: str | None,
     key: str | None,
@@ -256,7 +287,7 @@ def resubmit_command(
             raise click.UsageError(
                 "filters, --dry-run and --yes are for bulk resubmission (without RUN_ID)"
             )
-        new_input = _read_input(input_file, obj.settings.limits()) if input_file else None
+        new_input = None if input_text is None else _read_input(input_text, obj.settings.limits())
         done = obj.in_transaction(
             lambda conn: resubmit_ops.resubmit(
                 conn,
@@ -275,7 +306,7 @@ def resubmit_command(
             "ready": list(done.ready_steps),
         }
     else:
-        if from_step or input_file:
+        if from_step or input_text is not None:
             raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
         if not dry_run and not yes:
             raise click.UsageError("bulk resubmission needs --dry-run or --yes")
@@ -307,17 +338,28 @@ def resubmit_command(
         )
 
 
-def _read_input(path: Path, limits: Limits) -> dict[str, Any]:
-    """A corrected run input: a JSON object within the message limits, like a submission's."""
+def _read_input(raw: str, limits: Limits) -> dict[str, Any]:
+    """A corrected run input: a JSON object within the message limits, like a submission's;
+    `raw` is its JSON text, `@FILE`, or (the form before JSON text was taken) a file's path."""
+    where = "the input"
+    if raw.startswith("@") or not raw.lstrip().startswith("{"):
+        path = Path(raw[1:] if raw.startswith("@") else raw)
+        if not path.is_file():
+            raise click.BadParameter(
+                f"{raw!r} is neither a JSON object nor @FILE naming a file", param_hint="--input"
+            )
+        body, where = path.read_bytes(), str(path)
+    else:
+        body = raw.encode("utf-8", "replace")
     try:
-        value = loads(path.read_bytes(), limits, what="the input")
+        value = loads(body, limits, what="the input")
         # The input as it would travel in a submission (the envelope is one level more).
         limits.check_depth(value_depth(value, limits.max_json_depth) + 1)
     except InvalidMessageError as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--input") from exc
+        raise click.BadParameter(f"{where}: {exc}", param_hint="--input") from exc
     if not isinstance(value, dict):
         raise click.BadParameter(
-            f"{path}: the run input must be a JSON object, got {type(value).__name__}",
+            f"{where}: the run input must be a JSON object, got {type(value).__name__}",
             param_hint="--input",
         )
     return value

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
-from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, error_text, print_table, to_json
 from sasflow.errors import InvalidMessageError, InvalidScheduleError
 from sasflow.messages import loads
 from sasflow.ops import schedules as ops
@@ -102,22 +102,22 @@ def add_command(
 @click.pass_obj
 def list_command(obj: CliContext, output: str) -> None:
     """List every schedule, its timing, owner and next tick."""
-    found = obj.in_transaction(ops.list_schedules)
+    found, now = obj.read(ops.list_schedules)
     if output == "json":
         click.echo(to_json(found))
         return
     print_table(
-        f"{len(found)} schedule(s)",
+        f"{len(found)} schedule(s), times UTC",
         [
-            "id",
+            Column("id", drop=3, justify="right"),
             "name",
-            "workflow",
+            Column("workflow", drop=4),
             "timing",
-            "catch-up",
-            "paused",
-            "owner",
+            Column("catch-up", drop=1),
+            Column("paused", drop=5),
+            Column("owner", drop=6),
             "next tick",
-            "last tick",
+            Column("last tick", drop=2),
         ],
         [
             [
@@ -133,6 +133,7 @@ def list_command(obj: CliContext, output: str) -> None:
             ]
             for s in found
         ],
+        now=now,
     )
 
 
@@ -156,7 +157,7 @@ def _owner(schedule: dict[str, Any]) -> str:
 @click.pass_obj
 def show_command(obj: CliContext, ref: str, ticks: int, output: str) -> None:
     """Show schedule REF (id or name): its definition, last ticks and their runs, next tick."""
-    found = obj.in_transaction(lambda conn: ops.show(conn, ref, ticks=ticks))
+    found, now = obj.read(lambda conn: ops.show(conn, ref, ticks=ticks))
     if output == "json":
         click.echo(to_json(found))
         return
@@ -168,12 +169,13 @@ def show_command(obj: CliContext, ref: str, ticks: int, output: str) -> None:
     )
     click.echo(f"  next tick {found['next_tick_at'].isoformat()}")
     print_table(
-        "last ticks",
-        ["tick", "run", "fired by", "fired at", "error"],
+        "last ticks, times UTC",
+        ["tick", "run", Column("fired by", drop=1), Column("fired at", drop=2), "error"],
         [
-            [t["tick_at"], t["run_id"], t["fired_by"], t["fired_at"], t["error"]]
+            [t["tick_at"], t["run_id"], t["fired_by"], t["fired_at"], error_text(t["error"])]
             for t in found["ticks"]
         ],
+        now=now,
     )
 
 

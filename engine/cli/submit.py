@@ -72,7 +72,9 @@ class KeyConflict(click.ClickException):
 @click.option(
     "--via-broker",
     is_flag=True,
-    help="Publish to the <ns>.submit queue instead of writing to the database.",
+    help="Publish to the <ns>.submit queue instead of writing to the database. With an app "
+    "(--app or SASFLOW_APP), an unknown workflow or version is refused before anything is "
+    "published; without one, the submitter checks it (and dead-letters it).",
 )
 @click.pass_obj
 def submit_command(
@@ -111,6 +113,8 @@ def submit_command(
         raise click.BadParameter(str(exc), param_hint="--input") from exc
     try:
         if via_broker:
+            if obj.settings.app:  # the submitter would refuse it: say so, publish nothing
+                obj.registry().workflow(workflow, version)
             transport = obj.transport("submit")
             transport.connect()
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from sasflow.cli.context import CliContext, default_actor
-from sasflow.cli.output import OUTPUT_OPTION, print_table, to_json
+from sasflow.cli.output import OUTPUT_OPTION, Column, print_table, to_json
 from sasflow.ops import tokens as token_ops
 
 
@@ -53,15 +53,20 @@ def create_command(
 @click.pass_obj
 def list_command(obj: CliContext, include_all: bool, output: str) -> None:
     """List tokens (names and scopes; secrets are never stored)."""
-    found = obj.in_transaction(
-        lambda conn: token_ops.list_tokens(conn, include_revoked=include_all)
-    )
+    found, now = obj.read(lambda conn: token_ops.list_tokens(conn, include_revoked=include_all))
     if output == "json":
         click.echo(to_json(found))
         return
     print_table(
-        f"{len(found)} token(s)",
-        ["id", "name", "scopes", "created", "by", "revoked"],
+        f"{len(found)} token(s), times UTC",
+        [
+            Column("id", drop=2, justify="right"),
+            "name",
+            "scopes",
+            Column("created", drop=3),
+            Column("by", drop=1),
+            "revoked",
+        ],
         [
             [
                 t["id"],
@@ -73,6 +78,7 @@ def list_command(obj: CliContext, include_all: bool, output: str) -> None:
             ]
             for t in found
         ],
+        now=now,
     )
 
 

@@ -141,6 +141,8 @@ class Acted:
     """Dead letters the broker refused to replay; they stay where they were."""
     truncated: bool = False
     audit_id: int | None = None
+    skipped: list[tuple[DeadLetter, str]] = field(default_factory=list)
+    """Replay: selected dead letters it cannot replay, each with why; they stay where they were."""
 
 
 def dead_queue(names: Names, which: str) -> str:
@@ -192,22 +194,22 @@ def replay(
 
     Submissions and replies only: a dead-lettered request's attempt was counted as failed (the
     step was retried or failed since), so a replayed request would do its work again and its
-    reply would be fenced out: resubmit the run instead (`sasflow runs resubmit`)."""
+    reply would be fenced out: resubmit the run instead (`sasflow runs resubmit`). Selected by
+    filters, such dead letters (and any that names no source queue) are skipped, each with
+    why, in the dry run as in the replay; named by id, the replay is refused (the dry run
+    says why)."""
     now = audit.database_now(conn)
     with _taken(transport, names, dead_queue(names, queue), scan_limit) as (taken, truncated):
         chosen = _chosen(taken, where, names, now)
         _require_ids(where, chosen, names, queue)
-        requests = [le.id for _, le in chosen if _is_request(le, names)]
-        if requests:
+        skipped = [(le, why) for _, le in chosen if (why := _unreplayable(le, names))]
+        if skipped and where.ids and not dry_run:
             raise InvalidActionError(
-                f"dead letters {', '.join(requests)} are requests to agents: their attempt was "
-                "counted as failed already; resubmit the run (sasflow runs resubmit) instead"
+                "; ".join(f"dead letter {le.id} is {why}" for le, why in skipped)
             )
-        unknown = [le.id for _, le in chosen if le.source_queue is None]
-        if unknown:
-            raise InvalidActionError(f"dead letters {', '.join(unknown)} name no source queue")
+        chosen = [(d, le) for d, le in chosen if not _unreplayable(le, names)]
         if dry_run:
-            return Acted(True, [le for _, le in chosen], truncated=truncated)
+            return Acted(True, [le for _, le in chosen], truncated=truncated, skipped=skipped)
         results = transport.publish_many([_replayed(le) for _, le in chosen])
         done: list[DeadLetter] = []
         failed: list[tuple[DeadLetter, str]] = []
@@ -217,9 +219,16 @@ def replay(
             else:
                 failed.append((letter, str(error or "connection lost before the ack")))
         audit_id = _audit(
-            conn, REPLAY_ACTION, actor=actor, reason=reason, done=done, failed=failed, queue=queue
+            conn,
+            REPLAY_ACTION,
+            actor=actor,
+            reason=reason,
+            done=done,
+            failed=failed,
+            queue=queue,
+            skipped=skipped,
         )
-    return Acted(False, done, failed, truncated, audit_id)
+    return Acted(False, done, failed, truncated, audit_id, skipped)
 
 
 def purge(
@@ -369,6 +378,18 @@ def _is_request(letter: DeadLetter, names: Names) -> bool:
     return (letter.source_queue or "").startswith(names.agent(""))
 
 
+def _unreplayable(letter: DeadLetter, names: Names) -> str:
+    """Why `letter` cannot be replayed, or "" when it can."""
+    if _is_request(letter, names):
+        return (
+            "a request to an agent: its attempt was counted as failed already; resubmit the "
+            "run (sasflow runs resubmit) instead"
+        )
+    if letter.source_queue is None:
+        return "without a source queue: nowhere to put it back"
+    return ""
+
+
 def _replayed(letter: DeadLetter) -> Outgoing:
     """The message as it was first published: without sasflow's or the broker's dead-letter
     headers, straight to its source queue (mandatory: a queue gone since is an error)."""
@@ -397,8 +418,9 @@ def _audit(
     done: list[DeadLetter],
     failed: list[tuple[DeadLetter, str]],
     queue: str,
+    skipped: list[tuple[DeadLetter, str]] | None = None,
 ) -> int:
-    detail = {
+    detail: dict[str, Any] = {
         "queue": queue,
         "count": len(done),
         "dead_letters": [
@@ -406,6 +428,8 @@ def _audit(
         ],
         "failed": [{"id": le.id, "error": error} for le, error in failed],
     }
+    if skipped:
+        detail["skipped"] = [{"id": le.id, "why": why} for le, why in skipped]
     log.warning(
         "%s by %s (%s): %d dead letter(s) %s; %d failed",
         action,

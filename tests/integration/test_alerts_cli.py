@@ -141,3 +141,44 @@ def test_alerts_list_undelivered_shows_what_a_sink_failed_to_take(
     assert "given up" in text
     assert "retried at" in text
     assert "  webhook: ConnectError: refused" in text
+
+
+def test_alerts_ack_takes_several_ids_and_reports_each_failure(
+    engine: Engine, sasflow: Any
+) -> None:
+    first, acked, last = raise_alerts(engine, 3)
+    sasflow("alerts", "ack", str(acked), "--reason", "earlier", "--by", "bob")
+
+    result = sasflow(
+        "alerts", "ack", str(first), "999999", str(acked), str(last), "--reason", "bulk",
+        "--by", "carol", exit_code=1,
+    )  # fmt: skip
+
+    with engine.connect() as conn:
+        rows = dict(conn.execute(select(alerts.c.id, alerts.c.acknowledged_by)).all())
+    assert rows == {first: "carol", acked: "bob", last: "carol"}
+    assert f"acknowledged alert {first} (step_failed) as carol: bulk" in result.stdout
+    assert f"acknowledged alert {last} (step_failed) as carol: bulk" in result.stdout
+    assert "Error: no alert with id 999999" in result.stderr
+    assert f"Error: alert {acked} is already acknowledged (by bob" in result.stderr
+
+
+def test_alerts_ack_of_several_ids_as_json_lists_each_alert_and_each_error(
+    engine: Engine, sasflow: Any
+) -> None:
+    first, second, third = raise_alerts(engine, 3)
+
+    both = json.loads(
+        sasflow("alerts", "ack", str(first), str(second), "--reason", "r", "-o", "json").stdout
+    )
+    mixed = sasflow(
+        "alerts", "ack", str(first), str(third), "--reason", "r", "-o", "json", exit_code=1
+    )
+    one_failed = sasflow("alerts", "ack", str(first), "--reason", "r", "-o", "json", exit_code=1)
+
+    assert [(a["id"], a["acknowledged"]) for a in both] == [(first, True), (second, True)]
+    shown = json.loads(mixed.stdout)
+    assert [a["id"] for a in shown] == [third, first]
+    assert shown[0]["acknowledged"] is True
+    assert shown[1]["error"].startswith(f"alert {first} is already acknowledged (by ")
+    assert (one_failed.stdout, "is already acknowledged" in one_failed.stderr) == ("", True)

@@ -157,3 +157,44 @@ def test_a_dead_lettered_request_is_not_replayed_and_nothing_is_taken(
     assert "sasflow runs resubmit" in refused.output
     assert [le["id"] for le in _listed(sasflow)] == [letter["id"]]
     assert "no dead letter" in sasflow("dead", "purge", "f" * 16, "--reason", "x", code=1).output
+
+
+def test_replay_dry_run_previews_what_it_replays_and_what_it_skips_and_why(
+    engine: Engine, names: Names, sasflow: Sasflow
+) -> None:
+    """Selected by filters: the dry run lists the replayable dead letters and each skipped one
+    with why; the replay then does exactly that and audits the skipped ones."""
+    sasflow("dead", "list")  # declares the namespace's queues
+    published = [
+        ({REASON_HEADER: "unknown workflow 'ops'", SOURCE_HEADER: names.submit}, b'{"a": 1}'),
+        ({REASON_HEADER: "handler refused it", SOURCE_HEADER: names.agent("remote")}, b"{}"),
+        ({REASON_HEADER: "came from nowhere"}, b'{"b": 2}'),
+    ]
+    for headers, body in published:
+        harness.publish_raw(names.dead_letter_queue, body, headers=headers)
+    by_reason = {le["reason"]: le["id"] for le in _listed(sasflow)}
+    submission = by_reason["unknown workflow 'ops'"]
+    request, sourceless = by_reason["handler refused it"], by_reason["came from nowhere"]
+
+    preview = _json(sasflow, "replay", "--dry-run", "--reason", "fixed")
+    human = sasflow("dead", "replay", "--dry-run", "--reason", "fixed").output
+    named = sasflow("dead", "replay", "--dry-run", request, "--reason", "fixed").output
+    done = _json(sasflow, "replay", "--yes", "--reason", "fixed")
+
+    assert preview["ids"] == done["ids"] == [submission]
+    skipped = {s["id"]: s for s in preview["skipped"]}
+    assert skipped == {s["id"]: s for s in done["skipped"]}
+    assert skipped[request]["source_queue"] == names.agent("remote")
+    assert "request to an agent" in skipped[request]["why"]
+    assert "sasflow runs resubmit" in skipped[request]["why"]
+    assert skipped[sourceless]["why"] == "without a source queue: nowhere to put it back"
+    assert f"would replay 1 dead letter(s): {submission}\n" in human
+    assert f"skipped {request} (from {names.agent('remote')}): a request to an agent" in human
+    assert f"skipped {sourceless}: without a source queue" in human
+    assert "would replay 0 dead letter(s)" in named
+    assert f"skipped {request} (from" in named
+    assert sorted(le["id"] for le in _listed(sasflow)) == sorted([request, sourceless])
+    with engine.connect() as conn:
+        row = conn.execute(select(audit)).one()
+    assert row.detail["count"] == 1
+    assert {s["id"] for s in row.detail["skipped"]} == {request, sourceless}

@@ -69,12 +69,14 @@ def _json(result: Result) -> Any:
     return json.loads(result.output)
 
 
-def test_resubmit_from_the_failed_step_with_a_corrected_input(
-    engine: Engine, names: Names, sasflow: Sasflow, system: None, tmp_path: Path
+@pytest.mark.parametrize("form", ["text", "@file", "path"])
+def test_resubmit_from_the_failed_step_with_a_corrected_input(  # noqa: PLR0917 - fixtures
+    engine: Engine, names: Names, sasflow: Sasflow, system: None, tmp_path: Path, form: str
 ) -> None:
-    """Step b fails permanently on a bad input; the operator corrects the input and resubmits:
-    only b runs again (with a fresh idempotency key), failure counts are reset, the alert is
-    closed, and who/why are in the timeline."""
+    """Step b fails permanently on a bad input; the operator corrects the input (JSON text, as
+    `submit --input` takes it, @FILE, or a file's path as before) and resubmits: only b runs
+    again (with a fresh idempotency key), failure counts are reset, the alert is closed, and
+    who/why are in the timeline."""
     run_id = _submit(engine, names, "bad", value=7, fail=True)
     _wait_state(engine, run_id, "error")
     before = {r.name: r for r in harness.step_rows(engine, run_id)}
@@ -82,6 +84,7 @@ def test_resubmit_from_the_failed_step_with_a_corrected_input(
     assert [r["id"] for r in listed] == [run_id]
     fixed = tmp_path / "input.json"
     fixed.write_text(json.dumps({"value": 7}))
+    given = {"text": '{"value": 7}', "@file": f"@{fixed}", "path": str(fixed)}[form]
     done = _json(
         sasflow(
             "runs",
@@ -90,7 +93,7 @@ def test_resubmit_from_the_failed_step_with_a_corrected_input(
             "--reason",
             "bad flag removed",
             "--input",
-            str(fixed),
+            given,
             "--by",
             "ops@example",
             "-o",

@@ -12,6 +12,8 @@ from sqlalchemy import Engine, func, select
 from sasflow.cli.main import cli
 from sasflow.store.schema import runs
 from sasflow.transport.topology import Names
+from tests import services
+from tests.apps import basic
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +96,49 @@ def test_the_same_key_with_another_input_says_the_conflict_and_exits_65(
         kept = conn.execute(select(runs.c.input).where(runs.c.id == run_id)).scalar_one()
     assert kept == {"text": "a"}
     assert _runs(engine) == 1
+
+
+KNOWN = ", ".join(sorted({w.name for w in basic.registry.workflows}))
+
+
+@pytest.mark.parametrize("via_broker", [False, True], ids=["database", "broker"])
+def test_an_unknown_workflow_is_refused_with_the_known_names_and_nothing_is_published(
+    database_url: str, names: Names, engine: Engine, via_broker: bool
+) -> None:
+    extra = ("--via-broker",) if via_broker else ()
+    env = {
+        "SASFLOW_DATABASE_URL": database_url,
+        "SASFLOW_NAMESPACE": names.namespace,
+        "SASFLOW_APP": "tests.apps.basic",
+        "SASFLOW_BROKER_URL": services.broker_url(),
+    }
+
+    unknown = CliRunner().invoke(cli, ["submit", "pipelin", *extra], env=env)
+    version = CliRunner().invoke(cli, ["submit", "pipeline", "--version", "9", *extra], env=env)
+
+    assert unknown.exit_code == 1, unknown.output
+    assert unknown.stderr == (f"Error: unknown workflow 'pipelin'; known workflows: {KNOWN}\n")
+    assert version.exit_code == 1, version.output
+    assert version.stderr == (
+        "Error: unknown workflow 'pipeline' version 9; registered versions of 'pipeline': 1\n"
+    )
+    assert unknown.stdout == version.stdout == ""
+    assert _runs(engine) == 0
+    assert not services.queue_exists(names.submit), "nothing was published, nothing declared"
+
+
+def test_via_broker_a_known_workflow_is_published(database_url: str, names: Names) -> None:
+    env = {
+        "SASFLOW_NAMESPACE": names.namespace,
+        "SASFLOW_APP": "tests.apps.basic",
+        "SASFLOW_BROKER_URL": services.broker_url(),
+    }
+
+    done = CliRunner().invoke(
+        cli, ["submit", "pipeline", "--version", "1", "--key", "k1", "--via-broker"], env=env
+    )
+
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"published": True, "workflow": "pipeline", "key": "k1"}
+    with services.broker_channel() as channel:
+        assert channel.queue_declare(names.submit, passive=True).method.message_count == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -149,3 +150,43 @@ def test_agent_wants_a_name_or_builtin_not_both_or_neither(args: list[str]) -> N
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "give an agent NAME or --builtin, not both or neither" in result.output
+
+
+def test_an_unknown_agent_name_lists_the_app_s_agents() -> None:
+    result = CliRunner().invoke(cli, ["--app", "tests.apps.basic", "agent", "ecoh"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == "Error: unknown agent 'ecoh' (known agents: echo)\n"
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("[1]", "'[1]' is neither a JSON object nor @FILE naming a file"),
+        ('{"a": ', "Invalid value for --input: the input"),
+        ("@/nonexistent/input.json", "neither a JSON object nor @FILE naming a file"),
+        ("[1]@", "neither a JSON object nor @FILE"),
+    ],
+)
+def test_resubmit_input_is_json_text_or_a_file_and_bad_input_is_a_usage_error(
+    given: str, said: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["--app", "tests.apps.ops", "runs", "resubmit", "1", "--reason", "r", "--input", given]
+    )
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr
+
+
+def test_resubmit_input_from_a_file_must_be_an_object(tmp_path: Path) -> None:
+    listed = tmp_path / "input.json"
+    listed.write_text("[1]")
+    result = CliRunner().invoke(
+        cli,
+        [
+            *("--app", "tests.apps.ops", "runs", "resubmit", "1", "--reason", "r"),
+            "--input",
+            f"@{listed}",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{listed}: the run input must be a JSON object, got list" in result.stderr

@@ -7,7 +7,7 @@ import pytest
 from sasflow.agents import Agent, Call
 from sasflow.appload import load_object, load_registry
 from sasflow.errors import AppLoadError, DefinitionError, SasflowError, UnknownWorkflowError
-from sasflow.registry import ExternalAgent, Registry
+from sasflow.registry import LISTED_NAMES, ExternalAgent, Registry, names_list
 from sasflow.workflow import Step, Workflow
 
 
@@ -231,3 +231,32 @@ def test_load_object_without_module_is_an_app_load_error() -> None:
 def test_load_object_returns_any_attribute() -> None:
     """load_object returns the attribute as is, without the Registry check."""
     assert load_object(f"{APP}:not_a_registry") == 42
+
+
+def test_unknown_names_come_with_what_is_registered() -> None:
+    """The message names what was asked for; the hint (shown by the CLI) what there is."""
+    registry = Registry([_wf("order", 1), _wf("order", 2), _wf("refund", 1)], [_python_agent()])
+
+    with pytest.raises(UnknownWorkflowError) as name:
+        registry.workflow("ordr")
+    with pytest.raises(UnknownWorkflowError) as version:
+        registry.workflow("order", 7)
+    with pytest.raises(DefinitionError) as agent:
+        registry.agent("nobody")
+
+    assert (str(name.value), name.value.hint) == (
+        "unknown workflow 'ordr'",
+        "known workflows: order, refund",
+    )
+    assert (str(version.value), version.value.hint) == (
+        "unknown workflow 'order' version 7",
+        "registered versions of 'order': 1, 2",
+    )
+    assert str(agent.value) == f"unknown agent 'nobody' (known agents: {_python_agent().name})"
+
+
+def test_a_long_list_of_names_is_cut_with_how_many_more() -> None:
+    assert names_list([]) == "none"
+    assert names_list(f"w{i:02}" for i in range(LISTED_NAMES)).endswith(f"w{LISTED_NAMES - 1}")
+    many = names_list(f"w{i:02}" for i in range(LISTED_NAMES + 3))
+    assert many.endswith(f"w{LISTED_NAMES - 1:02} and 3 more")
