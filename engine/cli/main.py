@@ -18,6 +18,7 @@ COMMANDS = {
     "dead": "sasflow.cli.dead:dead",
     "demo": "sasflow.cli.demo:demo",
     "limits": "sasflow.cli.limits:limits",
+    "namespace": "sasflow.cli.namespace:namespace",
     "queues": "sasflow.cli.queues:queues",
     "run": "sasflow.cli.run:run_command",
     "runs": "sasflow.cli.runs:runs",

@@ -24,18 +24,17 @@ and the order of messages in Q is kept; the move restarts a message's time-to-li
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pika
 import pika.exceptions
-from pika.adapters.blocking_connection import BlockingChannel
 
 from sasflow.errors import ConfigurationError
-from sasflow.transport.connection import BrokerOptions, broker_parameters
+from sasflow.transport.admin import BrokerAdmin
+from sasflow.transport.connection import BrokerOptions
 from sasflow.transport.queues import QueueOptions, QueueType, queue_arguments
 from sasflow.transport.rabbitmq import PRECONDITION_FAILED
 from sasflow.transport.topology import DEAD_REQUESTS_MAX, FLEET_MAX, Names
@@ -43,7 +42,6 @@ from sasflow.transport.topology import DEAD_REQUESTS_MAX, FLEET_MAX, Names
 log = logging.getLogger(__name__)
 
 HOLDING_SUFFIX = ".migrating"
-NOT_FOUND = 404
 
 
 class MigrationRefusedError(ConfigurationError):
@@ -91,35 +89,23 @@ def work_queues(names: Names, agent_queues: Sequence[str]) -> list[WorkQueue]:
     ]
 
 
-class QueueMigration:
+class QueueMigration(BrokerAdmin):
     """One connection to the broker, moving work queues to `target`'s type."""
 
     def __init__(self, url: str, options: BrokerOptions, target: QueueOptions) -> None:
-        self._params = broker_parameters(url, options)
+        super().__init__(url, options)
         self._target = target
-        self._connection: pika.BlockingConnection | None = None
 
     def __enter__(self) -> QueueMigration:
-        last: Exception | None = None
-        for params in self._params:
-            try:
-                self._connection = pika.BlockingConnection(params)
-            except pika.exceptions.AMQPError as exc:
-                last = exc
-            else:
-                return self
-        raise ConfigurationError(f"no broker of the list could be reached: {last!r}")
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._connection is not None and self._connection.is_open:
-            self._connection.close()
+        super().__enter__()
+        return self
 
     def check_idle(self, queues: Sequence[WorkQueue]) -> None:
         """MigrationRefusedError if any existing queue of `queues` has a consumer."""
         busy = []
         for queue in queues:
             for name in (queue.name, queue.name + HOLDING_SUFFIX):
-                consumers = self._consumers(name)
+                consumers = self.consumers(name)
                 if consumers:
                     busy.append(f"{name} ({consumers})")
         if busy:
@@ -144,7 +130,7 @@ class QueueMigration:
             for exchange, key in queue.bindings:
                 self._channel_call(lambda ch, e=exchange, k=key: ch.queue_bind(queue.name, e, k))
         moved = 0
-        if self._consumers(holding) is not None:  # also what an interrupted run left behind
+        if self.consumers(holding) is not None:  # also what an interrupted run left behind
             for exchange, key in queue.bindings:
                 self._channel_call(lambda ch, e=exchange, k=key: ch.queue_unbind(holding, e, k))
             holding_quorum = self._target.type is QueueType.QUORUM
@@ -173,7 +159,7 @@ class QueueMigration:
     def _declare(self, name: str, queue: WorkQueue) -> bool:
         """Declare `name` with the target arguments; False if it exists with others."""
         try:
-            with self._channel() as ch:
+            with self.channel() as ch:
                 ch.queue_declare(name, durable=True, arguments=self._arguments(queue))
         except pika.exceptions.ChannelClosedByBroker as exc:
             if exc.reply_code == PRECONDITION_FAILED:
@@ -193,13 +179,13 @@ class QueueMigration:
         `if-empty`, so theirs is a count, then a delete: only producers the operator was told
         to stop could slip a message in between."""
         if quorum:
-            with self._channel() as ch:
+            with self.channel() as ch:
                 if ch.queue_declare(name, passive=True).method.message_count:
                     return False
                 ch.queue_delete(name)
             return True
         try:
-            with self._channel() as ch:
+            with self.channel() as ch:
                 ch.queue_delete(name, if_empty=True)
         except pika.exceptions.ChannelClosedByBroker as exc:
             if exc.reply_code != PRECONDITION_FAILED:
@@ -207,21 +193,10 @@ class QueueMigration:
             return False
         return True
 
-    def _consumers(self, name: str) -> int | None:
-        """Consumers of `name`, or None if it does not exist."""
-        try:
-            with self._channel() as ch:
-                ok = ch.queue_declare(name, passive=True)
-            return int(ok.method.consumer_count or 0)
-        except pika.exceptions.ChannelClosedByBroker as exc:
-            if exc.reply_code == NOT_FOUND:
-                return None
-            raise
-
     def _move(self, source: str, target: str) -> int:
         """Move every message of `source` into `target`; returns how many."""
         moved = 0
-        with self._channel() as ch:
+        with self.channel() as ch:
             ch.confirm_delivery()
             while True:
                 method, properties, body = ch.basic_get(source, auto_ack=False)
@@ -232,17 +207,5 @@ class QueueMigration:
                 moved += 1
 
     def _channel_call(self, call: Any) -> None:
-        with self._channel() as ch:
+        with self.channel() as ch:
             call(ch)
-
-    @contextlib.contextmanager
-    def _channel(self) -> Iterator[BlockingChannel]:
-        """A channel of its own (a 404 or 406 closes the channel, not the connection)."""
-        if self._connection is None:
-            raise RuntimeError("QueueMigration is used outside its `with` block")
-        channel = self._connection.channel()
-        try:
-            yield channel
-        finally:
-            if channel.is_open:
-                channel.close()

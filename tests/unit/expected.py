@@ -60,6 +60,7 @@ API_DEFAULTS: dict[str, Any] = {
     "api_port": 8080,
     "api_max_body_bytes": 1048576,
     "api_max_json_depth": 64,
+    "api_body_timeout_s": 30.0,
     "api_ssl_certfile": None,
     "api_ssl_keyfile": None,
     "api_callback_give_up_s": 86400,
