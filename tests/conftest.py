@@ -136,3 +136,18 @@ def names(broker_namespaces: set[str]) -> Iterator[Names]:
 @pytest.fixture
 def broker_url() -> str:
     return services.broker_url()
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels() -> Iterator[None]:
+    """A one-shot `sasflow` command run in this process (CliRunner) quiets the broker's
+    loggers, as its own process would for its whole (short) life: put them back after each
+    test, so that no later test's caplog loses their records."""
+    import logging  # noqa: PLC0415 - only this fixture
+
+    from sasflow.cli.context import BROKER_LOGGERS  # noqa: PLC0415
+
+    levels = {name: logging.getLogger(name).level for name in ("alembic", *BROKER_LOGGERS)}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)

@@ -136,7 +136,8 @@ def _sasflow_error(exc: errors.SasflowError) -> JSONResponse:
     for kind, code in _SASFLOW_ERRORS:
         if isinstance(exc, kind):
             if code in UNAVAILABLE:
-                log.warning("answered 503 %s: %s", code, exc)
+                if not isinstance(exc, errors.SchemaOutdatedError):  # said once, by the watch
+                    log.warning("answered 503 %s: %s", code, exc)
                 return error_response(status_of(code), code, unavailable_message(code, exc))
             message = first_line(str(exc))
             if message != str(exc):

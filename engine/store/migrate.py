@@ -91,7 +91,11 @@ def downgrades(engine: Engine, revision: str) -> list[tuple[str, str]]:
     except (CommandError, RevisionError) as exc:
         raise ConfigurationError(f"cannot downgrade from {at} to {revision!r}: {exc}") from exc
     stop = None if target is None else target.revision
-    return [(r.revision, r.doc or "") for r in undone if r.revision != stop]
+    return [
+        (r.revision, (r.doc or "").splitlines()[0] if r.doc else "")
+        for r in undone
+        if r.revision != stop
+    ]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import UNAVAILABLE, ApiError, unavailable_message
 from sasflow.api.openapi import answers
-from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
+from sasflow.errors import BrokerUnavailableError, SchemaOutdatedError, StoreUnavailableError
 from sasflow.store.operator import audit
 
 router = APIRouter(tags=["health"])
@@ -31,7 +31,8 @@ def readyz(ctx: Annotated[ApiContext, Depends(get_context)]) -> dict[str, Any]:
         ctx.transaction(audit.database_now)
         ctx.schema.check()
     except StoreUnavailableError as exc:
-        log.warning("not ready: %s", exc)
+        if not isinstance(exc, SchemaOutdatedError):  # the schema watch says that one once
+            log.warning("not ready: %s", exc)
         code = "store_unavailable"
         raise ApiError(503, code, unavailable_message(code, exc)) from exc
     try:
