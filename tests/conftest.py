@@ -19,6 +19,7 @@ from sasflow.store import migrate
 from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import services
+from tests.databases import DatabasePool, pool
 
 CLUSTER_LONG = "SASFLOW_CLUSTER_LONG"
 
@@ -76,25 +77,31 @@ def template_database(database_roles: DatabaseRoles) -> Iterator[str]:
         services.drop_database(name)
 
 
+@pytest.fixture(scope="session")
+def databases(template_database: str, database_roles: DatabaseRoles) -> Iterator[DatabasePool]:
+    """Clones of the template, made ahead of the tests and dropped after them in the
+    background (tests/databases.py). The clone keeps the template's grants and default
+    privileges (they live in the database); its owner is named again since CREATE DATABASE
+    makes the admin own it."""
+    with pool(template_database, database_roles.owner) as made:
+        yield made
+
+
 @pytest.fixture(scope="module")
-def module_database(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
+def module_database(databases: DatabasePool, database_roles: DatabaseRoles) -> Iterator[str]:
     """A database for a whole module (cloned from the template), as the runtime role: for
     modules that share one slow-to-start server."""
-    name = services.unique("sasflow_test")
-    services.create_database(name, template=template_database, owner=database_roles.owner)
+    name = databases.take()
     yield services.with_user(services.database_url(name), database_roles.runtime)
-    services.drop_database(name)
+    databases.give_back(name)
 
 
 @pytest.fixture
-def admin_database_url(template_database: str, database_roles: DatabaseRoles) -> Iterator[str]:
+def admin_database_url(databases: DatabasePool) -> Iterator[str]:
     """This test's own database, as the superuser: for what no sasflow role may do."""
-    name = services.unique("sasflow_test")
-    # The clone keeps the template's grants and default privileges (they live in the
-    # database); its owner is named again since CREATE DATABASE makes the admin own it.
-    services.create_database(name, template=template_database, owner=database_roles.owner)
+    name = databases.take()
     yield services.database_url(name)
-    services.drop_database(name)
+    databases.give_back(name)
 
 
 @pytest.fixture

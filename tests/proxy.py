@@ -35,6 +35,10 @@ class Proxy:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        # close() alone does not wake the thread blocked in accept() (Linux): the join below
+        # then waited its full 5 s. shutdown() makes that accept() fail at once.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         with self._lock:
             for s in self._sockets:

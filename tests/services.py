@@ -92,22 +92,25 @@ def drop_roles(*names: str) -> None:
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
-def _admin() -> psycopg.Connection[tuple[object, ...]]:
-    return psycopg.connect(libpq_dsn(admin_url()), autocommit=True)
+def _admin(url: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(libpq_dsn(url or admin_url()), autocommit=True)
 
 
-def create_database(name: str, template: str | None = None, owner: str | None = None) -> None:
+def create_database(
+    name: str, template: str | None = None, owner: str | None = None, *, admin: str | None = None
+) -> None:
+    """CREATE DATABASE as `admin` (a superuser's URL; default: the environment's, read now)."""
     statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
     if template is not None:
         statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
     if owner is not None:
         statement += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
-    with _admin() as conn:
+    with _admin(admin) as conn:
         conn.execute(statement)
 
 
-def drop_database(name: str) -> None:
-    with _admin() as conn:
+def drop_database(name: str, *, admin: str | None = None) -> None:
+    with _admin(admin) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )

@@ -15,6 +15,10 @@ from tests import services
 
 REPO = Path(__file__).resolve().parents[2]
 
+READY = {"scheduler": "serving namespace", "agent": "consuming", "submitter": "consuming"}
+"""What each role logs once it has declared its queues and consumes: the scheduler its replies
+queue, an agent its requests, the submitter the submissions."""
+
 
 class Processes:
     """The `sasflow` processes of one test; all are killed at the end, whatever happens."""
@@ -39,6 +43,7 @@ class Processes:
             "PYTHONUNBUFFERED": "1",
         }
         self.started: dict[str, subprocess.Popen[bytes]] = {}
+        self._roles: dict[str, str] = {}
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
@@ -50,7 +55,22 @@ class Processes:
                 cwd=REPO,
             )
         self.started[name] = process
+        self._roles[name] = args[0] if args else ""
         return process
+
+    def wait_ready(self, *names: str, timeout: float = 30) -> None:
+        """Wait until each of `names` (schedulers, agents, submitters) logged that it serves:
+        its queues are declared and it consumes. Fails early when one exited."""
+        deadline = time.monotonic() + timeout
+        waiting = list(names)
+        while waiting:
+            self.assert_alive()
+            waiting = [n for n in waiting if READY[self._roles[n]] not in self.log(n)]
+            if waiting and time.monotonic() > deadline:
+                raise AssertionError(
+                    f"not serving after {timeout}s: {waiting}; logs in {self.logs}"
+                )
+            time.sleep(0.05)
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

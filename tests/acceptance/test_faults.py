@@ -55,7 +55,7 @@ def test_scheduler_killed_mid_batch_loses_nothing(
     victim = procs.start("scheduler-1", "scheduler", "--batch", "10")
     procs.start("scheduler-2", "scheduler", "--batch", "10")
     procs.start("agent", "agent", "echo", "--concurrency", "16")
-    time.sleep(2)
+    procs.wait_ready("scheduler-1", "scheduler-2", "agent")
     _submit(engine, names.namespace, 80, delay=0.3, prefix="r")
     marker = f":{victim.pid}:"
 
@@ -143,7 +143,7 @@ def _start_system_with_work_in_flight(engine: Engine, procs: Processes) -> None:
     procs.start("scheduler-1", "scheduler")
     procs.start("scheduler-2", "scheduler")
     procs.start("agent", "agent", "echo", "--concurrency", "8")
-    time.sleep(2)
+    procs.wait_ready("submitter", "scheduler-1", "scheduler-2", "agent")
     _submit(engine, procs.env["SASFLOW_NAMESPACE"], 60, delay=0.1, prefix="before")
     harness.wait_for(
         lambda: "completed" in harness.run_states(engine).values(),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,8 @@ def test_agent_killed_mid_step_is_recovered_by_the_supervisor_and_another_agent(
     procs.start("scheduler", "scheduler", "--rescan-interval", "0.2")
     procs.start("supervisor", "supervisor", "--interval", "0.3")
     first = procs.start("agent-1", "agent", "remote")
-    time.sleep(2)
+    # The request's TTL is its wait timeout (2 s): the agent must consume before it is sent.
+    procs.wait_ready("scheduler", "agent-1")
     with engine.begin() as conn:
         run = submit_run(
             conn, ops.registry, "killable", {"delay": 2}, key="k", namespace=names.namespace

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
+from sasflow.ops import registrations as scheduler_ops
 from sasflow.ops import schedules as schedule_ops
 from sasflow.registry import Registry
 from sasflow.schedules.definition import Schedule
@@ -33,6 +34,13 @@ def cluster(procs: Processes) -> dict[str, dict[str, Any]]:
     result = procs.run("schedulers", "list", "-o", "json")
     assert result.returncode == 0, result.stderr
     return {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def online(engine: Engine) -> set[str]:
+    """The online schedulers of the same view, read in the test's process: polled by the waits
+    (a `sasflow` process per poll would take a second each)."""
+    with transaction(engine) as conn:
+        return {r["name"] for r in scheduler_ops.cluster_view(conn) if r["state"] == "online"}
 
 
 def figures(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -85,7 +93,7 @@ def test_walk_through(procs: Processes, engine: Engine) -> None:
 
     # B (M=8) joins: what A holds stays with A; new schedules go to whichever acquires.
     start(procs, "B", "--alarm-threshold", "8")
-    harness.wait_for(lambda: "B" in cluster(procs), timeout=20, what="B registered")
+    harness.wait_for(lambda: "B" in online(engine), timeout=20, what="B registered")
     assert held(engine) == {"A": 11}
     added = add(engine, ["s12", "s13"], namespace)
     harness.wait_for(lambda: None not in held(engine), timeout=10, what="new ones acquired")
@@ -121,11 +129,7 @@ def test_walk_through(procs: Processes, engine: Engine) -> None:
             )
     start(procs, "B2")
     start(procs, "C")
-    harness.wait_for(
-        lambda: {"B2", "C"} <= {n for n, r in cluster(procs).items() if r["state"] == "online"},
-        timeout=20,
-        what="B2 and C registered",
-    )
+    harness.wait_for(lambda: {"B2", "C"} <= online(engine), timeout=20, what="B2 and C registered")
     add(engine, [f"t{i}" for i in range(1, 11)], namespace)
     harness.wait_for(lambda: None not in held(engine), timeout=10, what="K=21 held")
     counts = held(engine)

@@ -79,6 +79,27 @@ def planned(engine: Engine, names: list[str]) -> bool:
     )
 
 
+def now(engine: Engine) -> Any:
+    """The database's clock (the ticks' fired_at is stamped by it)."""
+    with engine.connect() as conn:
+        return conn.execute(select(func.now())).scalar_one()
+
+
+def wait_firing(engine: Engine, names: list[str], since: Any) -> None:
+    """Wait until each of `names` fired a tick after `since`: ticks fire under the plan."""
+
+    def fired() -> bool:
+        with engine.connect() as conn:
+            firers = conn.execute(
+                select(schedule_ticks.c.fired_by)
+                .where(schedule_ticks.c.fired_at > since)
+                .distinct()
+            ).scalars()
+            return set(names) <= set(firers)
+
+    harness.wait_for(fired, timeout=30, interval=0.2, what=f"ticks fired by {names}")
+
+
 def wait_plan(engine: Engine, names: list[str], *, within: float) -> float:
     since = time.monotonic()
     harness.wait_for(lambda: planned(engine, names), timeout=within, what=f"plan {names}")
@@ -102,7 +123,7 @@ def test_three_scope_schedulers_lose_two_and_gain_one_and_every_tick_fires_once(
                 namespace=procs.env["SASFLOW_NAMESPACE"],
             )
     wait_plan(engine, ["A", "B", "C"], within=30)
-    time.sleep(2)  # ticks fire under the first plan
+    wait_firing(engine, ["A", "B", "C"], since=now(engine))
 
     # kill -9 the leader: another takes the lead and reshards within TTL + 1 s.
     harness.wait_for(lambda: plan(engine)["leader"] is not None, timeout=10, what="a leader")
@@ -110,21 +131,22 @@ def test_three_scope_schedulers_lose_two_and_gain_one_and_every_tick_fires_once(
     procs.signal(leader, signal.SIGKILL)
     alive = [n for n in "ABC" if n != leader]
     took = wait_plan(engine, alive, within=TTL + 10)
+    resharded = now(engine)
     assert took <= TTL + 1.0, f"the new leader's plan took {took:.2f}s"
     assert plan(engine)["leader"] in alive
-    time.sleep(1)
+    wait_firing(engine, alive, since=resharded)
 
     # kill -9 a scheduler that does not lead: the leader reshards.
     victim = next(n for n in alive if n != plan(engine)["leader"])
     procs.signal(victim, signal.SIGKILL)
     (survivor,) = [n for n in alive if n != victim]
     wait_plan(engine, [survivor], within=TTL + 10)
-    time.sleep(1)
+    wait_firing(engine, [survivor], since=now(engine))
 
     # Add one back: it joins the plan (by address).
     start(procs, "D")
     wait_plan(engine, sorted([survivor, "D"], key=ADDRESSES.__getitem__), within=30)
-    time.sleep(2)
+    wait_firing(engine, [survivor, "D"], since=now(engine))
     listed = procs.run("schedulers", "plan")
     assert listed.returncode == 0, listed.stderr
     assert "ready" in listed.stdout

@@ -53,8 +53,7 @@ def test_two_schedulers_race_over_1000_runs_submitted_through_rabbitmq(
     procs.start("scheduler-2", "scheduler")
     procs.start("agent-1", "agent", "echo", "--concurrency", "8")
     procs.start("agent-2", "agent", "echo", "--concurrency", "8")
-    time.sleep(2)  # let every process declare its queues
-    procs.assert_alive()
+    procs.wait_ready("submitter", "scheduler-1", "scheduler-2", "agent-1", "agent-2")
     started = time.monotonic()
     _publish_submissions(names, RUNS)
     cli = procs.run(
@@ -117,8 +116,7 @@ def test_sigterm_stops_every_process_cleanly_with_exit_code_0(
         "agent": ["agent", "echo"],
     }.items():
         procs.start(name, *args)
-    time.sleep(2)
-    procs.assert_alive()
+    procs.wait_ready("submitter", "scheduler", "agent")
     key = uuid.uuid4().hex
     submitted = procs.run("submit", "pipeline", "--input", '{"text": "x"}', "--key", key)
     assert submitted.returncode == 0, submitted.stderr

@@ -1,6 +1,7 @@
 """The API's response models (no server, no database): every JSON answer of /v1 is a named
-`...Response` schema in OpenAPI, and a model of a store row names its fields in the row's
-column order, which keeps the keys of the JSON in the order the store gives them."""
+`...Response` schema in OpenAPI (and the backlog's 429 is documented), and a model of a store
+row names its fields in the row's column order, which keeps the keys of the JSON in the order
+the store gives them."""
 
 from __future__ import annotations
 
@@ -78,3 +79,12 @@ def test_every_json_answer_of_v1_is_a_named_response_schema(openapi: dict[str, A
     assert untyped == []
     schemas = openapi["components"]["schemas"]
     assert {"RunDetailResponse", "RunListResponse", "AlertListResponse"} <= set(schemas)
+
+
+def test_openapi_documents_the_429(openapi: dict[str, Any]) -> None:
+    """`POST /v1/runs` past a workflow's bound: 429 with Retry-After and the problem body
+    (docs/backpressure.md; tests/integration/test_backpressure_api.py sends it)."""
+    answer = openapi["paths"]["/v1/runs"]["post"]["responses"]["429"]
+    assert "Retry-After" in answer["headers"]
+    schema = answer["content"]["application/json"]["schema"]["$ref"]
+    assert schema.endswith("/BacklogFullResponse")

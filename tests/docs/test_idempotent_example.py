@@ -73,7 +73,10 @@ class Bank:
 @pytest.fixture
 def bank() -> Iterator[Bank]:
     bank = Bank()
-    thread = threading.Thread(target=bank.server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll (0.5 s by default).
+    thread = threading.Thread(
+        target=bank.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield bank
     bank.server.shutdown()

@@ -37,20 +37,21 @@ def metrics_port() -> int:
 
 @pytest.fixture(scope="module")
 def api(
-    tmp_path_factory: pytest.TempPathFactory, module_database: str, metrics_port: int
+    tmp_path_factory: pytest.TempPathFactory,
+    module_database: str,
+    metrics_port: int,
+    broker_namespaces: set[str],
 ) -> Iterator[ApiServer]:
     names = Names(services.unique("sftest"))
-    try:
-        with api_server(
-            tmp_path_factory.mktemp("api"),
-            database_url=module_database,
-            broker_url=services.broker_url(),
-            namespace=names.namespace,
-            env={"SASFLOW_METRICS_PORT": str(metrics_port)},
-        ) as server:
-            yield server
-    finally:
-        services.delete_namespace(names.namespace, [])
+    broker_namespaces.add(names.namespace)  # what it leaves goes in the session's sweep
+    with api_server(
+        tmp_path_factory.mktemp("api"),
+        database_url=module_database,
+        broker_url=services.broker_url(),
+        namespace=names.namespace,
+        env={"SASFLOW_METRICS_PORT": str(metrics_port)},
+    ) as server:
+        yield server
 
 
 def _error(response: object) -> dict[str, object]:

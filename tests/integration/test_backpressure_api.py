@@ -1,7 +1,8 @@
 """`POST /v1/runs` past a workflow's bound, on a real `sasflow api` process (SASFLOW_MAX_BACKLOG
 2, no scheduler: the runs stay waiting): 201 below the bound, 429 with `Retry-After` and the
 problem body past it, an idempotent resubmission answered 200 all the same, the refusal
-counted in the metrics, and the 429 in OpenAPI (docs/backpressure.md)."""
+counted in the metrics (docs/backpressure.md). The 429 in OpenAPI: tests/api/test_responses.py,
+on the same app without a server."""
 
 from __future__ import annotations
 
@@ -77,12 +78,3 @@ def test_past_the_bound_429_with_retry_after_and_a_known_key_is_still_answered(
     assert _runs(engine) == BOUND + 1
     text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
     assert 'sasflow_submissions_refused_total{door="api",workflow="pipeline"} 2.0' in text
-
-
-def test_openapi_documents_the_429(api: ApiServer) -> None:
-    with api.client() as http:
-        post = http.get("/openapi.json").json()["paths"]["/v1/runs"]["post"]
-    answer = post["responses"]["429"]
-    assert "Retry-After" in answer["headers"]
-    schema = answer["content"]["application/json"]["schema"]["$ref"]
-    assert schema.endswith("/BacklogFullResponse")

@@ -153,7 +153,7 @@ def test_a_role_survives_a_broker_that_stalls_in_the_handshake_and_mid_stream(
     with StallingProxy(_broker_address()) as proxy, _declared(names):
         proxy.stalled.set()
         transport = RabbitMQTransport(
-            _through(proxy), process_name="test-submitter", options=BrokerOptions(heartbeat=2)
+            _through(proxy), process_name="test-submitter", options=BrokerOptions(heartbeat=1)
         )
         role = Submitter(engine, transport, basic.registry, names)
         with harness.running(role):
@@ -168,6 +168,7 @@ def test_a_role_survives_a_broker_that_stalls_in_the_handshake_and_mid_stream(
             harness.wait_for(lambda: _runs(engine) == 1, timeout=15, what="the first run")
 
             # Connected, then the broker goes silent: the heartbeat notices, the role reconnects.
+            # (pika checks every heartbeat + 5 s: 6 to 12 s with the shortest heartbeat, 1 s.)
             caplog.clear()
             accepted = proxy.accepted
             proxy.stalled.set()

@@ -151,18 +151,18 @@ def module_engine(module_database: str) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
+def api(
+    tmp_path_factory: pytest.TempPathFactory, module_database: str, broker_namespaces: set[str]
+) -> Iterator[ApiServer]:
     names = Names(services.unique("sftest"))
-    try:
-        with api_server(
-            tmp_path_factory.mktemp("api"),
-            database_url=module_database,
-            broker_url=services.broker_url(),
-            namespace=names.namespace,
-        ) as server:
-            yield server
-    finally:
-        services.delete_namespace(names.namespace, [])
+    broker_namespaces.add(names.namespace)  # what it leaves goes in the session's sweep
+    with api_server(
+        tmp_path_factory.mktemp("api"),
+        database_url=module_database,
+        broker_url=services.broker_url(),
+        namespace=names.namespace,
+    ) as server:
+        yield server
 
 
 def test_limits_over_http(api: ApiServer, module_engine: Engine) -> None:

@@ -37,7 +37,10 @@ S = TypeVar("S", bound=socketserver.BaseServer)
 @contextlib.contextmanager
 def serving(server: S) -> Iterator[S]:
     """Serve `server` from a thread for the duration of the block, then shut it down."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.5 s by default, at every exit.
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server

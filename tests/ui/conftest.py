@@ -55,12 +55,11 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def module_names() -> Iterator[Names]:
+def module_names(broker_namespaces: set[str]) -> Names:
+    """The module's namespace; what it leaves goes in the session's sweep."""
     names = Names(services.unique("sftest"))
-    try:
-        yield names
-    finally:
-        services.delete_namespace(names.namespace, [])
+    broker_namespaces.add(names.namespace)
+    return names
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,7 @@ def test_sign_in_every_page_and_sign_out(
             reason="the gateway's quota",
             namespace=module_names.namespace,
         )
+    page.clock.install()  # the page's timers, run ahead below (time flows as usual meanwhile)
     page.goto(f"{console.base_url}/ui/runs")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=%2Fui%2Fruns$"))
     _shoot(page, shots, "login")
@@ -118,8 +119,8 @@ def test_sign_in_every_page_and_sign_out(
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     with page.expect_response(
         lambda answer: answer.url.endswith("/ui/overview/panel") and answer.ok, timeout=10_000
-    ):
-        pass  # the overview refreshes itself (htmx polls every 5 s)
+    ):  # the overview refreshes itself: htmx's poll every 5 s, its timer run 5 s ahead
+        page.clock.fast_forward(5_000)
     _shoot(page, shots, "overview")
     for path, heading, shot in (
         ("/ui/runs", "Runs", "runs"),
