@@ -35,16 +35,24 @@ class BrokerUser:
     vhost: str
 
 
-@pytest.fixture
-def limited_broker(names: Names) -> Iterator[BrokerUser]:
-    """A user and virtual host made by the shipped script (removed afterwards)."""
+@pytest.fixture(scope="module")
+def limited_names() -> Names:
+    """The namespace the module's broker user is limited to (on its own virtual host, which
+    goes with the user)."""
+    return Names(services.unique("sftest"))
+
+
+@pytest.fixture(scope="module")
+def limited_broker(limited_names: Names) -> Iterator[BrokerUser]:
+    """A user and virtual host made by the shipped script (removed at the module's end: the
+    script runs rabbitmqctl several times, a second or more each)."""
     ctl = shutil.which("rabbitmqctl")
     if ctl is None:
         pytest.skip("rabbitmqctl is needed to create a broker user")
     user, vhost, password = services.unique("sf_app"), services.unique("sf_vhost"), "s3cret"
     try:
         subprocess.run(
-            [str(SCRIPT), names.namespace, user, vhost],
+            [str(SCRIPT), limited_names.namespace, user, vhost],
             check=True,
             timeout=120,
             env={**os.environ, "SASFLOW_BROKER_PASSWORD": password},
@@ -82,10 +90,14 @@ def _database_connections(engine: Engine, application_name: str) -> int:
 
 
 def test_the_roles_complete_runs_with_a_namespace_limited_broker_user_and_the_runtime_role(
-    tmp_path: Path, database_url: str, engine: Engine, names: Names, limited_broker: BrokerUser
+    tmp_path: Path,
+    database_url: str,
+    engine: Engine,
+    limited_names: Names,
+    limited_broker: BrokerUser,
 ) -> None:
     """With non-default connection settings (TLS off), which the processes apply."""
-    procs = Processes(tmp_path, database_url=database_url, namespace=names.namespace)
+    procs = Processes(tmp_path, database_url=database_url, namespace=limited_names.namespace)
     procs.env.update(
         {
             "SASFLOW_BROKER_URL": limited_broker.url,
