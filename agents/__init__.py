@@ -5,9 +5,11 @@ from sasflow.agents.children import Completed
 from sasflow.agents.errors import (
     BreakerOpenError,
     ChildKilledError,
+    Defer,
     PermanentError,
     TransientError,
 )
+from sasflow.agents.transient import TransientHttp
 
 __all__ = [
     "Agent",
@@ -15,6 +17,8 @@ __all__ = [
     "Call",
     "ChildKilledError",
     "Completed",
+    "Defer",
     "PermanentError",
     "TransientError",
+    "TransientHttp",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.agents.children import DEFAULT_GRACE, DEFAULT_TAIL_BYTES, ChildProcesses, Completed
+from sasflow.agents.errors import BreakerOpenError, Defer, PermanentError, TransientError
+from sasflow.agents.transient import TransientHttp
 from sasflow.errors import DefinitionError
 from sasflow.policy import BreakerPolicy, RetryPolicy
 from sasflow.workflow import check_name
@@ -96,7 +99,10 @@ class Agent:
     """Handlers for one remote service, with their retry policies and circuit breakers.
 
     `transient` lists exception types retried within the deadline (besides TransientError);
-    any other exception is a permanent failure, replied as `error`.
+    `http` says which failures of the HTTP clients (httpx, requests, urllib3, urllib) are
+    retried too (None: none of them); any other exception is a permanent failure, replied as
+    `error`. A handler is a function or an `async def` function (run on the agent's event
+    loop, sasflow.agents.aio).
     """
 
     def __init__(
@@ -106,6 +112,7 @@ class Agent:
         breakers: Mapping[str, BreakerPolicy] | None = None,
         retry: RetryPolicy | None = None,
         transient: tuple[type[BaseException], ...] = DEFAULT_TRANSIENT,
+        http: TransientHttp | None = TransientHttp(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         check_name("agent", name)
         self._name = name
@@ -114,6 +121,7 @@ class Agent:
             check_name(f"agent {name!r}: dependency", dependency)
         self.retry = retry or RetryPolicy()
         self.transient = transient
+        self.http = http
         self._handlers: dict[str, HandlerSpec] = {}
 
     @property
@@ -148,6 +156,11 @@ class Agent:
         retry: RetryPolicy | None = None,
     ) -> None:
         check_name(f"agent {self._name!r}: action", action)
+        if inspect.isasyncgenfunction(function) or inspect.isgeneratorfunction(function):
+            raise DefinitionError(
+                f"agent {self._name!r}: the handler of {action!r} is a generator function; a "
+                "handler returns its output (a plain or an `async def` function)"
+            )
         if action in self._handlers:
             raise DefinitionError(f"agent {self._name!r}: duplicate handler for {action!r}")
         if dependency is not None and dependency not in self.breakers:
@@ -156,6 +169,18 @@ class Agent:
                 f"which has no breaker (declared: {', '.join(sorted(self.breakers)) or 'none'})"
             )
         self._handlers[action] = HandlerSpec(action, function, dependency, retry or self.retry)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether `exc` is worth retrying within the deadline (docs/agents.md)."""
+        if isinstance(exc, PermanentError | BreakerOpenError | Defer):
+            return False
+        if isinstance(exc, (TransientError, *self.transient)):
+            return True
+        return self.http is not None and self.http.is_transient(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        """Seconds the remote service asked to wait before the next try (`Retry-After`)."""
+        return self.http.retry_after_of(exc) if self.http is not None else None
 
     def spec(self, action: str) -> HandlerSpec | None:
         return self._handlers.get(action)

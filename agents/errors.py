@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sasflow.errors import SasflowError
 
 
@@ -26,3 +28,16 @@ class ChildKilledError(TransientError):
     """A program run by the handler was killed: the step's deadline passed or the agent stopped.
 
     Transient: the step is handed back (or left to its deadline), never failed for good."""
+
+
+class Defer(Exception):  # noqa: N818 - a request of the handler, not an error
+    """Raised by a handler to say "not yet, ask me again in `seconds`": the step goes back to
+    pending for that long without counting a failure (a `deferred` reply). The step's give-up
+    age bounds how long it may keep deferring (docs/agents.md)."""
+
+    def __init__(self, seconds: float, reason: str = "deferred by the handler") -> None:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"Defer: seconds must be a finite number >= 0, got {seconds!r}")
+        super().__init__(reason)
+        self.seconds = float(seconds)
+        self.reason = reason

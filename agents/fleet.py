@@ -98,7 +98,7 @@ class FleetLink:
             self._transport.consume(queue_name, self._on_announcement, prefetch=BREAKER_PREFETCH)
         self.heartbeat(breakers, in_flight=0)
 
-    def tick(self, breakers: Mapping[str, SharedBreaker], *, in_flight: int) -> None:
+    def tick(self, breakers: Mapping[str, SharedBreaker], *, in_flight: int, held: int = 0) -> None:
         """Publish the breaker changes queued by worker threads, and a heartbeat when due."""
         while True:
             try:
@@ -118,10 +118,15 @@ class FleetLink:
             self.announced += 1
             self.next_heartbeat = 0.0  # tell the cluster (the claim holds open breakers) now
         if time.monotonic() >= self.next_heartbeat:
-            self.heartbeat(breakers, in_flight=in_flight)
+            self.heartbeat(breakers, in_flight=in_flight, held=held)
 
     def heartbeat(
-        self, breakers: Mapping[str, SharedBreaker], *, in_flight: int, stopping: bool = False
+        self,
+        breakers: Mapping[str, SharedBreaker],
+        *,
+        in_flight: int,
+        held: int = 0,
+        stopping: bool = False,
     ) -> None:
         message = AgentHeartbeat(
             agent=self._agent,
@@ -131,6 +136,7 @@ class FleetLink:
             version=self._version[:50],
             concurrency=self._concurrency,
             in_flight=in_flight,
+            held=held,
             breakers={d: _state_name(b.state) for d, b in breakers.items()},
             interval_s=self._interval,
             seq=self.heartbeats + 1,

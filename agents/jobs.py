@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sasflow.agents.agent import Call
+from sasflow.agents.children import ChildProcesses
 from sasflow.errors import InvalidMessageError
 from sasflow.hooks import Headers
 from sasflow.messages import (
@@ -44,6 +45,32 @@ class Job:
     """The broker confirmed its `started` message."""
     acked: bool = False
     """Its request was acknowledged when it started (sasflow.agents.acks): not again."""
+    taken: bool = False
+    """A worker thread took it (sasflow.agents.handback): it can no longer be handed back."""
+    handed_back: bool = False
+    """Given back to the broker unstarted (requeued) for another process: never run here."""
+
+    @classmethod
+    def received_at(
+        cls, received: float, delivery: Delivery, request: Request, children: ChildProcesses
+    ) -> Job:
+        """The job of a request received at `received` (monotonic). Until a worker takes it
+        (progress.start times the budget from then), its deadline is the whole envelope: the
+        wait, then the execution."""
+        call = Call(
+            input=request.input,
+            idempotency_key=request.idempotency_key,
+            attempt=request.attempt,
+            deadline=received + ((request.wait_ms or 0) + request.budget_ms) / 1000,
+            step_id=request.step_id,
+            run_id=request.run_id,
+            workflow=request.workflow,
+            step=request.step,
+            action=request.action,
+            kind=request.kind,
+            children=children,
+        )
+        return cls(delivery, request, call, received=received)
 
 
 @dataclass(frozen=True)
@@ -94,6 +121,8 @@ class AgentStats:
     """Requests of long steps acknowledged once their start was confirmed (agents.acks)."""
     acked_at_take: int = 0
     """Exclusive requests acknowledged when a worker took them (agents.acks)."""
+    handed_back: int = 0
+    """Requests requeued unstarted for another process (agents.handback)."""
 
 
 REPLY_MARGIN = 0.1

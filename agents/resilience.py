@@ -204,9 +204,12 @@ def retrying(
     is_transient: Callable[[BaseException], bool],
     interrupted: threading.Event,
     on_retry: Callable[[BaseException, int], None] | None = None,
+    retry_after: Callable[[BaseException], float | None] | None = None,
 ) -> Retrying:
     """Exponential backoff with full jitter on transient errors, never sleeping past `budget`
-    seconds from now; a set `interrupted` event (shutdown, deadline) cuts the sleep short."""
+    seconds from now; a set `interrupted` event (shutdown, deadline) cuts the sleep short.
+    `retry_after(error)`: seconds the remote service asked to wait (a `Retry-After`), the
+    least sleep before the next try; when it does not fit in the budget, the retries stop."""
     stop: Any = stop_before_delay(budget) | stop_when_event_set(interrupted)
     if policy.max_attempts is not None:
         stop = stop | stop_after_attempt(policy.max_attempts)
@@ -228,12 +231,20 @@ def retrying(
         if state.attempt_number > 1 and interrupted.is_set() and last_failure:
             raise last_failure[0]
 
+    backoff = wait_random_exponential(multiplier=policy.initial, max=policy.maximum)
+
+    def wait(state: RetryCallState) -> float:
+        delay = backoff(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        asked = retry_after(error) if retry_after is not None and error is not None else None
+        return delay if asked is None else max(delay, asked)
+
     return Retrying(
         before=not_after_interruption,
         after=remember,
         before_sleep=before_sleep,
         stop=stop,
-        wait=wait_random_exponential(multiplier=policy.initial, max=policy.maximum),
+        wait=wait,
         retry=retry_if_exception(is_transient),
         sleep=lambda seconds: _sleep(interrupted, seconds),
         reraise=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sasflow.errors import InvalidInputError, UnknownWorkflowError
@@ -118,6 +119,9 @@ class NewRun:
     """The agent pool of its steps, unless a step's definition names its own."""
     trace_parent: str | None = None
     """W3C traceparent of the trace the run joins (tracing on), else None."""
+    start_at: datetime | None = None
+    """When its first steps may be claimed (timezone-aware; the database clock decides when it
+    has come); None or a past time: at once."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,17 @@ class SubmitResult:
     created: bool
     state: str
     input_differs: bool = False
+
+    def conflict(self, workflow: str) -> str | None:
+        """What a duplicate with another input means, for people (the CLI's error line, the
+        API's `message`); None when the input was the recorded one's or the run is new."""
+        if not self.input_differs:
+            return None
+        return (
+            f"key {self.business_key!r} names run {self.run_id} of {workflow}, recorded with "
+            "another input: that run is kept as it is and this input was not used (submit it "
+            "with another key)"
+        )
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ class AssignmentConflictError(ConfigurationError):
     """A scheduler was started with another assignment strategy than the live ones run."""
 
 
+class DefinitionChangedError(ConfigurationError):
+    """A workflow version was loaded with another definition than the one first registered."""
+
+
 class DefinitionError(SasflowError):
     """A workflow or agent definition is invalid."""
 
@@ -121,6 +125,14 @@ class AlertNotFoundError(SasflowError):
 
 class AlertAlreadyAcknowledgedError(SasflowError):
     """The alert was acknowledged already."""
+
+
+class IncidentNotFoundError(SasflowError):
+    """No incident with that id."""
+
+
+class IncidentAlreadyAcknowledgedError(SasflowError):
+    """The incident was acknowledged already (or closed when its last alert was)."""
 
 
 class InvalidAcknowledgementError(SasflowError):

@@ -42,6 +42,10 @@ class AgentHeartbeat(_FleetMessage):
     actions: dict[str, str | None] | None = Field(default=None, max_length=10000)
     """Each action the instance handles -> the dependency (breaker) it calls through, or null;
     None: not said (an agent older than the field). Resolves flow limits set on a dependency."""
+    held: int = Field(default=0, ge=0, le=2**31 - 1)
+    """Worker threads held by handlers running on past their deadline (and its grace); equal
+    to `concurrency`: the instance is wedged and takes no requests (0: none, or an agent older
+    than the field)."""
     breakers_open_for_s: dict[str, float] = Field(default_factory=dict, max_length=1000)
     """For each open breaker: seconds until it lets a trial call through (its reset timeout
     left). With `breakers`, lets the claim hold the dependency's steps until then."""

@@ -107,6 +107,10 @@ class Hooks:
     def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
         """A dependency's breaker changed state (`closed`, `open`, `half-open`); any thread."""
 
+    def threads_held(self, agent: str, held: int, concurrency: int) -> None:
+        """The worker threads held by handlers past their deadline changed (`held` =
+        `concurrency`: the process is wedged); the agent's owner thread."""
+
     # -- every role that consumes ---------------------------------------------------------
 
     def dead_lettered(self, queue: str, reason: str) -> None:
@@ -220,6 +224,9 @@ class HookChain(Hooks):
 
     def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
         self._each("breaker_changed", lambda h: h.breaker_changed(agent, dependency, state))
+
+    def threads_held(self, agent: str, held: int, concurrency: int) -> None:
+        self._each("threads_held", lambda h: h.threads_held(agent, held, concurrency))
 
     def dead_lettered(self, queue: str, reason: str) -> None:
         self._each("dead_lettered", lambda h: h.dead_lettered(queue, reason))

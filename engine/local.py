@@ -129,6 +129,9 @@ class LocalRunner:
                     found.append(f"{entry.name}: {entry.error!r}")
                 elif entry.finished and not entry.role.stop_event.is_set():
                     found.append(f"{entry.name}: stopped on its own")
+                elif entry.finished and (status := getattr(entry.role, "exit_code", 0)):
+                    # An agent wedged past its bound (sasflow.agents.wedge): restart it all.
+                    found.append(f"{entry.name}: stopped with status {status}")
         return found
 
     def check(self) -> None:

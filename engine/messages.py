@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sasflow.commands import NewRun, StepOutcome, StepProgress, StoredError
 from sasflow.errors import ConfigurationError, InvalidMessageError
@@ -87,6 +96,8 @@ class Submission(_Message):
     priority: int = Field(default=0, ge=-1000, le=1000)
     reply_to: str | None = Field(default=None, min_length=1, max_length=255)
     version: int | None = Field(default=None, ge=1)
+    start_at: AwareDatetime | None = None
+    """When the run's first steps may start (ISO 8601 with an offset); None or past: at once."""
 
     @field_validator("input", mode="before")
     @classmethod
@@ -115,6 +126,7 @@ class Submission(_Message):
             priority=self.priority,
             version=self.version,
             reply_to=self.reply_to,
+            start_at=self.start_at,
         )
 
 
@@ -158,12 +170,22 @@ class Fence(_Message):
     attempt: int = Field(ge=1, le=2**31 - 1)
 
 
+MAX_TRACEBACK_CHARS = 4096
+"""The longest traceback an error keeps (its last characters, where the exception's line is)."""
+
+
 class ErrorInfo(_Message):
     type: str = "Error"
     message: str = ""
+    traceback: str | None = None
+    """The handler's traceback (Python agents), bounded; absent from older agents' replies."""
 
     def stored(self) -> StoredError:
-        return StoredError(self.type, self.message)
+        if self.traceback is None:
+            return StoredError(self.type, self.message)
+        # Bounded here too: an agent in another language may send a longer one.
+        kept = safe_text(self.traceback[-MAX_TRACEBACK_CHARS:], MAX_TRACEBACK_CHARS)
+        return StoredError(self.type, self.message, {"traceback": kept})
 
 
 class Reply(_Message):
@@ -298,11 +320,28 @@ def _validate(model: type[M], data: Any) -> M:
     except RecursionError as exc:
         raise InvalidMessageError(f"{model.__name__}: JSON nested too deeply") from exc
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<message>'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise InvalidMessageError(f"{model.__name__}: {problems}") from exc
+        raise InvalidMessageError(f"{model.__name__}: {problems_line(exc)}") from exc
+
+
+def field_problems(
+    errors: Iterable[Mapping[str, object]], *, whole: str = "<message>"
+) -> list[tuple[str, str]]:
+    """Each of pydantic's complaints (`ValidationError.errors()`, FastAPI's too) as (field,
+    message): the field a dotted path (`input.items.0.name`, `whole` for the object itself),
+    the message pydantic's one line, without its multi-line dump (input values, links)."""
+    problems = []
+    for err in errors:
+        loc = err.get("loc", ())
+        parts = loc if isinstance(loc, tuple | list) else (loc,)
+        problems.append((".".join(str(part) for part in parts) or whole, str(err.get("msg", ""))))
+    return problems
+
+
+def problems_line(exc: ValidationError, *, whole: str = "<message>") -> str:
+    """`field_problems` of `exc` as one line: `input: Input should be a valid dictionary;
+    priority: ...`, for the messages of errors (a CLI's, an exception's)."""
+    problems = field_problems(exc.errors(), whole=whole)
+    return "; ".join(f"{field}: {message}" for field, message in problems)
 
 
 def loads(body: bytes, limits: Limits = DEFAULT_LIMITS, *, what: str = "body") -> Any:

@@ -26,3 +26,12 @@ def _redact_one(url: str) -> str:
     if match is None:
         return url
     return f"{match['head']}***@{match['tail']}"
+
+
+# a URL's credentials anywhere in a text (a traceback, a message): scheme://user:password@
+_CREDENTIALS_IN_TEXT = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^@\s/]*@")
+
+
+def redact_text(text: str) -> str:
+    """Return `text` with the password of every URL in it replaced by ***."""
+    return _CREDENTIALS_IN_TEXT.sub(r"\g<head>***@", text)

@@ -5,6 +5,12 @@ relays never publish the same event concurrently. Delivery is at least once: an 
 marked published only after the broker confirmed it, so consumers dedupe on `event_id`.
 The same transaction queues each event for the subscription stream's matching subscribers
 (`store.stream.fan_out`), so the stream's updates follow the events' order too.
+
+A pass leaves (holds back) the events of a run whose earlier event another relay holds; they
+stay locked by the pass's transaction until it ends, so no other relay sees them meanwhile.
+The relay that held them back therefore passes again soon after that transaction ended
+(`HeldBack`), until a pass holds nothing back: they go out milliseconds after their
+predecessor, not at the next periodic pass.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
@@ -42,6 +48,32 @@ def routing_key(workflow: str, entity: str, state: str) -> str:
     return f"{workflow}.{entity}.{state}"
 
 
+HELD_BACK_RETRY = 0.002
+"""Seconds after a pass that held events back before the first pass again; it doubles while
+passes keep holding back (the earlier event's relay awaits its confirms, usually 1-5 ms)."""
+
+
+class HeldBack:
+    """When to pass again after a pass that held events back: `delay` after it, starting at
+    HELD_BACK_RETRY and doubling up to `longest` while passes keep holding back."""
+
+    def __init__(self, longest: float) -> None:
+        self._longest = max(longest, HELD_BACK_RETRY)
+        self.delay = HELD_BACK_RETRY
+
+    def passed(self, *, held_back: bool) -> None:
+        """A pass ended: the next delay doubles if it held back, else starts over."""
+        self.delay = min(self.delay * 2, self._longest) if held_back else HELD_BACK_RETRY
+
+
+class Pass(NamedTuple):
+    """One relay pass: how many events it relayed, and whether it held events back (then
+    relay again soon: see the module docstring)."""
+
+    relayed: int
+    held_back: bool
+
+
 def relay_events(
     engine: Engine, transport: Transport, names: Names, *, limit: int = 500, hooks: Hooks = NO_HOOKS
 ) -> int:
@@ -49,20 +81,30 @@ def relay_events(
 
     The rows stay locked until the batch is confirmed and they are marked, in one transaction.
     """
+    return relay_pass(engine, transport, names, limit=limit, hooks=hooks).relayed
+
+
+def relay_pass(
+    engine: Engine, transport: Transport, names: Names, *, limit: int = 500, hooks: Hooks = NO_HOOKS
+) -> Pass:
+    """`relay_events`, telling also whether the pass held events back (its transaction has
+    ended: they can be taken again)."""
     started = time.monotonic()
     with transaction(engine) as conn:
-        batch = _Batch.take(conn, names, limit)
+        batch, held_back = _Batch.take(conn, names, limit)
         if batch is None:
-            return 0
+            return Pass(0, held_back)
         batch.settle(conn, transport.publish_many(batch.messages), names)
     hooks.events_relayed(len(batch.event_ids), time.monotonic() - started)
-    return len(batch.event_ids)
+    return Pass(len(batch.event_ids), held_back)
 
 
 class _Batch:
     """Unpublished events locked by one relay transaction, and their messages."""
 
-    def __init__(self, rows: Sequence[Any], names: Names) -> None:
+    def __init__(self, rows: Sequence[Any], names: Names, *, held_back: bool) -> None:
+        self.held_back = held_back
+        """Its transaction holds back events (locked, unpublished) until it ends."""
         self.event_ids = [r.id for r in rows]
         self.messages: list[Outgoing] = []
         self.owners: list[int] = []
@@ -96,9 +138,12 @@ class _Batch:
             self.feed.append(_feed_event(row))
 
     @classmethod
-    def take(cls, conn: Connection, names: Names, limit: int) -> _Batch | None:
-        rows = events.take_unpublished(conn, limit=limit)
-        return cls(rows, names) if rows else None
+    def take(cls, conn: Connection, names: Names, limit: int) -> tuple[_Batch | None, bool]:
+        """The batch (None when there is nothing to publish), and whether events were held
+        back."""
+        taken = events.take_unpublished(conn, limit=limit)
+        batch = cls(taken.rows, names, held_back=taken.held_back) if taken.rows else None
+        return batch, taken.held_back
 
     def settle(self, conn: Connection, results: Sequence[Exception | None], names: Names) -> None:
         """Mark the batch published and queue it for the stream, once the broker settled it."""
@@ -162,10 +207,19 @@ class Relay:
         )
         self._in_flight: deque[_InFlight] = deque()
         self._sync_next = False
+        self._held_back = False
 
     @property
     def in_flight(self) -> bool:
         return bool(self._in_flight)
+
+    @property
+    def held_back(self) -> bool:
+        """A transaction of this relay that held events back has ended since its last pass
+        took events: they can be taken now, or as soon as their predecessor is published,
+        so pass again soon (RelayDuty does). The next pass clears it (and sets it again if it
+        holds them back again)."""
+        return self._held_back
 
     def start(self) -> int:
         """Publish up to `limit` unpublished events; returns how many. Batches in flight are
@@ -182,22 +236,26 @@ class Relay:
             or crowded
         ):
             self.flush()
-            relayed = relay_events(
+            self._held_back = False  # this pass sees what the batches flushed held back
+            relayed = relay_pass(
                 self._engine, self._transport, self._names, limit=self._limit, hooks=self._hooks
             )
             self._sync_next = False
-            return relayed
+            self._held_back = relayed.held_back
+            return relayed.relayed
         if len(self._in_flight) >= self._max_in_flight:
             self._finish(wait=True)
         started = time.monotonic()
         with translated(self._engine):
             conn = self._engine.connect()
         try:
+            self._held_back = False  # set again below if held back by this pass or one in flight
             with translated(self._engine):
                 conn.begin()
-                batch = _Batch.take(conn, self._names, self._limit)
+                batch, held_back = _Batch.take(conn, self._names, self._limit)
             if batch is None:
                 self._close(conn)
+                self._held_back = held_back
                 self.poll()
                 return 0
             ticket = publisher.publish_nowait(batch.messages)
@@ -243,6 +301,7 @@ class Relay:
             self._sync_next = True  # e.g. a message the broker refused by closing the channel
             raise
         self._close(head.conn)
+        self._held_back = self._held_back or head.batch.held_back
         self._hooks.events_relayed(len(head.batch.event_ids), time.monotonic() - head.started)
         return True
 

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     alert_exchange: bool = Field(
         default=True, description="Publish alerts to the <namespace>.alerts topic exchange."
     )
+    alert_remind_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds between 'still happening' notices of an open incident that "
+        "counted new alerts since the sinks last heard of it (0: none; docs/alerts.md).",
+    )
 
     # -- message limits (docs/protocol.md, section 3) ------------------------------------------
     max_message_bytes: int = Field(
@@ -259,6 +265,14 @@ class Settings(BaseSettings):
         description="Seconds the HTTP API waits for a request's whole body (slower: 408, and "
         "the connection is closed).",
     )
+    api_header_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds the HTTP API waits for a request's head (request line and "
+        "headers) from the connection's start or the head's first byte (slower: 408, and the "
+        "connection is closed).",
+    )
     api_ssl_certfile: str | None = Field(
         default=None, description="Certificate (PEM) to serve the HTTP API over TLS."
     )
@@ -422,6 +436,7 @@ class Settings(BaseSettings):
             "alert_email_from": self.alert_email_from,
             "alert_email_to": list(self.alert_email_to),
             "alert_exchange": self.alert_exchange,
+            "alert_remind_s": self.alert_remind_s,
             "max_message_bytes": self.max_message_bytes,
             "max_json_depth": self.max_json_depth,
             "max_backlog": self.max_backlog,
@@ -464,6 +479,7 @@ API_SETTINGS = (
     "api_max_body_bytes",
     "api_max_json_depth",
     "api_body_timeout_s",
+    "api_header_timeout_s",
     "api_ssl_certfile",
     "api_ssl_keyfile",
     "api_callback_give_up_s",

@@ -37,7 +37,7 @@ from sasflow.errors import (
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
-from sasflow.relay import relay_events
+from sasflow.relay import HeldBack, relay_pass
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.schema_watch import SchemaWatch
 from sasflow.store.db import Engine, transaction
@@ -108,6 +108,9 @@ class Submitter:
         self._backpressure = backpressure or SubmitterBackpressure()
         self._gate = BacklogGate(self._backpressure.max_backlog)
         self._waiting = _Waiting()
+        self._held_back = HeldBack(1.0)
+        self._relay_again = 0.0
+        """When to relay again after a pass that held events back (0.0: not due)."""
         self.stats = SubmitterStats()
         self.schema = SchemaWatch(engine, self.id)
 
@@ -136,7 +139,11 @@ class Submitter:
             wait = 0.0 if self._held else 0.5
             if retry_at:
                 wait = min(0.5, max(0.0, retry_at - time.monotonic()))
+            if self._relay_again:
+                wait = min(wait, max(0.0, self._relay_again - time.monotonic()))
             self._transport.process(wait)
+            if self._relay_again and time.monotonic() >= self._relay_again:
+                self._relay()
             if (self._held or self._waiting_due()) and time.monotonic() >= retry_at:
                 try:
                     self._insert_held()
@@ -198,7 +205,14 @@ class Submitter:
             raise
         self._settle(parsed, answers, rejected)
         self._hooks.runs_submitted(self.stats.created - created, self.stats.duplicates - duplicates)
-        relay_events(self._engine, self._transport, self._names, hooks=self._hooks)
+        self._relay()
+
+    def _relay(self) -> None:
+        """Relay the events waiting (after each batch); again soon after a pass that held
+        back events of runs whose earlier event another relay held (sasflow.relay)."""
+        held_back = relay_pass(self._engine, self._transport, self._names, hooks=self._hooks)[1]
+        self._relay_again = time.monotonic() + self._held_back.delay if held_back else 0.0
+        self._held_back.passed(held_back=held_back)
 
     def _settle(
         self,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 from sasflow.errors import DefinitionError
@@ -36,10 +41,32 @@ class StepContext:
 
 
 InputBuilder = Callable[[StepContext], JSON]
+UntilBuilder = Callable[[StepContext], datetime]
+"""A timer step's wake-up time, computed from the run's data (timezone-aware)."""
+
+TIMER_AGENT = "sasflow.timer"
+"""The agent name of timer steps (`Step.sleep`): reserved, no agent runs them; the schedulers
+mark them processed when their time comes (docs/concepts.md, "Timer steps")."""
+TIMER_ACTION = "sleep"
 
 
 def _default_input(ctx: StepContext) -> JSON:
     return ctx.run_input
+
+
+@dataclass(frozen=True)
+class _Until:
+    """A timer's `until` as its step's input builder: `{"until": ISO 8601}`, run off the loop
+    by the advance duty like any input builder; a naive or non-datetime value is its
+    failure."""
+
+    until: UntilBuilder
+
+    def __call__(self, ctx: StepContext) -> JSON:
+        moment = self.until(ctx)
+        if not isinstance(moment, datetime) or moment.utcoffset() is None:
+            raise TypeError(f"until must return a timezone-aware datetime, got {moment!r}")
+        return {"until": moment.isoformat()}
 
 
 @dataclass(frozen=True)
@@ -63,11 +90,78 @@ class Step:
     pool: str | None = None
     """The agent pool that must run it (`sasflow agent --pool NAME`); None: the run's pool,
     else the agent's shared queue."""
+    sleep_s: float | None = None
+    """A timer step's fixed sleep (`Step.sleep(name, seconds=...)`); None otherwise."""
+
+    @classmethod
+    def sleep(
+        cls,
+        name: str,
+        *,
+        seconds: float | None = None,
+        until: UntilBuilder | None = None,
+        after: tuple[str, ...] | None = None,
+    ) -> Step:
+        """A timer step: no agent runs it; it becomes processed, with the output
+        `{"slept_until": ISO 8601}`, once `seconds` have passed since it became ready, or at the
+        time `until(ctx)` returns (a timezone-aware datetime, computed from the run's data when
+        the step becomes ready; a past time is due at once). Times are the database's clock.
+        Exactly one of `seconds` and `until`. A timer cannot be a root step: a run that starts
+        later is submitted with `start_at`."""
+        if (seconds is None) == (until is None):
+            raise DefinitionError(f"timer step {name!r}: give exactly one of seconds and until")
+        if seconds is not None and not (
+            isinstance(seconds, int | float)
+            and not isinstance(seconds, bool)
+            and math.isfinite(seconds)
+            and seconds >= 0
+        ):
+            raise DefinitionError(f"timer step {name!r}: seconds must be >= 0, got {seconds!r}")
+        if until is not None and not callable(until):
+            raise DefinitionError(f"timer step {name!r}: until must be callable")
+        return cls(
+            name,
+            TIMER_AGENT,
+            TIMER_ACTION,
+            after=after,
+            input=_Until(until) if until is not None else _default_input,
+            sleep_s=None if seconds is None else float(seconds),
+        )
+
+    @property
+    def is_timer(self) -> bool:
+        """True for a timer step (`Step.sleep`): the schedulers, not an agent, process it."""
+        return self.agent == TIMER_AGENT
 
     @property
     def takes_run_input(self) -> bool:
         """True when its input is the run's input as it is (the default input builder)."""
         return self.input is _default_input
+
+    def shape(self) -> dict[str, JSON]:
+        """What the fingerprint of its workflow takes of it (see `Workflow.fingerprint`)."""
+        return {
+            "name": self.name,
+            "agent": self.agent,
+            "action": self.action,
+            "input": None if self.takes_run_input else qualified_name(self._builder),
+            "policy": dataclasses.asdict(self.policy),
+            "compensate": self.compensate,
+            "pool": self.pool,
+            # Only a timer's: the fingerprints of versions recorded before timers stay the same.
+            **({"sleep_s": self.sleep_s} if self.is_timer else {}),
+        }
+
+    @property
+    def _builder(self) -> Callable[..., object]:
+        """The user's function behind its input: a timer's `until`, or its input builder."""
+        return self.input.until if isinstance(self.input, _Until) else self.input
+
+
+def qualified_name(function: Callable[..., object]) -> str:
+    """`module.qualname` of a builder: what a fingerprint knows of user code."""
+    module = getattr(function, "__module__", None) or "?"
+    return f"{module}.{getattr(function, '__qualname__', type(function).__qualname__)}"
 
 
 def check_name(kind: str, name: str) -> None:
@@ -137,6 +231,7 @@ class Workflow:
         self.on_deadline = OnDeadline(on_deadline)
         self._output = output
         self.steps: tuple[Step, ...] = tuple(steps)
+        self.steps_by_name: dict[str, Step] = {s.name: s for s in self.steps}
         self.dependencies: dict[str, tuple[str, ...]] = self._resolve_dependencies()
         self.order: tuple[str, ...] = self._topological_order()
         self.successors: dict[str, tuple[str, ...]] = {
@@ -150,11 +245,35 @@ class Workflow:
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
 
+    @property
+    def has_output_builder(self) -> bool:
+        """True when the run's output comes from user code (`output=`), not the default."""
+        return self._output is not None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A stable hash (SHA-256, hex) of what runs of this version depend on: the steps (names,
+        agents, actions, dependencies, policies, compensations, pools), the builders by
+        qualified name (not their code: a builder's body may change without the version, as
+        long as it reads the same steps), the failure and deadline policies and the output
+        builder. Not `max_backlog`: a door's setting, not the runs' shape. Two processes with
+        the same (name, version) and another fingerprint disagree on what a run is."""
+        shape = {
+            "name": self.name,
+            "version": self.version,
+            "on_failure": self.on_failure.value,
+            "deadline": self.deadline,
+            "on_deadline": self.on_deadline.value,
+            "output": qualified_name(self._output) if self._output is not None else None,
+            "steps": [
+                {**step.shape(), "after": list(self.dependencies[step.name])} for step in self.steps
+            ],
+        }
+        text = json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
     def step(self, name: str) -> Step:
-        for candidate in self.steps:
-            if candidate.name == name:
-                return candidate
-        raise KeyError(name)
+        return self.steps_by_name[name]
 
     def output(self, ctx: StepContext) -> JSON:
         """The run's output once every step is processed: the terminal steps' outputs by default."""
@@ -170,6 +289,7 @@ class Workflow:
             check_name(f"workflow {self.name!r}: step", step.name)
             check_name(f"workflow {self.name!r}: step {step.name!r}: agent", step.agent)
             check_name(f"workflow {self.name!r}: step {step.name!r}: action", step.action)
+            self._check_timer(step)
             if step.compensate is not None:
                 check_name(
                     f"workflow {self.name!r}: step {step.name!r}: compensate", step.compensate
@@ -185,6 +305,11 @@ class Workflow:
                         f"workflow {self.name!r}: step {step.name!r} lists a dependency twice"
                     )
                 deps[step.name] = tuple(step.after)
+            if step.is_timer and not deps[step.name]:
+                raise DefinitionError(
+                    f"workflow {self.name!r}: timer step {step.name!r} cannot be a root step "
+                    "(submit the run with start_at to start it later)"
+                )
             previous = step.name
         for step_name, step_deps in deps.items():
             for dep in step_deps:
@@ -198,6 +323,24 @@ class Workflow:
                         f"workflow {self.name!r}: step {step_name!r} depends on itself"
                     )
         return deps
+
+    def _check_timer(self, step: Step) -> None:
+        """A timer step as `Step.sleep` makes it; no other step uses its agent or `sleep_s`."""
+        if step.is_timer and (
+            step.action != TIMER_ACTION
+            or step.compensate is not None
+            or step.pool is not None
+            or (step.sleep_s is not None) == isinstance(step.input, _Until)
+        ):
+            raise DefinitionError(
+                f"workflow {self.name!r}: step {step.name!r}: agent {TIMER_AGENT!r} is "
+                "reserved for timer steps: declare them with Step.sleep (no compensate, no pool)"
+            )
+        if not step.is_timer and step.sleep_s is not None:
+            raise DefinitionError(
+                f"workflow {self.name!r}: step {step.name!r}: sleep_s is for timer steps "
+                "(Step.sleep)"
+            )
 
     def _topological_order(self) -> tuple[str, ...]:
         # Kahn's algorithm, stable in declaration order; what is left over depends on a cycle.

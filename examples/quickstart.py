@@ -24,7 +24,8 @@ def reserve(call: Call) -> dict[str, Any]:
 
 @payments.handler("charge")
 def charge(call: Call) -> dict[str, Any]:
-    # ConnectionError and TimeoutError are retried with backoff inside the deadline.
+    # Retried with backoff inside the deadline: ConnectionError, TimeoutError, and httpx's,
+    # requests' and urllib3's refused connections, timeouts, 5xx and 429 (docs/agents.md).
     return {"charged": call.input["amount"], "reservation": call.input["reservation"]}
 
 

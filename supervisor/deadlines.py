@@ -65,6 +65,7 @@ def sweep_deadlines(
                         f"ended by its deadline {run.deadline_at.isoformat()}",
                         run_id=run.id,
                         detail={**detail, "reported_by": actor},
+                        workflow=run.workflow,
                     ),
                 )
                 if alert_id is not None:

@@ -21,6 +21,10 @@ How it behaves, and the decisions behind it:
   next dispatch waits for those same attempts instead of starting new ones, so a sink slower
   than the budget neither loses alerts nor receives them twice from this process. (A second
   supervisor process may send them again: at least once.)
+- **Incidents.** Alerts counted into an open incident after its first are marked notified
+  when raised (store/outbox/incidents.py); with `remind_every`, each batch first queues an
+  `incident_ongoing` notice for the open incidents that counted alerts since they were last
+  told, at most every `remind_every` seconds each. Notices are rows of the same outbox.
 - **Never in the caller's way.** `start()` runs dispatching in a daemon thread that waits on
   an event (`wake()`, or every `interval` seconds); the supervisor's sweep only calls `wake()`.
   A database outage inside the thread is logged and retried at the next interval (a schema
@@ -42,6 +46,7 @@ from sasflow.hooks import Hooks, guarded
 from sasflow.schema_watch import SchemaWatch
 from sasflow.store.db import Engine, transaction
 from sasflow.store.outbox.alerts import Delivery, record_deliveries, take_unnotified
+from sasflow.store.outbox.incidents import queue_reminders
 from sasflow.supervisor.sinks import AlertRecord, Closable, Sink
 
 log = logging.getLogger(__name__)
@@ -133,8 +138,11 @@ class AlertDispatcher:
         budget: float = 10.0,
         hooks: Hooks | None = None,
         schema: SchemaWatch | None = None,
+        remind_every: float = 0.0,
     ) -> None:
         self._hooks = guarded(hooks)
+        self._remind_every = remind_every
+        """Seconds between "still happening" notices of an open incident (0: none)."""
         self._engine = engine
         self.schema = schema or SchemaWatch(engine, "alerts")
         """Shared with the supervisor's sweep: the role says a missing schema once."""
@@ -169,6 +177,8 @@ class AlertDispatcher:
     def _dispatch_batch(self, deadline: float, *, interruptible: bool) -> tuple[int, bool]:
         """One batch in one transaction; returns (alerts marked, whether more may be waiting)."""
         with transaction(self._engine) as conn:
+            if self._remind_every > 0:
+                queue_reminders(conn, self._remind_every)
             rows = take_unnotified(conn, limit=BATCH)
             records = {r.id: AlertRecord.from_row(r, self._namespace) for r in rows}
             self._forget_except(set(records), complete=len(rows) < BATCH)

@@ -16,6 +16,7 @@ from sasflow.errors import (
     StoreUnavailableError,
 )
 from sasflow.hooks import Hooks, guarded
+from sasflow.ops.incidents import prune_closed as prune_closed_incidents
 from sasflow.ops.retention import (
     GrowthRetention,
     PruneOptions,
@@ -30,7 +31,11 @@ from sasflow.store.db import Engine
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.supervisor.dead_letters import DeadLetterRetention
 from sasflow.supervisor.deadlines import sweep_deadlines
-from sasflow.supervisor.fleet import flag_lost_agents
+from sasflow.supervisor.fleet import (
+    flag_lost_agents,
+    flag_missing_actions,
+    flag_wedged_agents,
+)
 from sasflow.supervisor.outage import DEFAULT_OUTAGE_AFTER_S, OutageWatch
 from sasflow.supervisor.subscribers import SubscriberWatch, watch_subscribers
 from sasflow.supervisor.sweep import (
@@ -162,6 +167,14 @@ class Supervisor:
                 namespace=self._names.namespace,
                 report=report,
             )
+            flag_wedged_agents(self._engine, self.lease, actor=self.id, report=report)
+            flag_missing_actions(
+                self._engine,
+                self.lease,
+                actor=self.id,
+                after_s=options.outage_after,
+                report=report,
+            )
             self._outages.check(
                 self._engine,
                 self.lease,
@@ -214,6 +227,15 @@ class Supervisor:
             )
             report.audit_pruned += audited.pruned
             complete = complete and audited.complete
+            # Closed incidents are an operator's record, like the audit trail: kept as long.
+            _, incidents_done = prune_closed_incidents(
+                self._engine,
+                growth.audit_keep_s,
+                actor=self.id,
+                budget=options.prune_budget,
+                check=self.lease.check,
+            )
+            complete = complete and incidents_done
         if growth.subscriber_alert_s is not None:
             watch = SubscriberWatch(
                 growth.subscriber_alert_s, growth.subscriber_expire_s, options.prune_budget

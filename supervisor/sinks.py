@@ -11,7 +11,12 @@ Every sink sends the same JSON document (`AlertRecord.to_json()`), UTF-8 encoded
   "step_id": 19,                              // or null
   "detail": {"...": "..."},                   // kind-specific JSON, or null
   "created_at": "2025-01-31T12:00:00.123456+00:00",  // ISO 8601, database clock
-  "namespace": "sasflow"                      // SASFLOW_NAMESPACE of the deployment
+  "namespace": "sasflow",                     // SASFLOW_NAMESPACE of the deployment
+  "incident_id": 5,                           // its incident (docs/alerts.md#incidents)
+  "count": 100,                               // the incident's alerts when this was sent
+  "cause": "step_failed in order at step 'charge': PermanentError: declined",
+  "workflow": "order",                        // the run's, or null
+  "business_key": "o-1"                       // the run's, or null
 }
 ```
 
@@ -61,6 +66,7 @@ alert_log = logging.getLogger("sasflow.alerts")
 SUBJECT_MESSAGE_CHARS = 80
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 ALERT_ID_HEADER = "x-sasflow-alert-id"
+INCIDENT_ID_HEADER = "x-sasflow-incident-id"
 
 
 class DeliveryError(SasflowError):
@@ -83,6 +89,15 @@ class AlertRecord:
     detail: Any
     created_at: str
     namespace: str
+    incident_id: int | None = None
+    """The incident the alert belongs to (an incident's first alert is the one sent)."""
+    count: int | None = None
+    """How many alerts the incident counted when this was sent."""
+    cause: str | None = None
+    """The incident's cause, readable (docs/alerts.md#incidents)."""
+    workflow: str | None = None
+    business_key: str | None = None
+    """The alert's run's workflow and business key; null when it is about no run."""
 
     @classmethod
     def from_row(cls, row: Any, namespace: str) -> AlertRecord:
@@ -95,6 +110,11 @@ class AlertRecord:
             detail=row.detail,
             created_at=row.created_at.isoformat(),
             namespace=namespace,
+            incident_id=row.incident_id,
+            count=row.incident_count,
+            cause=row.incident_cause,
+            workflow=row.workflow,
+            business_key=row.business_key,
         )
 
     def to_json(self, indent: int | None = None) -> str:
@@ -124,12 +144,14 @@ class LogSink:
 
     def send(self, alert: AlertRecord) -> None:
         alert_log.warning(
-            "alert %d %s: %s (run %s, step %s)",
+            "alert %d %s: %s (run %s, step %s, incident %s, count %s)",
             alert.id,
             alert.kind,
             alert.message,
             alert.run_id,
             alert.step_id,
+            alert.incident_id,
+            alert.count,
         )
 
 
@@ -235,8 +257,12 @@ class WebhookSink:
 
 
 def email_subject(alert: AlertRecord) -> str:
-    """`[sasflow] <kind>: <first 80 characters of the message>` on one line."""
-    return " ".join(f"[sasflow] {alert.kind}: {alert.message[:SUBJECT_MESSAGE_CHARS]}".split())
+    """`[sasflow] <kind>: <first 80 characters of the message>` on one line; `<kind> (<count>
+    alerts)` when its incident counted more than one."""
+    counted = f" ({alert.count} alerts)" if alert.count is not None and alert.count > 1 else ""
+    return " ".join(
+        f"[sasflow] {alert.kind}{counted}: {alert.message[:SUBJECT_MESSAGE_CHARS]}".split()
+    )
 
 
 def build_email(alert: AlertRecord, sender: str, recipients: Sequence[str]) -> EmailMessage:
@@ -334,7 +360,10 @@ class ExchangeSink:
                     exchange=self._names.alerts,
                     routing_key=f"alert.{alert.kind}",
                     body=alert.to_json().encode("utf-8"),
-                    headers={ALERT_ID_HEADER: alert.id},
+                    headers={ALERT_ID_HEADER: alert.id}
+                    | (
+                        {} if alert.incident_id is None else {INCIDENT_ID_HEADER: alert.incident_id}
+                    ),
                 )
             )
         except SasflowError:

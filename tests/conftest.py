@@ -124,6 +124,14 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+@pytest.fixture(scope="module")
+def module_engine(module_database: str) -> Iterator[Engine]:
+    """An engine on `module_database`, for the modules that share one server."""
+    engine = make_engine(module_database, application_name="sasflow-test")
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def broker_namespaces() -> Iterator[set[str]]:
     """The namespaces this session's tests used; what they left goes in one sweep at the end."""

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import pika
 import pika.exceptions
+from click.testing import CliRunner, Result
 from pika.exchange_type import ExchangeType
 from sqlalchemy import Engine, select
 
@@ -63,6 +64,29 @@ def running(*roles: Role, join_timeout: float = 30.0) -> Iterator[None]:
         alive = [t.name for t in threads if t.is_alive()]
         assert not alive, f"roles did not stop within {join_timeout}s: {alive}"
     assert not errors, f"a role crashed: {errors!r}"
+
+
+def cli(
+    database_url: str, names: Names, app: str, *, expect: int | None = None
+) -> Callable[..., Result]:
+    """`sasflow ARGS...` in this process (CliRunner) on the test's database and namespace, with
+    `app`; with `expect`, each call asserts that exit status."""
+
+    env = {
+        "SASFLOW_DATABASE_URL": database_url,
+        "SASFLOW_NAMESPACE": names.namespace,
+        "SASFLOW_APP": app,
+    }
+
+    def invoke(*args: str) -> Result:
+        from sasflow.cli.main import cli as sasflow_cli  # noqa: PLC0415 - only tests of it load the CLI
+
+        result = CliRunner().invoke(sasflow_cli, list(args), env=env)
+        if expect is not None:
+            assert result.exit_code == expect, result.output
+        return result
+
+    return invoke
 
 
 def transport(role: str) -> RabbitMQTransport:
@@ -205,3 +229,13 @@ def drain_json(
             message["_headers"] = dict((props.headers if props else None) or {})
             messages.append(message)
     return messages
+
+
+def consumers(queue: str) -> int:
+    """The broker's count of consumers of `queue` now (0 while it does not exist)."""
+    try:
+        with services.broker_channel() as channel:
+            declared = channel.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return 0
+    return int(declared.method.consumer_count or 0)

@@ -180,3 +180,22 @@ def queue_exists(queue: str) -> bool:
     except pika.exceptions.ChannelClosedByBroker:
         return False
     return True
+
+
+def queue_figure(queue: str, column: str) -> int | None:
+    """One figure `rabbitmqctl list_queues` shows of `queue` (`consumers`,
+    `messages_unacknowledged`, ...), None while the queue is not listed (a read-only listing)."""
+    ctl = shutil.which("rabbitmqctl")
+    assert ctl is not None, f"rabbitmqctl is needed to read a queue's {column}"
+    out = subprocess.run(
+        [ctl, "-q", "list_queues", "name", column],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    for line in out.splitlines():
+        name, _, figure = line.strip().rpartition("\t")
+        if name == queue:
+            return int(figure)
+    return None

@@ -49,10 +49,16 @@ def build_registry(started: dict[int, float]) -> tuple[Registry, Agent]:
 
 
 def latency_once(
-    sizes: Sizes, hooks: Callable[[str], Hooks | None] = lambda _role: None
+    sizes: Sizes,
+    hooks: Callable[[str], Hooks | None] = lambda _role: None,
+    *,
+    schedulers: int = 1,
+    submitter: bool = False,
 ) -> Latencies:
     """One W3 measurement; `hooks(role)` gives the scheduler's and the agent's hooks
-    (bench/overhead.py)."""
+    (bench/overhead.py). `schedulers` and `submitter`: more relays (issue 26's topology: two
+    schedulers and a submitter relaying events, bench/w3_relays.py); the runs are still
+    submitted by the bench itself."""
     handled: dict[int, float] = {}
     registry, agent = build_registry(handled)
     runs = int(sizes.w3_seconds * sizes.w3_rate)
@@ -77,10 +83,15 @@ def latency_once(
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
         try:
-            with harness.running(
-                harness.scheduler(engine, url, registry, names, hooks("scheduler")),
+            roles: list[harness.Role] = [
+                *(
+                    harness.scheduler(engine, url, registry, names, hooks("scheduler"))
+                    for _ in range(schedulers)
+                ),
                 harness.agent(agent, names, hooks=hooks("agent")),
-            ):
+                *([harness.submitter(engine, registry, names)] if submitter else []),
+            ]
+            with harness.running(*roles):
                 time.sleep(1.0)
                 for i in range(runs):
                     started = time.perf_counter()

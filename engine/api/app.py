@@ -9,9 +9,28 @@ from anyio import to_thread
 from fastapi import APIRouter, Depends, FastAPI
 
 from sasflow.api import body, errors, openapi
-from sasflow.api.console import actions, pages, schedule_actions, views
+from sasflow.api.console import (
+    actions,
+    bulk,
+    live,
+    pages,
+    pause_actions,
+    schedule_actions,
+    views,
+    workflow_pages,
+)
+from sasflow.api.console import incidents as incident_pages
 from sasflow.api.context import ApiContext
-from sasflow.api.routes import alerts, health, limits, registrations, runs, schedules
+from sasflow.api.routes import (
+    alerts,
+    health,
+    incidents,
+    limits,
+    pause,
+    registrations,
+    runs,
+    schedules,
+)
 from sasflow.api.stream import endpoint as stream
 from sasflow.api.stream.hub import StreamHub, StreamOptions
 from sasflow.api.validation import refuse_nul
@@ -28,13 +47,20 @@ def routers() -> list[APIRouter]:
         health.router,
         runs.router,
         alerts.router,
+        incidents.router,
         schedules.router,
         registrations.router,
         limits.router,
+        pause.router,
         stream.router,
+        live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,
+        incident_pages.router,
         actions.router,
         schedule_actions.router,
+        pause_actions.router,
+        workflow_pages.router,
+        bulk.router,
     ]
 
 
@@ -50,14 +76,17 @@ def create_app(ctx: ApiContext) -> FastAPI:
         ),
         schema=ctx.schema,
     )
+    feed = live.LiveFeed(ctx.engine, live.LiveOptions())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
         hub.start()
+        feed.start()
         try:
             yield
         finally:
+            feed.close()
             hub.close()
 
     app = FastAPI(
@@ -79,6 +108,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
     )
     openapi.install(app)
     views.install(app, ctx)
+    app.state.console_live = feed
     for router in routers():
         app.include_router(
             router,

@@ -65,6 +65,7 @@ CODES: dict[str, Code] = {
     "not_found": Code(404, "no such path", "Not Found"),
     "run_not_found": Code(404, "no run with that id", "no run with id 7"),
     "alert_not_found": Code(404, "no alert with that id", "no alert with id 7"),
+    "incident_not_found": Code(404, "no incident with that id", "no incident with id 7"),
     "unknown_workflow": Code(
         404,
         "no workflow of that name (and version); adds `known`, the names this server knows",
@@ -98,7 +99,7 @@ CODES: dict[str, Code] = {
     ),
     "already_acknowledged": Code(
         409,
-        "the alert was acknowledged already (says by whom)",
+        "the alert or incident was acknowledged already (says by whom)",
         "alert 7 is already acknowledged (by ops at 2026-01-01T00:00:00+00:00: known)",
     ),
     "conflict": Code(409, "another conflict with the resource's state", "Conflict"),

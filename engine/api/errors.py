@@ -19,6 +19,7 @@ from starlette.routing import Match, Mount
 
 from sasflow import errors
 from sasflow.api.codes import status_of
+from sasflow.messages import field_problems
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,14 @@ def error_response(
 _SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], str], ...] = (
     (errors.RunNotFoundError, "run_not_found"),
     (errors.AlertNotFoundError, "alert_not_found"),
+    (errors.IncidentNotFoundError, "incident_not_found"),
     (errors.UnknownWorkflowError, "unknown_workflow"),
     (errors.TokenNotFoundError, "token_not_found"),
     (errors.ScheduleNotFoundError, "schedule_not_found"),
     (errors.SchedulerNotFoundError, "scheduler_not_found"),
     (errors.LimitNotFoundError, "limit_not_found"),
     (errors.AlertAlreadyAcknowledgedError, "already_acknowledged"),
+    (errors.IncidentAlreadyAcknowledgedError, "already_acknowledged"),
     (errors.InvalidActionError, "invalid_action"),
     (errors.InvalidInputError, "invalid_input"),
     (errors.InvalidAcknowledgementError, "invalid_input"),
@@ -158,8 +161,8 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     if any(p.get("type") == "json_invalid" for p in problems):
         return error_response(400, "invalid_json", NOT_JSON)
     fields = [
-        {"field": ".".join(str(part) for part in p.get("loc", ())), "message": p.get("msg", "")}
-        for p in problems
+        {"field": field, "message": message}
+        for field, message in field_problems(problems, whole="")
     ]
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
     return error_response(422, "validation_error", summary, extra={"fields": fields})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, AwareDatetime, BaseModel, ConfigDict, Field
 
 from sasflow.api.validation import INT_MAX, Reason
 from sasflow.store.flow.model import MAX_ACTIONS, MAX_COUNT, MAX_RATE
@@ -46,6 +46,11 @@ class RunRequest(_Body):
         description="Agent pool of its steps (`sasflow agent --pool NAME`), unless a step's "
         "definition names its own.",
     )
+    start_at: AwareDatetime | None = Field(
+        default=None,
+        description="Start the run later: its first steps are not claimed before this time "
+        "(ISO 8601 with an offset, the database clock decides); past or absent: at once.",
+    )
 
 
 class CancelRequest(_Body):
@@ -71,6 +76,21 @@ class OperatorActionRequest(_Body):
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN.pattern)]
 """An agent's, an action's or a dependency's name."""
+
+
+class PauseRequest(_Body):
+    """Pause or resume a run; the reason goes into its timeline."""
+
+    reason: Reason
+
+
+class AgentPauseRequest(_Body):
+    """Pause or resume an agent, or one of its actions; the reason goes into the audit."""
+
+    reason: Reason
+    action: Name | None = Field(default=None, description="Only this action (none: every one).")
+
+
 LIMIT_KEY = r"^(business_key|workflow|input(\.[A-Za-z0-9_-]{1,100})+)$"
 """What `KeyExpr.parse` reads (store/flow/model.py)."""
 
@@ -169,4 +189,9 @@ LIMIT_EXAMPLES = _examples(
             "reason": "one charge per account at once",
         },
     ),
+)
+PAUSE_EXAMPLES = _examples(pause=("With the reason", {"reason": "customer asked to wait"}))
+AGENT_PAUSE_EXAMPLES = _examples(
+    agent=("The whole agent", {"reason": "gateway maintenance"}),
+    action=("One action", {"reason": "bad deploy of refunds", "action": "refund"}),
 )

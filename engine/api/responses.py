@@ -50,6 +50,9 @@ class RunResponse(_Response):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    paused: bool = Field(
+        default=False, description="Paused by an operator: none of its steps is dispatched."
+    )
 
 
 class RunSummaryResponse(_Response):
@@ -92,7 +95,11 @@ class StepResponse(_Response):
         default=0, description="Requests in a row no agent took within the wait timeout."
     )
     not_before: datetime
-    error: Any
+    error: Any = Field(
+        description="Its last error (docs/protocol.md 7.3): `type` and `message`, and the "
+        "handler's `traceback` (its last 4 KiB) when a Python agent's handler raised it; null "
+        "once it succeeds."
+    )
     input: Any
     output: Any
     idempotency_key: str
@@ -129,7 +136,10 @@ class FailureResponse(_Response):
     attempt: int | None
     outcome: str | None = Field(description="`error`, `expired`, `deferred`...")
     to_state: str
-    error: Any = Field(description="The agent's error when it replied one.")
+    error: Any = Field(
+        description="The agent's error when it replied one (with the handler's `traceback` when "
+        "it kept one)."
+    )
     by: str
 
 
@@ -145,6 +155,14 @@ class RunDetailResponse(_Response):
 class SubmittedResponse(_Response):
     id: int
     created: bool = Field(description="False when the key was known: the run it maps to.")
+    input_differs: bool = Field(
+        default=False,
+        description="True when the key names a run recorded with another input: that run is "
+        "kept as it is and this request's input was not used (submit it with another key).",
+    )
+    message: str | None = Field(
+        default=None, description="When `input_differs`: what it means, for people."
+    )
     run: RunResponse
 
 
@@ -201,6 +219,9 @@ class AlertSummaryResponse(_Response):
         default=None,
         description="When the failed sinks are tried again; null with delivery_errors: given up.",
     )
+    incident_id: int | None = Field(
+        default=None, description="The incident it belongs to (`GET /v1/incidents/{id}`)."
+    )
 
 
 class AlertResponse(_Response):
@@ -217,6 +238,9 @@ class AlertResponse(_Response):
     acknowledged_by: str | None
     acknowledge_reason: str | None
     acknowledged_at: datetime | None
+    incident_id: int | None = Field(
+        default=None, description="The incident it belongs to (`GET /v1/incidents/{id}`)."
+    )
     delivered_to: list[str] | None = Field(
         default=None, description="The sinks that took the alert (by name)."
     )
@@ -236,6 +260,83 @@ class AlertResponse(_Response):
 
 class AlertListResponse(_Response):
     alerts: list[AlertSummaryResponse] = Field(description="Newest first.")
+
+
+# -- incidents -------------------------------------------------------------------------------
+
+
+class IncidentSummaryResponse(_Response):
+    """Alerts of one cause while it lasts (`sasflow alerts incidents`, docs/alerts.md)."""
+
+    id: int
+    kind: str
+    cause: str = Field(description="What groups its alerts, readable (numbers, ids stripped).")
+    workflow: str | None
+    alert_count: int = Field(description="How many alerts it counted.")
+    first_seen: datetime
+    last_seen: datetime
+    acknowledged: bool = Field(
+        description="Closed: acknowledged by an operator, or its last open alert was."
+    )
+    acknowledged_by: str | None
+    acknowledge_reason: str | None
+    acknowledged_at: datetime | None
+    sample_runs: list[int] = Field(
+        default_factory=list, description="Up to 5 of its runs, the first alerted first."
+    )
+
+
+class IncidentListResponse(_Response):
+    incidents: list[IncidentSummaryResponse] = Field(description="The last seen first.")
+
+
+class IncidentAlertResponse(_Response):
+    """One alert of an incident, with its run's workflow, business key and state."""
+
+    id: int
+    kind: str
+    run_id: int | None
+    step_id: int | None
+    message: str
+    acknowledged: bool
+    acknowledged_by: str | None
+    created_at: datetime
+    notified_at: datetime | None
+    workflow: str | None
+    business_key: str | None
+    run_state: str | None
+
+
+class _IncidentFacts(_Response):
+    """What every answer about an incident says of it."""
+
+    id: int
+    kind: str
+    cause: str
+    workflow: str | None
+    alert_count: int
+    first_seen: datetime
+    last_seen: datetime
+    acknowledged: bool
+    acknowledged_by: str | None
+    acknowledge_reason: str | None
+    acknowledged_at: datetime | None
+
+
+class IncidentResponse(_IncidentFacts):
+    """An incident, how many of its alerts are open (what acknowledging it would acknowledge)
+    and its alerts (its resolved notice among them once closed)."""
+
+    open_alerts: int = Field(description="Its alerts not acknowledged yet.")
+    alerts: list[IncidentAlertResponse] = Field(
+        description="The first raised first (1,000 at most)."
+    )
+
+
+class IncidentAckResponse(_IncidentFacts):
+    """An incident just acknowledged, with how many of its alerts that acknowledged."""
+
+    alerts_acknowledged: int = Field(description="The open alerts it acknowledged.")
 
 
 # -- schedules -------------------------------------------------------------------------------
@@ -335,13 +436,48 @@ class AgentResponse(_Response):
     state: str = Field(description="live, lost or stopped.")
     concurrency: int
     in_flight: int
+    held: int = Field(
+        0, description="Worker threads held by handlers running past their step's deadline."
+    )
+    wedged: bool = Field(
+        False,
+        description="Live, with every worker thread held past deadline: it takes no "
+        "requests (docs/agents.md, wedged agents).",
+    )
     breakers: dict[str, Any] = Field(description="Circuit breaker states by name.")
     heartbeat_at: datetime
     seconds_since_heartbeat: float
 
 
+class AgentPauseResponse(_Response):
+    """A paused agent (`action` null) or action."""
+
+    agent: str
+    action: str | None
+    paused_by: str
+    reason: str
+    paused_at: datetime
+
+
 class AgentListResponse(_Response):
     agents: list[AgentResponse]
+    paused: list[AgentPauseResponse] = Field(
+        default_factory=list, description="The paused agents and actions."
+    )
+
+
+class RunPausedResponse(_Response):
+    id: int
+    state: str = Field(description="The run's state (a pause does not change it).")
+    paused: bool
+    changed: bool = Field(description="False: it already was paused (or not paused).")
+
+
+class AgentPausedResponse(_Response):
+    agent: str
+    action: str | None = Field(description="null: the whole agent.")
+    paused: bool
+    changed: bool = Field(description="False: it already was paused (or not paused).")
 
 
 # -- flow limits ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from sasflow.api.callbacks import CallbackPolicy, CallbackSender
 from sasflow.api.context import ApiContext
+from sasflow.api.head import head_timeout_protocol
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ def serve(app: FastAPI, ctx: ApiContext) -> None:
         log_config=None,  # the root logger that `sasflow --log-level` set up
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
+        http=head_timeout_protocol(settings.api_header_timeout_s),
     )
     stop = threading.Event()
     sender = callback_thread(ctx, stop)
@@ -63,9 +65,9 @@ def callback_thread(ctx: ApiContext, stop: threading.Event) -> threading.Thread 
 
 
 class _Server(uvicorn.Server):
-    """Ends the subscription streams (ERROR, then the end of the response) as soon as the
-    server is asked to stop: uvicorn waits for open responses before the app's shutdown, and
-    a stream never ends by itself."""
+    """Ends the subscription streams (ERROR, then the end of the response) and the console's
+    live pages as soon as the server is asked to stop: uvicorn waits for open responses
+    before the app's shutdown, and a stream never ends by itself."""
 
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
@@ -73,4 +75,5 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._app.state.stream_hub.end_streams()
+        self._app.state.console_live.end()
         super().handle_exit(sig, frame)

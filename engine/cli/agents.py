@@ -1,15 +1,21 @@
-"""`sasflow agents list`: the fleet view of agent instances, from their heartbeats."""
+"""`sasflow agents list`: the fleet view of agent instances, from their heartbeats, and the
+paused agents and actions (`pause` and `resume` in pause.py)."""
 
 from __future__ import annotations
 
 import click
 
 from sasflow.cli.context import CliContext
+from sasflow.cli.lazy import LazyGroup
 from sasflow.cli.output import OUTPUT_OPTION, Column, print_table, to_json
 from sasflow.ops import agents as agent_ops
+from sasflow.ops import pause as pause_ops
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    lazy={"pause": "sasflow.cli.pause:pause_agent", "resume": "sasflow.cli.pause:resume_agent"},
+)
 def agents() -> None:
     """The fleet of agent processes, as their heartbeats report it."""
 
@@ -20,11 +26,17 @@ def agents() -> None:
 @OUTPUT_OPTION
 @click.pass_obj
 def list_command(obj: CliContext, agent: str | None, include_all: bool, output: str) -> None:
-    """List agent instances: live, lost (3 missed heartbeats) and, with --all, stopped."""
-    found = obj.in_transaction(
-        lambda conn: agent_ops.list_agents(conn, agent=agent, include_stopped=include_all)
+    """List agent instances: live, lost (3 missed heartbeats) and, with --all, stopped; a live
+    one whose worker threads are all held by handlers past their deadline shows `wedged`."""
+    found, paused = obj.in_transaction(
+        lambda conn: (
+            agent_ops.list_agents(conn, agent=agent, include_stopped=include_all),
+            [p for p in pause_ops.paused_agents(conn) if agent is None or p["agent"] == agent],
+        )
     )
     if output == "json":
+        for instance in found:  # its agent's pauses (action None: the whole agent)
+            instance["paused"] = [p for p in paused if p["agent"] == instance["agent"]]
         click.echo(to_json(found))
         return
     print_table(
@@ -43,7 +55,7 @@ def list_command(obj: CliContext, agent: str | None, include_all: bool, output: 
             [
                 i["agent"],
                 i["instance_id"],
-                i["state"],
+                i["status"],
                 i["hostname"],
                 i["pid"],
                 f"{i['in_flight']}/{i['concurrency']}",
@@ -53,3 +65,8 @@ def list_command(obj: CliContext, agent: str | None, include_all: bool, output: 
             for i in found
         ],
     )
+    for p in paused:
+        what = (
+            f"{p['agent']} action {p['action']}" if p["action"] else f"{p['agent']} (every action)"
+        )
+        click.echo(f"paused: {what} by {p['paused_by']}: {p['reason']}")

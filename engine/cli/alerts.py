@@ -1,4 +1,5 @@
-"""`sasflow alerts list | show | ack`: what the supervisor raised, and the operator's answer."""
+"""`sasflow alerts list | show | ack | incidents | incident`: what the supervisor raised,
+grouped by cause into incidents, and the operator's answer."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sasflow.cli import incidents as incident_cli
 from sasflow.cli.context import CliContext, check_schema, default_actor, fail
 from sasflow.cli.output import OUTPUT_OPTION, Column, cell, print_table, to_json
-from sasflow.errors import AlertAlreadyAcknowledgedError, AlertNotFoundError, SasflowError
+from sasflow.errors import (
+    AlertAlreadyAcknowledgedError,
+    AlertNotFoundError,
+    IncidentAlreadyAcknowledgedError,
+    IncidentNotFoundError,
+    SasflowError,
+)
 from sasflow.ops import alerts as alert_ops
 from sasflow.store.db import Connection, run_transaction
 
@@ -123,7 +131,14 @@ def _acknowledge(alert_id: int, actor: str, reason: str, conn: Connection) -> di
 
 
 @alerts.command("ack")
-@click.argument("alert_ids", metavar="ALERT_ID...", nargs=-1, required=True, type=int)
+@click.argument("alert_ids", metavar="[ALERT_ID]...", nargs=-1, type=int)
+@click.option(
+    "--incident",
+    "incident_ids",
+    type=int,
+    multiple=True,
+    help="Acknowledge this incident and all its open alerts (repeatable).",
+)
 @click.option("--reason", required=True, help="Why (recorded with each alert).")
 @click.option(
     "--by", "actor", default=default_actor, show_default="$USER@hostname", help="Who acknowledges."
@@ -131,37 +146,68 @@ def _acknowledge(alert_id: int, actor: str, reason: str, conn: Connection) -> di
 @OUTPUT_OPTION
 @click.pass_obj
 def ack_command(
-    obj: CliContext, alert_ids: tuple[int, ...], reason: str, actor: str, output: str
+    obj: CliContext,
+    alert_ids: tuple[int, ...],
+    incident_ids: tuple[int, ...],
+    reason: str,
+    actor: str,
+    output: str,
 ) -> None:
-    """Acknowledge open alerts: someone is on it (the same alert may then be raised again).
-    Each alert in its own transaction: one that cannot be acknowledged (unknown, already
-    acknowledged) is reported and the others still are; the exit status is 1 if any failed.
-    With -o json: the alert for one ALERT_ID, else a list of each alert and each {"id",
-    "error"}."""
+    """Acknowledge open alerts, or incidents with --incident: someone is on it (the same alert
+    may then be raised again). Each alert or incident in its own transaction: one that cannot
+    be acknowledged (unknown, already acknowledged) is reported and the others still are; the
+    exit status is 1 if any failed. With -o json: the alert or incident for one id, else a
+    list of each and each {"id", "error"}."""
+    if not alert_ids and not incident_ids:
+        raise click.UsageError("give at least one ALERT_ID or --incident ID")
     done: list[dict[str, Any]] = []
+    lines: list[str] = []
     failed: list[tuple[int, str]] = []
+    work = [
+        *((i, partial(_acknowledge, i, actor, reason), "alert") for i in dict.fromkeys(alert_ids)),
+        *(
+            (i, incident_cli.bind(i, actor, reason), "incident")
+            for i in dict.fromkeys(incident_ids)
+        ),
+    ]
     engine = obj.engine("ops", pool_size=1)
     try:
         check_schema(engine)
-        for alert_id in dict.fromkeys(alert_ids):  # each once, in the order given
+        for item_id, action, what in work:  # each once, in the order given
             try:
-                done.append(run_transaction(engine, partial(_acknowledge, alert_id, actor, reason)))
-            except (AlertNotFoundError, AlertAlreadyAcknowledgedError) as exc:
-                failed.append((alert_id, str(exc)))
+                result = run_transaction(engine, action)
+            except (
+                AlertNotFoundError,
+                AlertAlreadyAcknowledgedError,
+                IncidentNotFoundError,
+                IncidentAlreadyAcknowledgedError,
+            ) as exc:
+                failed.append((item_id, str(exc)))
+                continue
+            done.append(result)
+            lines.append(
+                f"acknowledged alert {result['id']} ({result['kind']}) as {actor}: {reason}"
+                if what == "alert"
+                else incident_cli.acknowledged_line(result, actor, reason)
+            )
     except SasflowError as exc:  # the database, the schema, the reason: nothing more to try
         raise fail(exc) from exc
     finally:
         engine.dispose()
     if output == "json":
-        errors = [{"id": alert_id, "error": error} for alert_id, error in failed]
-        if len(alert_ids) > 1:
+        errors = [{"id": item_id, "error": error} for item_id, error in failed]
+        if len(work) > 1:
             click.echo(to_json([*done, *errors]))
         elif done:  # one id: the alert as it is now, as before several could be given
             click.echo(to_json(done[0]))
     else:
-        for alert in done:
-            click.echo(f"acknowledged alert {alert['id']} ({alert['kind']}) as {actor}: {reason}")
+        for line in lines:
+            click.echo(line)
     for _, error in failed:
         click.echo(f"Error: {error}", err=True)
     if failed:
         raise SystemExit(1)
+
+
+alerts.add_command(incident_cli.incidents_command)
+alerts.add_command(incident_cli.incident_command)

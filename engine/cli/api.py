@@ -10,6 +10,7 @@ import click
 from sasflow.cli.context import (
     CliContext,
     ConfigurationExit,
+    check_definitions,
     check_not_refused,
     engine_options,
     role_failed,
@@ -95,8 +96,10 @@ def api_command(
         if settings.metrics_port is not None:
             observed, metrics_server = api_metrics(settings)
         hooks = NO_HOOKS if observed is None else observed.doors
-        ctx = ApiContext(engine, obj.registry(), settings, readiness, hooks=hooks)
+        registry = obj.registry()
+        ctx = ApiContext(engine, registry, settings, readiness, hooks=hooks)
         check_not_refused(engine)
+        check_definitions(engine, registry, actor="api")  # it submits runs
         app = create_app(ctx)
         if observed is not None:
             from sasflow.api.metrics import RequestMetrics  # noqa: PLC0415 - the metrics extra

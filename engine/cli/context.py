@@ -19,6 +19,7 @@ from sasflow.errors import (
     BrokerRefusedError,
     BrokerUnavailableError,
     ConfigurationError,
+    DefinitionChangedError,
     SasflowError,
     SchemaOutdatedError,
     StoreRefusedError,
@@ -37,6 +38,7 @@ from sasflow.store.db import (
     EngineOptions,
     make_engine,
     run_transaction,
+    transaction,
 )
 from sasflow.store.operator.audit import database_now
 from sasflow.transport.base import Transport
@@ -193,6 +195,20 @@ def check_not_refused(engine: Engine | None = None, transport: Transport | None 
         transport.close()
 
 
+def check_definitions(engine: Engine, registry: Registry, *, actor: str) -> None:
+    """Raise DefinitionChangedError (exit status 78) when a workflow version of `registry` was
+    first registered with another definition (store.cluster.versions); record the new ones. A
+    database that cannot be reached yet is left to the role (schedulers check again when they
+    register)."""
+    from sasflow.store.cluster import versions  # noqa: PLC0415 - only the roles need it
+
+    try:
+        with transaction(engine) as conn:
+            versions.record(conn, registry.workflows, actor=f"{actor}@{socket.gethostname()}")
+    except StoreUnavailableError as exc:
+        log.warning("workflow fingerprints not checked: %s", exc)
+
+
 def check_schema(engine: Engine) -> None:
     """Raise SchemaOutdatedError, saying what `sasflow db check` says, when the database was
     never migrated or is behind this sasflow's head revision; a database ahead of it (a newer
@@ -286,7 +302,7 @@ def role_failed(exc: SasflowError) -> click.ClickException:
     keep 1 for every other failure."""
     if isinstance(exc, StoreRefusedError | BrokerRefusedError) and exc.never_connected:
         return ConfigurationExit(str(exc))
-    if isinstance(exc, AssignmentConflictError):
+    if isinstance(exc, AssignmentConflictError | DefinitionChangedError):
         return ConfigurationExit(str(exc))
     return fail(exc)
 

@@ -11,14 +11,23 @@ import click
 
 from sasflow.agents.agent import Agent
 from sasflow.agents.children import ChildProcesses, default_state_dir
+from sasflow.agents.wedge import WEDGED_EXIT_CODE, WedgeOptions
 from sasflow.agents.worker import DEFAULT_CONCURRENCY, AgentOptions, AgentWorker
 from sasflow.appload import load_object
 from sasflow.backpressure import SUBMITTER_POLICIES, SubmitterBackpressure, SubmitterPolicy
-from sasflow.cli.context import CliContext, check_not_refused, role_failed, stop_event
+from sasflow.cli.context import (
+    CliContext,
+    check_definitions,
+    check_not_refused,
+    role_failed,
+    stop_event,
+)
 from sasflow.errors import SasflowError
 from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.scheduler.advancing import AdvanceOptions
 from sasflow.scheduler.cluster.member import ClusterOptions
 from sasflow.scheduler.cluster.strategy import ASSIGNMENTS
+from sasflow.scheduler.usercode import UserCodeOptions
 from sasflow.store.db import Engine
 from sasflow.store.runs.pools import PoolLimits
 from sasflow.submitter import DEFAULT_PREFETCH, Submitter
@@ -54,10 +63,12 @@ def submitter(obj: CliContext, prefetch: int, on_backlog: SubmitterPolicy) -> No
         transport = obj.transport("submitter", long_running=True)
         engine = obj.engine("submitter")
         check_not_refused(engine)  # it touches the database only when a submission arrives
+        registry = obj.registry()
+        check_definitions(engine, registry, actor="submitter")
         role = Submitter(
             engine,
             transport,
-            obj.registry(),
+            registry,
             obj.names,
             prefetch=prefetch,
             limits=obj.settings.limits(),
@@ -173,6 +184,35 @@ def submitter(obj: CliContext, prefetch: int, on_backlog: SubmitterPolicy) -> No
     help="Seconds its registration lives without renewal (renewed every third of it).",
 )
 @click.option(
+    "--builder-timeout",
+    type=click.FloatRange(0.01, 3600),
+    default=UserCodeOptions.budget_s,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_BUILDER_TIMEOUT",
+    show_envvar=True,
+    help="Seconds one call of a workflow's input builder or output builder may take (run off "
+    "the loop); past them its step, or run, fails with the reason.",
+)
+@click.option(
+    "--builder-threads",
+    type=click.IntRange(1, 256),
+    default=UserCodeOptions.threads,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_BUILDER_THREADS",
+    show_envvar=True,
+    help="Threads that run input builders and output builders.",
+)
+@click.option(
+    "--version-missing-after",
+    type=click.FloatRange(0.1, 86400),
+    default=AdvanceOptions.missing_after_s,
+    show_default=True,
+    envvar="SASFLOW_SCHEDULER_VERSION_MISSING_AFTER",
+    show_envvar=True,
+    help="Seconds runs may wait for a workflow version that no live scheduler has loaded "
+    "before a version_missing alert is raised.",
+)
+@click.option(
     "--assignment",
     type=click.Choice(ASSIGNMENTS),
     default=ClusterOptions.assignment,
@@ -195,6 +235,9 @@ def scheduler(
     fault_tolerance: int,
     alarm_threshold: int | None,
     lease_ttl: float,
+    builder_timeout: float,
+    builder_threads: int,
+    version_missing_after: float,
     assignment: str,
 ) -> None:
     """Claim ready steps, dispatch them to agents and apply their replies; hold and fire
@@ -220,6 +263,10 @@ def scheduler(
                 lease_ttl=lease_ttl,
                 assignment=assignment,
             ),
+            advance=AdvanceOptions(
+                user_code=UserCodeOptions(threads=builder_threads, budget_s=builder_timeout),
+                missing_after_s=version_missing_after,
+            ),
         )
         # Refuses memory:// (and a broker list that cannot work) before any connection.
         transport = obj.transport("scheduler", long_running=True)
@@ -243,16 +290,19 @@ def scheduler(
             engine.dispose()
 
 
-def exit_despite_hung_handlers() -> None:
+def exit_despite_hung_handlers(status: int = 0) -> None:
     """Handlers abandoned at their deadline may still hold worker threads, which Python would
-    wait for at exit: everything owed was replied or acked already, so leave now."""
+    wait for at exit: everything owed was replied or acked already, so leave now, with
+    `status` (WEDGED_EXIT_CODE: wedged too long, restart me)."""
     hung = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if hung:
         logging.getLogger(__name__).warning(
             "exiting with %d handler threads still running", len(hung)
         )
         logging.shutdown()
-        os._exit(0)
+        os._exit(status)
+    if status:
+        raise SystemExit(status)
 
 
 BUILTIN_AGENTS = {"command": "sasflow.agents.command:agent"}
@@ -307,6 +357,26 @@ DEFAULT_DRAIN_TIMEOUT = 25.0
     help="Seconds between fleet heartbeats (3 missed: the instance is lost).",
 )
 @click.option(
+    "--wedge-grace",
+    type=click.FloatRange(0, 86400),
+    default=WedgeOptions.grace,
+    show_default=True,
+    envvar="SASFLOW_AGENT_WEDGE_GRACE",
+    show_envvar=True,
+    help="Seconds a handler may run on past its step's deadline before its thread counts as "
+    "held; with every thread held the agent is wedged and takes no requests.",
+)
+@click.option(
+    "--wedged-exit",
+    type=click.FloatRange(0, 86400),
+    default=WedgeOptions.exit_after,
+    show_default=True,
+    envvar="SASFLOW_AGENT_WEDGED_EXIT",
+    show_envvar=True,
+    help=f"Seconds wedged before the agent exits with status {WEDGED_EXIT_CODE} for its "
+    "service manager to restart it (0: never).",
+)
+@click.option(
     "--pool",
     default=None,
     envvar="SASFLOW_AGENT_POOL",
@@ -323,6 +393,8 @@ def agent(
     drain_timeout: float,
     state_dir: Path | None,
     heartbeat_interval: float,
+    wedge_grace: float,
+    wedged_exit: float,
     pool: str | None,
 ) -> None:
     """Serve agent NAME (from --app's registry) or MODULE:ATTRIBUTE (an Agent object), or a
@@ -348,6 +420,7 @@ def agent(
                 drain_timeout=drain_timeout,
                 children=children,
                 consumer_timeout=obj.settings.broker_consumer_timeout or None,
+                wedge=WedgeOptions(grace=wedge_grace, exit_after=wedged_exit),
             ),
             pool=pool,
             hooks=hooks,
@@ -356,4 +429,4 @@ def agent(
     except SasflowError as exc:
         raise role_failed(exc) from exc
     hooks.close()  # before a possible os._exit: flush the spans
-    exit_despite_hung_handlers()
+    exit_despite_hung_handlers(role.exit_code)

@@ -1,7 +1,9 @@
-"""`sasflow runs list | show | resubmit | cancel`: the operator's commands."""
+"""`sasflow runs list | show | resubmit | cancel` (`migrate` in migrate_runs.py, `pause` and
+`resume` in pause.py): the operator's commands."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -9,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from sasflow.cli.context import CliContext, default_actor, fail
+from sasflow.cli.lazy import LazyGroup
 from sasflow.cli.output import (
     OUTPUT_OPTION,
     Column,
@@ -50,6 +53,11 @@ def _filter_options(command: F) -> F:
             ),
             click.option("--workflow", help="Workflow name."),
             click.option("--key", help="Business key."),
+            click.option(
+                "--text",
+                help="Text found (case-insensitive) in the business key, the run's input, output"
+                " or error, or a step's error; among the newest 100,000 runs only.",
+            ),
             click.option("--since", help="Created at or after: 15m, 2h, 3d or an ISO-8601 time."),
             click.option("--until", help="Created before: 15m, 2h, 3d or an ISO-8601 time."),
             click.option(
@@ -68,20 +76,29 @@ def _run_filter(
     since: str | None,
     until: str | None,
     limit: int,
+    text: str | None = None,
 ) -> run_ops.RunFilter:
     return run_ops.RunFilter(
         states=states,
         workflow=workflow,
         key=key,
+        text=text or None,
         since=parse_moment(since),
         until=parse_moment(until),
         limit=limit,
     )
 
 
-@click.group()
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "migrate": "sasflow.cli.migrate_runs:migrate_command",
+        "pause": "sasflow.cli.pause:pause_runs",
+        "resume": "sasflow.cli.pause:resume_runs",
+    },
+)
 def runs() -> None:
-    """Inspect, resubmit and cancel runs."""
+    """Inspect, resubmit, cancel and migrate runs."""
 
 
 @runs.command("list")
@@ -93,13 +110,14 @@ def list_command(
     states: tuple[str, ...],
     workflow: str | None,
     key: str | None,
+    text: str | None,
     since: str | None,
     until: str | None,
     limit: int,
     output: str,
 ) -> None:
     """List runs, newest first."""
-    where = _run_filter(states, workflow, key, since, until, limit)
+    where = _run_filter(states, workflow, key, since, until, limit, text)
     found, now = obj.read(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
@@ -167,11 +185,17 @@ EVENT_COLUMNS = (
 
 @runs.command("show")
 @click.argument("run_id", type=int)
+@click.option(
+    "--traceback",
+    "tracebacks",
+    is_flag=True,
+    help="Also print the handler's traceback of each failure that kept one.",
+)
 @OUTPUT_OPTION
 @click.pass_obj
-def show_command(obj: CliContext, run_id: int, output: str) -> None:
+def show_command(obj: CliContext, run_id: int, tracebacks: bool, output: str) -> None:
     """Show a run: its steps (state, attempt, failures, error; what a held step waits for) and
-    its event timeline."""
+    its event timeline. The JSON output keeps each error's traceback whole."""
     detail, now = obj.read(lambda conn: run_ops.show_run(conn, run_id))
     if output == "json":
         click.echo(to_json(detail))
@@ -180,7 +204,7 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
     # The run itself as lines, not a one-row table: each reads whole at any width.
     click.echo(
         f"run {run['id']}: {run['workflow']} v{run['version']}, key {run['business_key']}, "
-        f"{run['state']}"
+        f"{run['state']}{', paused' if run['paused'] else ''}"
     )
     finished = run["finished_at"]
     click.echo(
@@ -221,6 +245,8 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
                 f"  {compact_time(f['at'], now)} step {f['step']} attempt {f['attempt']}: "
                 f"{f['outcome'] or f['to_state']}{f': {error}' if error else ''}"
             )
+            if tracebacks:
+                _print_traceback(f["error"])
     print_table(
         "timeline",
         EVENT_COLUMNS,
@@ -239,6 +265,13 @@ def show_command(obj: CliContext, run_id: int, output: str) -> None:
         ],
         now=now,
     )
+
+
+def _print_traceback(error: Any) -> None:
+    """A stored error's traceback (the agent's, bounded), indented under its failure line."""
+    text = error.get("traceback") if isinstance(error, dict) else None
+    if isinstance(text, str) and text:
+        click.echo(textwrap.indent(text.rstrip("\n"), "      "))
 
 
 @runs.command("resubmit")
@@ -267,6 +300,7 @@ def resubmit_command(
     states: tuple[str, ...],
     workflow: str | None,
     key: str | None,
+    text: str | None,
     since: str | None,
     until: str | None,
     limit: int,
@@ -283,7 +317,7 @@ def resubmit_command(
         raise fail(exc) from exc
     result: dict[str, Any]
     if run_id is not None:
-        if dry_run or yes or states or workflow or key or since or until:
+        if dry_run or yes or states or workflow or key or text or since or until:
             raise click.UsageError(
                 "filters, --dry-run and --yes are for bulk resubmission (without RUN_ID)"
             )
@@ -310,7 +344,7 @@ def resubmit_command(
             raise click.UsageError("--from-step and --input apply to one run (give RUN_ID)")
         if not dry_run and not yes:
             raise click.UsageError("bulk resubmission needs --dry-run or --yes")
-        where = _run_filter(states, workflow, key, since, until, limit)
+        where = _run_filter(states, workflow, key, since, until, limit, text)
         done_many = obj.in_transaction(
             lambda conn: resubmit_ops.resubmit_many(
                 conn,

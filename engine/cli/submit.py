@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from sasflow.cli.context import CliContext, check_schema, fail
 from sasflow.errors import InvalidMessageError, SasflowError
-from sasflow.messages import Limits, Submission, encode_within, loads
+from sasflow.messages import Limits, Submission, encode_within, loads, problems_line
 from sasflow.store.db import transaction
 from sasflow.store.runs.submit import submit
 from sasflow.transport.base import Outgoing
@@ -70,6 +71,11 @@ class KeyConflict(click.ClickException):
 )
 @click.option("--reply-to", help="Queue that receives this run's status notifications.")
 @click.option(
+    "--start-at",
+    help="Start the run later: ISO 8601 time with an offset (2026-12-01T09:00:00+00:00); "
+    "its first steps are not claimed before it [default: at once].",
+)
+@click.option(
     "--via-broker",
     is_flag=True,
     help="Publish to the <ns>.submit queue instead of writing to the database. With an app "
@@ -85,6 +91,7 @@ def submit_command(
     priority: int,
     version: int | None,
     reply_to: str | None,
+    start_at: str | None,
     via_broker: bool,
 ) -> None:
     """Submit a run of WORKFLOW and print its id (or, with --via-broker, its key) as one JSON
@@ -104,9 +111,10 @@ def submit_command(
             priority=priority,
             version=version,
             reply_to=reply_to,
+            start_at=start_at,
         )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except ValidationError as exc:  # one line per field, not pydantic's dump
+        raise click.UsageError(f"invalid submission: {problems_line(exc)}") from exc
     try:
         body = encode_within(submission, limits)  # what the submitter would accept
     except InvalidMessageError as exc:
@@ -150,9 +158,5 @@ def submit_command(
     if result.input_differs:
         answer["conflict"] = CONFLICT
     click.echo(json.dumps(answer))
-    if result.input_differs:
-        raise KeyConflict(
-            f"key {result.business_key!r} names run {result.run_id} of {workflow}, recorded "
-            "with another input: that run is kept as it is and this input was not used "
-            "(submit it with another key)"
-        )
+    if (conflict := result.conflict(workflow)) is not None:
+        raise KeyConflict(conflict)

@@ -69,7 +69,8 @@ EXIT_COULD_NOT_RUN = 1
     envvar="SASFLOW_SUPERVISOR_OUTAGE_AFTER",
     show_envvar=True,
     help="Seconds an agent may have work waiting and no consumer (or, the broker away, no "
-    "live instance) before one 'agent_outage' alert.",
+    "live instance) before one 'agent_outage' alert; and steps of an action no live "
+    "instance has may be deferred before one 'action_missing' alert.",
 )
 @click.option(
     "--lease-ttl",
@@ -159,6 +160,7 @@ def supervisor(
             namespace=obj.settings.namespace,
             hooks=hooks,
             schema=schema,
+            remind_every=obj.settings.alert_remind_s,
         )
         role = Supervisor(
             engine,

@@ -75,7 +75,9 @@ class Client:
         callback_url: str | None = None,
         pool: str | None = None,
     ) -> JSONObject:
-        """Submit a run; idempotent on (workflow, key). Returns `{"id", "created", "run"}`."""
+        """Submit a run; idempotent on (workflow, key). Returns `{"id", "created",
+        "input_differs", "message", "run"}` (`input_differs`: the key's run was recorded with
+        another input, which it keeps)."""
         body: JSONObject = {"workflow": workflow, "input": input}
         optional = {
             "key": key,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import ValidationError
 
 from sasflow.backpressure import DEFAULT_MAX_BACKLOG, ON_BACKLOG, OnBacklog
 from sasflow.commands import SubmitResult
 from sasflow.doors import admit_one, room_now
 from sasflow.errors import ConfigurationError, InvalidInputError, InvalidMessageError
-from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, encode_within
+from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, encode_within, problems_line
 from sasflow.registry import Registry
 from sasflow.store.db import Connection
 from sasflow.store.runs.submit import submit
@@ -29,6 +31,7 @@ def submit_run(
     limits: Limits = DEFAULT_LIMITS,
     on_backlog: OnBacklog = "accept",
     max_backlog: int = DEFAULT_MAX_BACKLOG,
+    start_at: datetime | None = None,
 ) -> SubmitResult:
     """Record a run of `workflow` on `conn`, in the caller's transaction.
 
@@ -44,6 +47,9 @@ def submit_run(
     run. The default, "accept", records the run whatever the backlog. There is no "block"
     here: waiting would hold the caller's transaction open; call `wait_for_room` before
     opening it.
+
+    `start_at` (timezone-aware): the run's first steps are not claimed before it, on the
+    database clock (docs/concepts.md, "Runs that start later"); None or a past time: at once.
     """
     if on_backlog not in ON_BACKLOG:
         hint = (
@@ -66,10 +72,11 @@ def submit_run(
             priority=priority,
             version=version,
             reply_to=reply_to,
+            start_at=start_at,
         )
         encode_within(submission, limits)
     except ValidationError as exc:
-        raise InvalidInputError(f"invalid submission: {exc}") from exc
+        raise InvalidInputError(f"invalid submission: {problems_line(exc)}") from exc
     except InvalidMessageError as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
     if on_backlog == "reject":

@@ -272,6 +272,19 @@ class AgentMetrics(_Consuming):
             ["agent", "dependency"],
             registry=registry,
         )
+        self.threads_held_gauge = Gauge(
+            "sasflow_agent_threads_held",
+            "Worker threads of the agent process held by handlers running past their deadline.",
+            ["agent"],
+            registry=registry,
+        )
+        self.wedged = Gauge(
+            "sasflow_agent_wedged",
+            "1 while every worker thread of the agent process is held past its deadline (it "
+            "takes no requests), else 0.",
+            ["agent"],
+            registry=registry,
+        )
 
     def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
         self.retries.labels(request.agent, request.action).inc()
@@ -289,6 +302,10 @@ class AgentMetrics(_Consuming):
 
     def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
         self.breaker_open.labels(agent, dependency).set(0 if state == "closed" else 1)
+
+    def threads_held(self, agent: str, held: int, concurrency: int) -> None:
+        self.threads_held_gauge.labels(agent).set(held)
+        self.wedged.labels(agent).set(1 if held >= concurrency else 0)
 
 
 class SupervisorMetrics(_RunsFinished):

@@ -22,4 +22,19 @@ def list_agents(
         overdue = instance["seconds_since_heartbeat"] > LOST_AFTER_MISSED * instance["interval_s"]
         if instance["state"] == AgentState.LIVE and overdue:
             instance["state"] = AgentState.LOST
+        held, concurrency = instance.get("held", 0), instance["concurrency"]
+        instance["wedged"] = (
+            instance["state"] == AgentState.LIVE and concurrency > 0 and held >= concurrency
+        )
+        instance["status"] = status_text(instance)
     return found
+
+
+def status_text(instance: dict[str, Any]) -> str:
+    """The instance's state as operators read it: `wedged, 2 held past deadline` when every
+    worker thread is held by a handler past its deadline (sasflow.agents.wedge)."""
+    held = instance.get("held", 0)
+    if instance["state"] != AgentState.LIVE or not held:
+        return str(instance["state"])
+    state = "wedged" if instance["wedged"] else str(instance["state"])
+    return f"{state}, {held} held past deadline"

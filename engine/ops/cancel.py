@@ -9,15 +9,18 @@ in reverse order once nothing is in flight.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sasflow.commands import StoredError
 from sasflow.errors import InvalidActionError
 from sasflow.ops.actions import close_alerts, lock_run
 from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, StepState
-from sasflow.store.db import Connection
+from sasflow.store.db import Connection, rehearse
 from sasflow.store.notify import notify_ready
+from sasflow.store.operator import inspect
 from sasflow.store.operator import transitions as operator
+from sasflow.store.operator.inspect import RunFilter
 from sasflow.store.runs import events
 from sasflow.store.runs.advance import advance_runs
 
@@ -85,3 +88,42 @@ def cancel(
     events.record(conn, batch)
     close_alerts(conn, run_id, actor=actor, reason=f"run cancelled: {reason}")
     return Cancelled(run_id, final, tuple(s.name for s in stopped))
+
+
+def cancel_many(
+    conn: Connection,
+    where: RunFilter,
+    *,
+    actor: str,
+    reason: str,
+    namespace: str,
+    compensate: bool,
+    dry_run: bool,
+) -> list[Cancelled]:
+    """Cancel every pending or running run `where` selects, oldest first (its other states
+    select nothing); with `dry_run` the same cancellations are made and rolled back, so the
+    preview names exactly the runs and steps the real action stops. A run that ended between
+    the selection and its lock is left out, not an error."""
+    states = tuple(s for s in where.states or CANCELLABLE_RUN_STATES if s in CANCELLABLE_RUN_STATES)
+    if not states:
+        return []
+    chosen = dataclasses.replace(where, states=states)
+
+    def one(conn: Connection, run_id: int) -> Cancelled | None:
+        try:
+            return cancel(
+                conn,
+                run_id,
+                actor=actor,
+                reason=reason,
+                namespace=namespace,
+                compensate=compensate,
+            )
+        except InvalidActionError:  # refused before it wrote anything: it just ended
+            return None
+
+    def work(conn: Connection) -> list[Cancelled]:
+        done = (one(conn, run_id) for run_id in inspect.select_run_ids(conn, chosen))
+        return [c for c in done if c is not None]
+
+    return rehearse(conn, work) if dry_run else work(conn)

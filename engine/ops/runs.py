@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
 from sasflow.states import StepState
 from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
-from sasflow.store.operator import inspect
+from sasflow.store.operator import audit, inspect
 from sasflow.store.operator.inspect import RunFilter
 
-__all__ = ["RunFilter", "get_run", "list_runs", "overview", "runs_page", "show_run"]
+__all__ = [
+    "RunFilter",
+    "database_now",
+    "get_run",
+    "last_event_id",
+    "list_runs",
+    "overview",
+    "runs_page",
+    "show_run",
+]
 
 
 def list_runs(conn: Connection, where: RunFilter) -> list[dict[str, Any]]:
@@ -40,14 +50,17 @@ def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     """The run, its steps (forward then compensation) and its whole event timeline. Each step
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
-    breaker, no live agent instance; docs/flow-control.md), else None."""
+    breaker, no live agent instance, a paused run or agent; docs/flow-control.md), else None."""
     detail = inspect.run_detail(conn, run_id)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     steps = [{**s, "run_id": run_id} for s in detail["steps"]]
     reasons = waiting_reasons(conn, steps)
+    paused = bool(detail["run"].get("paused"))
     for step in detail["steps"]:
         step["waiting"] = reasons.get(int(step["id"]))
+        if paused and step["state"] == StepState.PENDING:
+            step["waiting"] = "run paused by an operator"
     detail["failures"] = failures(detail["events"])
     return detail
 
@@ -91,3 +104,13 @@ def overview(conn: Connection) -> dict[str, Any]:
         "finished_hour": inspect.finished_since(conn, seconds=HOUR_S),
         "finished_day": inspect.finished_since(conn, seconds=DAY_S),
     }
+
+
+def last_event_id(conn: Connection) -> int:
+    """The newest event's id (0: none yet): what the console's live pages watch."""
+    return inspect.last_event_id(conn)
+
+
+def database_now(conn: Connection) -> datetime:
+    """The database's clock (the transaction's timestamp)."""
+    return audit.database_now(conn)

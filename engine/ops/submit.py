@@ -7,7 +7,7 @@ from pydantic import ValidationError
 from sasflow.commands import NewRun, SubmitResult
 from sasflow.doors import BacklogGate, admit_one
 from sasflow.errors import InvalidInputError, InvalidMessageError
-from sasflow.messages import Limits, Submission, encode_within
+from sasflow.messages import Limits, Submission, encode_within, problems_line
 from sasflow.registry import Registry
 from sasflow.store.db import Connection
 from sasflow.store.runs.submit import submit
@@ -38,7 +38,9 @@ def submit_run(
             ),
             limits,
         )
-    except (ValidationError, InvalidMessageError) as exc:
+    except ValidationError as exc:
+        raise InvalidInputError(f"invalid submission: {problems_line(exc)}") from exc
+    except InvalidMessageError as exc:
         raise InvalidInputError(f"invalid submission: {exc}") from exc
     if backlog is None:
         return submit(conn, registry, new, namespace=namespace, actor=actor)

@@ -42,6 +42,8 @@ class Context:
     stats: SchedulerStats
     wake: threading.Event
     """Set: claim at the next pass (a notification, an applied reply, a full batch)."""
+    advance: threading.Event
+    """Set: look for runs to advance at the next pass (one was left to the advance duty)."""
 
 
 class Part:
@@ -57,3 +59,4 @@ class Part:
         self._hooks = ctx.hooks
         self._stats = ctx.stats
         self._wake = ctx.wake
+        self._advance = ctx.advance

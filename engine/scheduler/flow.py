@@ -1,7 +1,8 @@
 """The scheduler's view of flow control (docs/flow-control.md): the flow plan it caches
 (store/flow/plan.py), read again every REFRESH_INTERVAL seconds and at once when an operator
 changes a limit or the fleet changes (the `limits` notification, or a heartbeat this scheduler
-recorded that changes an instance's capacity, actions or breakers).
+recorded that changes an instance's capacity, actions or breakers), and when an operator pauses
+or resumes an agent (the same notification).
 
 The plan says which agents the budgeted claim takes; the claim duty runs it after the plain
 claim (engine/scheduler/dispatch.py). The budgeted claim reads the limits again under lock, so
@@ -17,6 +18,7 @@ from sasflow.scheduler.duty import INF, Duty
 from sasflow.store.db import Engine, transaction
 from sasflow.store.flow import limits
 from sasflow.store.flow.fleet import read_fleet
+from sasflow.store.flow.pauses import all_pauses
 from sasflow.store.flow.plan import NO_PLAN, FlowPlan, make_plan
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class FlowDuty(Duty):
                     read_fleet(conn),
                     fleet_bound=self._fleet_bound,
                     fleet_factor=self._fleet_factor,
+                    pauses=all_pauses(conn),
                 )
             self.due = t + self._interval
             if plan != self.plan:

@@ -3,7 +3,9 @@ work between broker events; a LISTEN thread only wakes it.
 
 Each pass applies the replies held (one transaction per batch, acked together), reads the
 clock once and runs the duties in order (sasflow.scheduler.duty): the cluster membership
-(lease and schedules; it fences the claim), the claim and dispatch of ready steps (one
+(lease and schedules; it fences the claim), the flow plan, the advance duty (runs that need
+user code, run on its pool off this thread, or a scheduler with their version: it never
+waits for that code), the claim and dispatch of ready steps (one
 statement per batch, its requests one publish batch settled by one wait for the broker's
 confirms), the relay of recorded events, the recording of agent heartbeats. Then it waits for
 broker events until the earliest duty is due.
@@ -26,6 +28,7 @@ from sasflow.hooks import Hooks, guarded
 from sasflow.registry import Registry
 from sasflow.relay import Relay
 from sasflow.runtime import Reconnect, process_id, serve_forever
+from sasflow.scheduler.advancing import AdvanceDuty
 from sasflow.scheduler.claims import ClaimDuty, ClusterDuty
 from sasflow.scheduler.cluster.member import ClusterMember
 from sasflow.scheduler.context import Context, SchedulerStats
@@ -37,6 +40,7 @@ from sasflow.scheduler.inflight import InFlightCap
 from sasflow.scheduler.options import SchedulerOptions
 from sasflow.scheduler.outbox import RELAY_BATCH, RelayDuty
 from sasflow.scheduler.replies import Replies
+from sasflow.scheduler.timers import TimerDuty
 from sasflow.schema_watch import SchemaWatch
 from sasflow.store import dialect
 from sasflow.store.db import Engine
@@ -82,6 +86,7 @@ class Scheduler:
             hooks=self._hooks,
             stats=self.stats,
             wake=self._wake,
+            advance=threading.Event(),
         )
         rescan_interval = (
             options.rescan_interval
@@ -120,10 +125,15 @@ class Scheduler:
             actor=self.id,
             figures=lambda: (self.stats.claimed, self.stats.applied, self._stop.is_set()),
         )
+        self._advancing = AdvanceDuty(ctx, options.advance, outbox=self._outbox, woken=ctx.advance)
         # Run in this order at each pass (see the module docstring).
         self._duties: tuple[Duty, ...] = (
             ClusterDuty(self.cluster),  # first: no claim without a lease
             self.flow,  # before the claim: the plan it claims under
+            self._advancing,  # before the claim: the steps it makes ready are claimed in the pass
+            # Before the claim: it reads the claim's wake-up without clearing it, and the steps
+            # its timers make ready are claimed in the pass.
+            TimerDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval),
             ClaimDuty(self.cluster, self._dispatcher, self._wake, rescan_interval=rescan_interval),
             self._outbox,
             Periodic(options.fleet_interval, self.fleet.poll),
@@ -158,6 +168,7 @@ class Scheduler:
             if listener is not None:
                 listener.stop()
             self._outbox.abandon()
+            self._advancing.close()
             self._leave()
             self._transport.close()
         log.info("%s stopped: %s", self.id, self.stats)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sasflow.messages import DEFAULT_LIMITS, Limits
+from sasflow.scheduler.advancing import AdvanceOptions
 from sasflow.scheduler.cluster.member import ClusterOptions
 from sasflow.store.runs import pools
 
@@ -38,3 +39,6 @@ class SchedulerOptions:
     in the reason (agents check their own replies first, see docs/protocol.md, section 3)."""
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     """Its registration, lease and schedules (docs/cluster.md)."""
+    advance: AdvanceOptions = field(default_factory=AdvanceOptions)
+    """The advance duty: user code off the loop (its pool and time budget), runs left by a
+    scheduler without their version, the `version_missing` alert (scheduler.advancing)."""

@@ -2,15 +2,18 @@
 
 Events go out at every `relay_interval`, and sooner when there is reason to: at the next pass
 after replies recorded events (or after a full batch: more wait), and within CLAIM_EVENTS_DELAY
-of a claim. Between passes the batches in flight (published, awaiting the broker's confirms)
-are marked as their confirms arrive, and the loop sleeps at most CONFIRM_POLL meanwhile.
+of a claim, and within milliseconds of a pass that held events back because another relay
+held an earlier event of their run (`Relay.held_back`), again and again with a backoff while
+passes keep holding them back (sasflow.relay.HeldBack). Between passes the batches in flight
+(published, awaiting the broker's confirms) are marked as their confirms arrive, and the loop
+sleeps at most CONFIRM_POLL meanwhile.
 """
 
 from __future__ import annotations
 
 import time
 
-from sasflow.relay import Relay
+from sasflow.relay import HeldBack, Relay
 from sasflow.scheduler.duty import INF, Duty
 
 RELAY_BATCH = 500
@@ -32,6 +35,7 @@ class RelayDuty(Duty):
         self._interval = interval
         self._dirty = True  # the first pass relays whatever waits
         self._claimed = False
+        self._held_back = HeldBack(interval)
 
     def recorded(self) -> None:
         """Replies applied recorded events worth relaying: relay at the next pass."""
@@ -49,11 +53,19 @@ class RelayDuty(Duty):
         if self._claimed:
             self._claimed = False
             self.due = min(self.due, time.monotonic() + CLAIM_EVENTS_DELAY)
-        if self._dirty or t >= self.due:
+        passed = self._dirty or t >= self.due
+        if passed:
             self._dirty = self._relay.start() >= RELAY_BATCH
             self.due = t + self._interval
         elif self._relay.in_flight:
             self._relay.poll()
+        held_back = self._relay.held_back
+        if held_back:
+            # Held back by a transaction now ended (this pass's, or a batch's just marked):
+            # pass again soon, not at the interval; the backoff moves at passes only.
+            self.due = min(self.due, t + self._held_back.delay)
+        if passed:
+            self._held_back.passed(held_back=held_back)
         # Its confirms arrive during `process`, which does not return for them.
         return CONFIRM_POLL if self._relay.in_flight else INF
 

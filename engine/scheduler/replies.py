@@ -171,6 +171,8 @@ class Replies(Part):
             self._outbox.recorded()
         if report.ready or report.backing_off:
             self._wake.set()  # claim what is ready; or learn when the backoff ends
+        if report.deferred:
+            self._advance.set()  # user code to run, or a version to find
         if (self._in_flight.capped or self._flow.limited) and report.applied:
             self._wake.set()  # an agent left out of the last claim may have room again
 

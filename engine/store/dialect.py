@@ -71,6 +71,10 @@ class Capabilities:
     relay_in_flight: bool
     """A relay may keep batches awaiting their confirms while it takes the next: row locks
     (SKIP LOCKED) let its transactions write side by side (SQLite has one writer)."""
+    percentiles: bool
+    """Percentiles computed by the database in the aggregate (`percentile_cont`, PostgreSQL);
+    else the aggregate reads the values and Python interpolates them the same way
+    (store.operator.charts)."""
 
     def portable(self) -> Capabilities:
         """The same database taken through the portable paths only (the ones SQLite takes),
@@ -82,6 +86,7 @@ class Capabilities:
             batched_complete=False,
             copy_events=False,
             relay_in_flight=False,
+            percentiles=False,
         )
 
 
@@ -96,6 +101,7 @@ def _detect(engine: Engine) -> Capabilities:
         batched_complete=postgres,
         copy_events=psycopg,
         relay_in_flight=postgres,
+        percentiles=postgres,
     )
 
 

@@ -110,7 +110,27 @@ runs = Table(
         postgresql_where=text(_DEADLINE_DUE),
         sqlite_where=text(_DEADLINE_DUE),
     ),
+    # Paused by an operator (ops/pause.py): the claim takes none of its steps; steps in flight
+    # finish and the run advances, its new steps wait pending. A flag, not a state: a paused
+    # run keeps its state machine (running, compensating...) and resume is clearing one column.
+    Column("paused", Boolean, nullable=False, server_default=false()),
+    # Advancing the run needs a scheduler that has its workflow version loaded (user code to
+    # run: an input builder, the run's output; or a version the advancing scheduler lacked):
+    # from when (database clock), or until when a scheduler holds it while it builds
+    # (store.runs.deferred). NULL: nothing waits.
+    _ts("advance_due"),
+    # Serves the take of runs to advance (store.runs.deferred): partial, so only they are in it.
+    Index(
+        "ix_runs_advance_due",
+        "advance_due",
+        postgresql_where=text("advance_due IS NOT NULL"),
+        sqlite_where=text("advance_due IS NOT NULL"),
+    ),
 )
+
+_PENDING_NOT_TIMER = "state = 'pending' AND agent <> 'sasflow.timer'"
+_PENDING_TIMER = "state = 'pending' AND agent = 'sasflow.timer'"
+"""The partial indexes' predicates; 'sasflow.timer' is `workflow.TIMER_AGENT` (a test checks)."""
 
 steps = Table(
     "steps",
@@ -161,14 +181,23 @@ steps = Table(
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),
-    # Serves the claim: only ready steps are in it, in claim order.
+    # Serves the claim: only ready steps are in it, in claim order; not timer steps (their own
+    # index below), so sleeping timers cost the claim nothing (queries.not_timer).
     Index(
         "ix_steps_ready",
         text("priority DESC"),
         "not_before",
         "id",
-        postgresql_where=text("state = 'pending'"),
-        sqlite_where=text("state = 'pending'"),
+        postgresql_where=text(_PENDING_NOT_TIMER),
+        sqlite_where=text(_PENDING_NOT_TIMER),
+    ),
+    # Serves the timer duty (store.runs.timers): sleeping timer steps by wake-up time.
+    Index(
+        "ix_steps_timers",
+        "not_before",
+        "id",
+        postgresql_where=text(_PENDING_TIMER),
+        sqlite_where=text(_PENDING_TIMER),
     ),
     # Serves the budgeted claim (flow limits): one agent's ready steps in claim order, so a
     # rate-limited agent's claim does not walk the other agents' backlogs.
@@ -217,6 +246,36 @@ events = Table(
     ),
 )
 
+incidents = Table(
+    "incidents",
+    metadata,
+    # Alerts of one cause while it is open (store/outbox/incidents.py, docs/alerts.md#incidents):
+    # how many, first and last seen; closed (acknowledged) by an operator or when its last open
+    # alert is.
+    Column("id", Id, Identity(), primary_key=True),
+    Column("kind", String(50), nullable=False),
+    Column("cause_key", String(64), nullable=False),
+    Column("cause", Text, nullable=False),
+    Column("workflow", String(100), nullable=True),
+    Column("alert_count", Integer, nullable=False, server_default=text("1")),
+    _ts("first_seen", nullable=False, default_now=True),
+    _ts("last_seen", nullable=False, default_now=True),
+    Column("acknowledged", Boolean, nullable=False, server_default=false()),
+    Column("acknowledged_by", String(200), nullable=True),
+    Column("acknowledge_reason", Text, nullable=True),
+    _ts("acknowledged_at"),
+    # When its last "still happening" notice was queued (store/outbox/incidents.py).
+    _ts("reminded_at"),
+    # One open incident per cause: the upsert of raise_alert counts into it.
+    Index(
+        "uq_incidents_open_cause_key",
+        "cause_key",
+        unique=True,
+        postgresql_where=text("NOT acknowledged"),
+        sqlite_where=text("NOT acknowledged"),
+    ),
+)
+
 alerts = Table(
     "alerts",
     metadata,
@@ -231,6 +290,7 @@ alerts = Table(
     Column("acknowledged_by", String(200), nullable=True),
     Column("acknowledge_reason", Text, nullable=True),
     _ts("acknowledged_at"),
+    Column("incident_id", Id, ForeignKey("incidents.id", ondelete="SET NULL"), nullable=True),
     # Delivery: the sinks that took the alert, attempts so far, each failing sink's last
     # error, when the failed sinks are tried again; `notified_at` once every sink took it or
     # its delivery was given up (supervisor/dispatch.py).
@@ -250,6 +310,8 @@ alerts = Table(
     # Serves the cascade when retention deletes runs (one lookup per deleted run instead of a
     # scan of alerts) and retention's "no open alert" test.
     Index("ix_alerts_run_id", "run_id"),
+    # Serves an incident's alerts (its page, its acknowledgement, whether any is still open).
+    Index("ix_alerts_incident_id", "incident_id"),
     # Serves "was this subject alerted since T" (an agent outage an operator acknowledged is
     # not raised again while it lasts: supervisor.outage).
     Index("ix_alerts_dedup_key_created_at", "dedup_key", "created_at"),
@@ -309,6 +371,9 @@ schedulers = Table(
     _ts("lease_expires_at", nullable=False, default_now=True),
     # The assignment strategy it runs (`--assignment`): the whole cluster runs one.
     Column("assignment", String(20), nullable=False, server_default=text("'acquire'")),
+    # The workflow versions it has loaded: a JSON list of [name, version] (NULL: an older
+    # scheduler that does not say).
+    Column("workflows", Json, nullable=True),
     # Serves S (live schedulers) and the "is the owner alive" test of the acquisition.
     Index("ix_schedulers_lease_expires_at", "lease_expires_at"),
     Index("ix_schedulers_name", "name"),
@@ -440,6 +505,8 @@ agent_instances = Table(
     Column("actions", Json, nullable=True),
     # Seconds, as of `heartbeat_at`, until each open breaker lets a trial call through.
     Column("breakers_open_for", Json, nullable=True),
+    # Worker threads held by handlers past their deadline; equal to `concurrency`: wedged.
+    Column("held", Integer, nullable=False, server_default=text("0")),
     _ts("first_seen_at", nullable=False, default_now=True),
     _ts("heartbeat_at", nullable=False, default_now=True),
     _ts("gone_at"),
@@ -571,6 +638,19 @@ flow_limits = Table(
     Index("ix_flow_limits_agent", "agent"),
 )
 
+agent_pauses = Table(
+    "agent_pauses",
+    metadata,
+    # An agent (action '') or one of its actions paused by an operator (ops/pause.py): the
+    # schedulers' flow plan reads these rows, and the claim takes none of their steps; the steps
+    # stay pending with their deadlines not started.
+    Column("agent", String(100), primary_key=True),
+    Column("action", String(100), primary_key=True),
+    Column("paused_by", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    _ts("paused_at", nullable=False, default_now=True),
+)
+
 flow_buckets = Table(
     "flow_buckets",
     metadata,
@@ -584,4 +664,16 @@ flow_buckets = Table(
     ),
     Column("key", String(200), primary_key=True),
     _ts("tat", nullable=False),
+)
+
+workflow_versions = Table(
+    "workflow_versions",
+    metadata,
+    # The fingerprint of each workflow version as first registered (sasflow.fingerprint): a
+    # process loading the same (workflow, version) with another definition is refused at start.
+    Column("workflow", String(100), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    _ts("registered_at", nullable=False, default_now=True),
+    Column("registered_by", String(200), nullable=False),
 )

@@ -15,7 +15,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import DateTime, Interval
+from sqlalchemy.types import DateTime, Float, Interval
 
 from sasflow.store.types import Timestamp
 
@@ -46,6 +46,13 @@ class _PlusSeconds(FunctionElement[Any]):
     type = Timestamp()
 
 
+class _SecondsBetween(FunctionElement[Any]):
+    """`later - earlier` in seconds, a float (the two arguments)."""
+
+    inherit_cache = True
+    type = Float()
+
+
 def now() -> ColumnElement[Any]:
     """The database's transaction timestamp."""
     return _Now()
@@ -61,6 +68,11 @@ def statement_now() -> ColumnElement[Any]:
 def plus_seconds(ts: ColumnElement[Any], seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
     """`ts + seconds`, with `seconds` a number or a numeric SQL expression."""
     return _PlusSeconds(ts, seconds if isinstance(seconds, ColumnElement) else literal(seconds))
+
+
+def seconds_between(later: ColumnElement[Any], earlier: ColumnElement[Any]) -> ColumnElement[Any]:
+    """`later - earlier` in seconds (a float), both timestamps."""
+    return _SecondsBetween(later, earlier)
 
 
 @compiles(_Now)
@@ -99,3 +111,17 @@ def _plus_sqlite(element: _PlusSeconds, compiler: SQLCompiler, **kw: Any) -> str
     ts, seconds = element.clauses
     modifier = func.printf("%+.6f seconds", seconds)
     return compiler.process(func.strftime(SQLITE_FORMAT, ts, modifier), **kw)
+
+
+@compiles(_SecondsBetween)
+def _between_default(element: _SecondsBetween, compiler: SQLCompiler, **kw: Any) -> str:
+    later, earlier = element.clauses
+    diff = later.op("-", return_type=Interval())(earlier)
+    return f"EXTRACT(EPOCH FROM ({compiler.process(diff, **kw)}))"
+
+
+@compiles(_SecondsBetween, "sqlite")
+def _between_sqlite(element: _SecondsBetween, compiler: SQLCompiler, **kw: Any) -> str:
+    later, earlier = element.clauses
+    days = func.julianday(later) - func.julianday(earlier)
+    return f"(({compiler.process(days, **kw)}) * 86400.0)"

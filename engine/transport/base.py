@@ -90,8 +90,9 @@ class Transport(Protocol):
         consume again)."""
         ...
 
-    def cancel_consumers(self) -> None:
-        """Stop every consumer of this connection (a cancel by the broker is then not raised)."""
+    def cancel_consumers(self, queue: str | None = None) -> None:
+        """Stop every consumer of this connection, or those of `queue` (a cancel by the broker
+        is then not raised for them); deliveries taken stay unacked until acked or requeued."""
         ...
 
     def get(self, queue: str) -> Delivery | None:

@@ -381,14 +381,16 @@ class RabbitMQTransport:
             return None
         return self._delivery(queue, method, props, body if isinstance(body, bytes) else b"")
 
-    def cancel_consumers(self) -> None:
-        self._cancelled.clear()  # consuming stops anyway: a cancel by the broker changes nothing
+    def cancel_consumers(self, queue: str | None = None) -> None:
+        if queue is None:
+            self._cancelled.clear()  # consuming stops: a cancel by the broker changes nothing
         if self._channel is None or not self._channel.is_open:
             return
         with _translated():
             for tag in list(self._channel.consumer_tags):
-                self._channel.basic_cancel(tag)
-                self._consumers.pop(tag, None)
+                if queue is None or self._consumers.get(tag) == queue:
+                    self._channel.basic_cancel(tag)
+                    self._consumers.pop(tag, None)
 
     def publish(self, message: Outgoing) -> None:
         (result,) = self.publish_many([message])

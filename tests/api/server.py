@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import Engine
 
 from sasflow.ops import tokens
 from sasflow.store.db import run_transaction
+from sasflow.transport.topology import Names
+from tests import services
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "test-callback-key-0123"  # noqa: S105 - the test servers' callback key
@@ -102,6 +105,44 @@ def api_server(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+
+@contextlib.contextmanager
+def module_api_server(
+    tmp_path_factory: pytest.TempPathFactory,
+    database_url: str,
+    broker_namespaces: set[str],
+    *,
+    env: dict[str, str | None] | None = None,
+) -> Iterator[ApiServer]:
+    """`api_server` for a module's shared fixture: its logs in a temporary folder of their own
+    and a namespace of its own, left to the session's sweep (`broker_namespaces`)."""
+    names = Names(services.unique("sftest"))
+    broker_namespaces.add(names.namespace)
+    with api_server(
+        tmp_path_factory.mktemp("api"),
+        database_url=database_url,
+        broker_url=services.broker_url(),
+        namespace=names.namespace,
+        env=env,
+    ) as server:
+        yield server
+
+
+def module_api_fixture(env: dict[str, str | None] | None = None) -> object:
+    """The module-scoped `api` fixture most API test modules share (`api =
+    module_api_fixture()`): one `sasflow api` for the module, on `module_database`, with `env`."""
+
+    @pytest.fixture(scope="module")
+    def api(
+        tmp_path_factory: pytest.TempPathFactory, module_database: str, broker_namespaces: set[str]
+    ) -> Iterator[ApiServer]:
+        with module_api_server(
+            tmp_path_factory, module_database, broker_namespaces, env=env
+        ) as server:
+            yield server
+
+    return api
 
 
 def _wait_until_up(server: ApiServer, timeout: float = 30) -> None:

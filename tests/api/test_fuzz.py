@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,10 @@ import pytest
 from sqlalchemy import Engine
 
 from sasflow.schedules.definition import Schedule
-from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.db import run_transaction
 from sasflow.store.outbox.alerts import Alert, raise_alert
-from sasflow.transport.topology import Names
-from tests import services
 from tests.api.cluster import add_schedule, register_scheduler
-from tests.api.server import REPO, ApiServer, api_server, make_token
+from tests.api.server import REPO, ApiServer, make_token, module_api_fixture
 from tests.apps import basic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,29 +47,10 @@ EXAMPLES = int(os.environ.get("SASFLOW_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("SASFLOW_FUZZ_SEED", "1"))
 
 
-@pytest.fixture(scope="module")
-def engine(module_database: str) -> Iterator[Engine]:
-    engine = make_engine(module_database, application_name="sasflow-test")
-    yield engine
-    engine.dispose()
+api = module_api_fixture()
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
-    names = Names(services.unique("sftest"))
-    try:
-        with api_server(
-            tmp_path_factory.mktemp("api"),
-            database_url=module_database,
-            broker_url=services.broker_url(),
-            namespace=names.namespace,
-        ) as server:
-            yield server
-    finally:
-        services.delete_namespace(names.namespace, [])
-
-
-def _seed(api: ApiServer, engine: Engine, token: str) -> None:
+def _seed(api: ApiServer, module_engine: Engine, token: str) -> None:
     """Something for each resource, so that cases reach more than 404s: runs (one cancelled,
     so it can be resubmitted), an alert, a schedule, a scheduler, a flow limit."""
     with api.client(token) as http:
@@ -87,13 +65,13 @@ def _seed(api: ApiServer, engine: Engine, token: str) -> None:
         limit = {"agent": "echo", "rate": "100/s", "reason": "seed"}
         assert http.put("/v1/limits/echo-rate", json=limit).status_code == 201
     run_transaction(
-        engine,
+        module_engine,
         lambda conn: raise_alert(
             conn, Alert(kind="step_failed", subject="fuzz", message="seeded", run_id=ids[1])
         ),
     )
-    add_schedule(engine, Schedule("hourly", "pipeline", every=3600), basic.registry)
-    register_scheduler(engine, "fuzz-scheduler")
+    add_schedule(module_engine, Schedule("hourly", "pipeline", every=3600), basic.registry)
+    register_scheduler(module_engine, "fuzz-scheduler")
 
 
 def _run_schemathesis(api: ApiServer, token: str, workdir: Path) -> dict[str, Any]:
@@ -135,10 +113,10 @@ def _run_schemathesis(api: ApiServer, token: str, workdir: Path) -> dict[str, An
 
 
 def test_every_operation_answers_as_its_document_says(
-    api: ApiServer, engine: Engine, tmp_path: Path
+    api: ApiServer, module_engine: Engine, tmp_path: Path
 ) -> None:
-    token = make_token(engine, "fuzzer", "admin")
-    _seed(api, engine, token)
+    token = make_token(module_engine, "fuzzer", "admin")
+    _seed(api, module_engine, token)
     with api.client() as http:
         document = http.get("/openapi.json").json()
     operations = sum(len(methods) for methods in document["paths"].values())

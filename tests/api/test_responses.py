@@ -21,6 +21,7 @@ from sasflow.settings import Settings
 from sasflow.store.db import make_engine
 from sasflow.store.operator import inspect
 from sasflow.store.outbox import alerts as alert_store
+from sasflow.store.outbox import incidents as incident_store
 from sasflow.store.schema import alerts, flow_limits, runs
 
 ROWS: list[tuple[type[BaseModel], Iterable[ColumnElement[Any]]]] = [
@@ -31,10 +32,12 @@ ROWS: list[tuple[type[BaseModel], Iterable[ColumnElement[Any]]]] = [
     (responses.AlertResponse, alerts.c),
     (responses.AlertSummaryResponse, alert_store.LIST_COLUMNS),
     (responses.LimitResponse, flow_limits.c),
+    (responses.IncidentSummaryResponse, incident_store.LIST_COLUMNS),
 ]
 COMPUTED = {
     responses.StepResponse: ["waiting"],
     responses.LimitResponse: ["description", "burst_effective", "state", "created"],
+    responses.IncidentSummaryResponse: ["sample_runs"],
 }
 """Fields computed by the services, named after the row's columns."""
 

@@ -538,3 +538,32 @@ def test_message_count_counts_ready_messages_and_a_requeued_one_comes_back_first
     assert again.body == b"0"
     transport.ack(again)
     assert transport.message_count(queue) == 2
+
+
+def test_cancelling_one_queues_consumer_leaves_the_others_and_its_unacked_can_be_requeued(
+    bus: Bus,
+) -> None:
+    """What a wedged agent does (sasflow.agents.wedge): it stops consuming its requests while
+    its breaker queue's consumer goes on, and hands back a request it took, which another
+    consumer then gets."""
+    names = bus.names
+    agent = setup(bus, "echo")
+    requests: list[Delivery] = []
+    replies: list[Delivery] = []
+    agent.consume(names.agent("echo"), requests.append, prefetch=1)
+    agent.consume(names.replies, replies.append, prefetch=10)
+    agent.publish(to_queue(names.agent("echo"), b"taken"))
+    pump([agent], lambda: len(requests) == 1)
+
+    agent.cancel_consumers(names.agent("echo"))
+    agent.publish_many([to_queue(names.agent("echo"), b"later"), to_queue(names.replies, b"r")])
+    pump([agent], lambda: len(replies) == 1)
+    settle([agent])
+    assert [d.body for d in requests] == [b"taken"], "no request after the cancel"
+    assert agent.requeue(requests[0]) is True
+
+    other = bus.transport("other")
+    again: list[Delivery] = []
+    other.consume(names.agent("echo"), again.append, prefetch=5)
+    pump([other], lambda: len(again) == 2)
+    assert sorted(d.body for d in again) == [b"later", b"taken"]

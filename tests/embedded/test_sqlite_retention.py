@@ -62,7 +62,10 @@ def test_an_away_subscriber_is_alerted_then_expired_on_sqlite(sqlite_engine: Eng
     with engine.connect() as conn:
         assert conn.execute(select(subscribers.c.id)).all() == []
         assert conn.execute(select(stream_updates.c.id)).all() == []
-        assert conn.execute(select(alerts.c.acknowledged)).scalars().all() == [True]
+        # The away alert resolved, and its incident with it (a notice for the sinks).
+        assert conn.execute(
+            select(alerts.c.kind, alerts.c.acknowledged).order_by(alerts.c.id)
+        ).all() == [("subscriber_away", True), ("incident_resolved", True)]
 
 
 def test_old_audit_records_are_pruned_and_listed_on_sqlite(

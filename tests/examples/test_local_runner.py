@@ -33,6 +33,16 @@ class Quits(Idle):
         self.ran.set()
 
 
+class StopsWedged(Idle):
+    """An agent wedged past its bound: it sets its own stop event and an exit status."""
+
+    exit_code = 0
+
+    def run(self) -> None:
+        self.exit_code = 75
+        self.stop_event.set()
+
+
 class Hangs(Idle):
     def __init__(self) -> None:
         super().__init__()
@@ -80,6 +90,18 @@ def test_a_role_that_returns_unasked_has_crashed_but_one_asked_to_stop_has_not()
     while not runner.crashed() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert runner.crashed() == ["quits: stopped on its own"]
+    assert runner.stop(5) == []
+
+
+def test_a_role_that_stopped_itself_with_an_exit_status_has_crashed() -> None:
+    wedged = StopsWedged()
+    runner = LocalRunner()
+    runner.add("agent", wedged)
+    runner.start()
+    deadline = time.monotonic() + 5
+    while not runner.crashed() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert runner.crashed() == ["agent: stopped with status 75"]
     assert runner.stop(5) == []
 
 

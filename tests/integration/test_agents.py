@@ -63,7 +63,8 @@ def test_transient_errors_are_retried_but_never_past_the_deadline_then_count_one
     assert (worker.stats.replied_failed, worker.stats.replied_ok) == (1, 0)
     (step,) = harness.step_rows(engine)
     assert (step.state, step.attempt, step.failure_count) == ("error", 1, 1)
-    assert step.error == {"type": "TransientError", "message": "remote busy"}
+    assert (step.error["type"], step.error["message"]) == ("TransientError", "remote busy")
+    assert step.error["traceback"].endswith("TransientError: remote busy\n")
 
 
 def test_handler_still_running_at_the_deadline_produces_no_reply(
@@ -121,10 +122,12 @@ def test_permanent_error_fails_the_step_and_the_run_with_the_reason(
     assert len(attempts) == 1
     with engine.connect() as conn:
         error = conn.execute(select(runs.c.error).where(runs.c.id == run.run_id)).scalar_one()
-    assert error == {
-        "step": "charge",
-        "error": {"type": "PermanentError", "message": "card declined"},
-    }
+    assert error["step"] == "charge"
+    assert (error["error"]["type"], error["error"]["message"]) == (
+        "PermanentError",
+        "card declined",
+    )
+    assert 'raise PermanentError("card declined")' in error["error"]["traceback"]
     states = {r.name: r.state for r in harness.step_rows(engine)}
     assert states == {"charge": "error", "receipt": "skipped"}
 
@@ -257,5 +260,10 @@ def test_unstorable_handler_output_fails_the_step_with_the_reason_and_the_agent_
     assert errors["nul"]["type"] == "InvalidOutputError"
     assert "NUL" in errors["nul"]["message"]
     assert errors["surrogate"]["type"] == "InvalidOutputError"
-    assert errors["bad_message"] == {"type": "PermanentError", "message": "broken \\0 text \\ud800"}
+    stored = errors["bad_message"]
+    assert (stored["type"], stored["message"]) == (
+        "PermanentError",
+        "broken \\0 text \\ud800",
+    )
+    assert "\x00" not in stored["traceback"]
     assert set(harness.run_states(engine).values()) == {"error"}

@@ -456,7 +456,10 @@ def test_exchange_sink_routes_by_kind_and_reconnects_after_losing_the_broker(
         ("alert.step_failed", failed, names.namespace),
         ("alert.step_failed", 1, "test"),
     ]
-    assert got[0]["_headers"] == {"x-sasflow-alert-id": failed}
+    assert got[0]["_headers"] == {
+        "x-sasflow-alert-id": failed,
+        "x-sasflow-incident-id": got[0]["incident_id"],
+    }
     assert len(made) == 2
 
 

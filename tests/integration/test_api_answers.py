@@ -12,39 +12,17 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from sasflow.store.db import make_engine
-from sasflow.transport.topology import Names
-from tests import services
-from tests.api.server import ApiServer, api_server, make_token
+from tests.api.server import ApiServer, make_token, module_api_fixture
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def engine(module_database: str) -> Iterator[Engine]:
-    engine = make_engine(module_database, application_name="sasflow-test")
-    yield engine
-    engine.dispose()
+api = module_api_fixture()
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
-    names = Names(services.unique("sftest"))
-    try:
-        with api_server(
-            tmp_path_factory.mktemp("api"),
-            database_url=module_database,
-            broker_url=services.broker_url(),
-            namespace=names.namespace,
-        ) as server:
-            yield server
-    finally:
-        services.delete_namespace(names.namespace, [])
-
-
-@pytest.fixture(scope="module")
-def http(api: ApiServer, engine: Engine) -> Iterator[httpx.Client]:
-    with api.client(make_token(engine, "answers", "read", "submit", "operate")) as client:
+def http(api: ApiServer, module_engine: Engine) -> Iterator[httpx.Client]:
+    with api.client(make_token(module_engine, "answers", "read", "submit", "operate")) as client:
         yield client
 
 

@@ -11,11 +11,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.db import run_transaction
 from sasflow.store.outbox.alerts import Alert, raise_alert
-from sasflow.transport.topology import Names
-from tests import services
-from tests.api.server import ApiServer, api_server, make_token
+from tests.api.server import ApiServer, make_token, module_api_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -23,31 +21,12 @@ TOO_BIG = str(2**63)
 """One more than PostgreSQL's largest bigint."""
 
 
-@pytest.fixture(scope="module")
-def engine(module_database: str) -> Iterator[Engine]:
-    engine = make_engine(module_database, application_name="sasflow-test")
-    yield engine
-    engine.dispose()
+api = module_api_fixture()
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory, module_database: str) -> Iterator[ApiServer]:
-    names = Names(services.unique("sftest"))
-    try:
-        with api_server(
-            tmp_path_factory.mktemp("api"),
-            database_url=module_database,
-            broker_url=services.broker_url(),
-            namespace=names.namespace,
-        ) as server:
-            yield server
-    finally:
-        services.delete_namespace(names.namespace, [])
-
-
-@pytest.fixture(scope="module")
-def http(api: ApiServer, engine: Engine) -> Iterator[httpx.Client]:
-    with api.client(make_token(engine, "input", "read", "submit", "operate")) as client:
+def http(api: ApiServer, module_engine: Engine) -> Iterator[httpx.Client]:
+    with api.client(make_token(module_engine, "input", "read", "submit", "operate")) as client:
         yield client
 
 
@@ -97,7 +76,9 @@ def test_a_nul_in_a_path_or_a_query_is_refused_naming_it(
     assert "NUL" in _refused(http.get(path), field)
 
 
-def test_a_nul_in_a_body_string_is_refused_naming_it(http: httpx.Client, engine: Engine) -> None:
+def test_a_nul_in_a_body_string_is_refused_naming_it(
+    http: httpx.Client, module_engine: Engine
+) -> None:
     submitted = http.post(
         "/v1/runs", json={"workflow": "pipeline", "key": "k\u0000", "input": {"text": "x"}}
     )
@@ -113,9 +94,11 @@ def test_a_nul_in_a_body_string_is_refused_naming_it(http: httpx.Client, engine:
     assert escaped.status_code == 404, "an escaped backslash is text: the run is unknown"
 
 
-def test_a_reason_needs_text_and_keeps_to_its_length(http: httpx.Client, engine: Engine) -> None:
+def test_a_reason_needs_text_and_keeps_to_its_length(
+    http: httpx.Client, module_engine: Engine
+) -> None:
     alert_id = run_transaction(
-        engine, lambda conn: raise_alert(conn, Alert("stalled", "input-test", "look"))
+        module_engine, lambda conn: raise_alert(conn, Alert("stalled", "input-test", "look"))
     )
     assert alert_id is not None
     control = http.post(f"/v1/alerts/{alert_id}/ack", json={"reason": "\u0001\u0002\t"})

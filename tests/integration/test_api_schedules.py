@@ -8,61 +8,41 @@ use (a scheduler registers a lease row, an agent's heartbeat an instance row).""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, select
 
 from sasflow.schedules.definition import Schedule
 from sasflow.store.cluster import fleet
-from sasflow.store.db import make_engine, run_transaction
+from sasflow.store.db import run_transaction
 from sasflow.store.schema import audit, runs
-from sasflow.transport.topology import Names
-from tests import services
 from tests.api.cluster import add_schedule, register_scheduler
-from tests.api.server import ApiServer, api_server, make_token
+from tests.api.server import ApiServer, make_token, module_api_fixture
 from tests.apps import basic
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def engine(module_database: str) -> Iterator[Engine]:
-    engine = make_engine(module_database, application_name="sasflow-test")
-    yield engine
-    engine.dispose()
+api = module_api_fixture()
 
 
-@pytest.fixture(scope="module")
-def api(
-    tmp_path_factory: pytest.TempPathFactory, module_database: str, broker_namespaces: set[str]
-) -> Iterator[ApiServer]:
-    names = Names(services.unique("sftest"))
-    broker_namespaces.add(names.namespace)  # what it leaves goes in the session's sweep
-    with api_server(
-        tmp_path_factory.mktemp("api"),
-        database_url=module_database,
-        broker_url=services.broker_url(),
-        namespace=names.namespace,
-    ) as server:
-        yield server
-
-
-def _audited(engine: Engine, action: str) -> list[tuple[str, str | None]]:
-    with engine.connect() as conn:
+def _audited(module_engine: Engine, action: str) -> list[tuple[str, str | None]]:
+    with module_engine.connect() as conn:
         rows = conn.execute(
             select(audit.c.actor, audit.c.reason).where(audit.c.action == action)
         ).all()
     return [(r.actor, r.reason) for r in rows]
 
 
-def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine) -> None:
+def test_schedules_list_show_pause_resume_trigger(api: ApiServer, module_engine: Engine) -> None:
     added = add_schedule(
-        engine, Schedule("hourly", "pipeline", every=3600, input={"text": "hi"}), basic.registry
+        module_engine,
+        Schedule("hourly", "pipeline", every=3600, input={"text": "hi"}),
+        basic.registry,
     )
     sid = added["id"]
-    reader = make_token(engine, "sched-reader", "read")
-    operator = make_token(engine, "sched-operator", "operate", "read")
+    reader = make_token(module_engine, "sched-reader", "read")
+    operator = make_token(module_engine, "sched-operator", "operate", "read")
     with api.client(reader) as http:
         listed = http.get("/v1/schedules").json()["schedules"]
         assert [(s["id"], s["name"], s["paused"]) for s in listed] == [(sid, "hourly", False)]
@@ -101,19 +81,19 @@ def test_schedules_list_show_pause_resume_trigger(api: ApiServer, engine: Engine
         shown = http.get(f"/v1/schedules/{sid}").json()
     assert [t["run_id"] for t in shown["ticks"]] == [fired["run_id"]]
     assert shown["ticks"][0]["fired_by"] == "sched-operator"
-    with engine.connect() as conn:
+    with module_engine.connect() as conn:
         run = conn.execute(select(runs.c.workflow).where(runs.c.id == fired["run_id"])).one()
     assert run.workflow == "pipeline"
-    assert _audited(engine, "schedules.pause") == [("sched-operator", "maintenance")]
-    assert _audited(engine, "schedules.resume") == [("sched-operator", None)]
-    assert _audited(engine, "schedules.trigger") == [("sched-operator", "now")]
+    assert _audited(module_engine, "schedules.pause") == [("sched-operator", "maintenance")]
+    assert _audited(module_engine, "schedules.resume") == [("sched-operator", None)]
+    assert _audited(module_engine, "schedules.trigger") == [("sched-operator", "now")]
 
 
-def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -> None:
-    register_scheduler(engine, "sched-a")
-    register_scheduler(engine, "sched-scope", assignment="scope")
-    reader = make_token(engine, "cluster-reader", "read")
-    operator = make_token(engine, "cluster-operator", "operate", "read")
+def test_schedulers_cluster_view_drain_undrain(api: ApiServer, module_engine: Engine) -> None:
+    register_scheduler(module_engine, "sched-a")
+    register_scheduler(module_engine, "sched-scope", assignment="scope")
+    reader = make_token(module_engine, "cluster-reader", "read")
+    operator = make_token(module_engine, "cluster-operator", "operate", "read")
     with api.client(reader) as http:
         view = http.get("/v1/schedulers").json()
         (mine,) = [s for s in view["schedulers"] if s["name"] == "sched-a"]
@@ -140,11 +120,11 @@ def test_schedulers_cluster_view_drain_undrain(api: ApiServer, engine: Engine) -
         undrained = http.post("/v1/schedulers/sched-a/undrain")
         assert (undrained.status_code, undrained.json()["scheduler"]["state"]) == (200, "online")
         assert http.post("/v1/schedulers/sched-a/undrain").status_code == 409
-    assert _audited(engine, "schedulers.drain") == [("cluster-operator", "upgrade")]
-    assert _audited(engine, "schedulers.undrain") == [("cluster-operator", None)]
+    assert _audited(module_engine, "schedulers.drain") == [("cluster-operator", "upgrade")]
+    assert _audited(module_engine, "schedulers.undrain") == [("cluster-operator", None)]
 
 
-def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None:
+def test_agents_fleet_view_with_breakers(api: ApiServer, module_engine: Engine) -> None:
     report = fleet.InstanceReport(
         instance_id=uuid.uuid4().hex,
         agent="api-agent",
@@ -156,8 +136,8 @@ def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None
         breakers={"echo": "open"},
         interval_s=60.0,
     )
-    run_transaction(engine, lambda conn: fleet.record_heartbeats(conn, [report]))
-    with api.client(make_token(engine, "fleet-reader", "read")) as http:
+    run_transaction(module_engine, lambda conn: fleet.record_heartbeats(conn, [report]))
+    with api.client(make_token(module_engine, "fleet-reader", "read")) as http:
         schemas = http.get("/openapi.json").json()["components"]["schemas"]
         assert {
             "AgentListResponse",
@@ -166,7 +146,10 @@ def test_agents_fleet_view_with_breakers(api: ApiServer, engine: Engine) -> None
             "TriggeredResponse",
         } <= set(schemas)
         found = http.get("/v1/agents", params={"agent": "api-agent"}).json()["agents"]
-        assert http.get("/v1/agents", params={"agent": "other"}).json() == {"agents": []}
+        assert http.get("/v1/agents", params={"agent": "other"}).json() == {
+            "agents": [],
+            "paused": [],
+        }
     assert [(a["agent"], a["state"], a["breakers"], a["in_flight"]) for a in found] == [
         ("api-agent", "live", {"echo": "open"}, 1)
     ]

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 from sasflow.agents.worker import AgentWorker
 from sasflow.cli.main import cli
+from sasflow.redact import redact_url
 from sasflow.scheduler import Scheduler, SchedulerOptions
 from sasflow.submitter import Submitter
 from sasflow.transport import rabbitmq
@@ -87,6 +88,6 @@ def test_a_shuffled_list_connects_every_time(dead_first: str) -> None:
     try:
         for _ in range(6):
             transport.connect()
-            assert transport.broker == services.broker_url()
+            assert transport.broker == redact_url(services.broker_url())  # password hidden
     finally:
         transport.close()

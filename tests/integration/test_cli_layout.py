@@ -147,10 +147,13 @@ def test_runs_show_at_80_columns(failed_run: int, sasflow: Sasflow, columns: int
 def test_runs_show_json_keeps_every_field(failed_run: int, sasflow: Sasflow) -> None:
     shown = json.loads(sasflow("runs", "show", str(failed_run), "-o", "json", columns=80).output)
 
-    assert shown["run"]["error"] == {
-        "step": "process_payment",
-        "error": {"type": "PermanentError", "message": checkout.DECLINED},
-    }
+    error = shown["run"]["error"]
+    assert error["step"] == "process_payment"
+    assert (error["error"]["type"], error["error"]["message"]) == (
+        "PermanentError",
+        checkout.DECLINED,
+    )
+    assert "Traceback (most recent call last)" in error["error"]["traceback"]
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", shown["run"]["created_at"])
     assert {"locked_by", "complete_by", "failure_count"} <= set(shown["steps"][0])
 

@@ -8,9 +8,7 @@ next one)."""
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -73,21 +71,8 @@ def executions() -> Iterator[Executions]:
 
 
 def _consumers(queue: str) -> int:
-    """The broker's count of consumers of `queue` (a read-only listing)."""
-    ctl = shutil.which("rabbitmqctl")
-    assert ctl is not None, "rabbitmqctl is needed to read a queue's consumers"
-    out = subprocess.run(
-        [ctl, "-q", "list_queues", "name", "consumers"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    for line in out.splitlines():
-        name, _, count = line.strip().rpartition("\t")
-        if name == queue:
-            return int(count)
-    return 0
+    """The broker's count of consumers of `queue` (0 while it is not listed)."""
+    return services.queue_figure(queue, "consumers") or 0
 
 
 def _through(proxy: Proxy) -> str:

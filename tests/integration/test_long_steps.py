@@ -5,8 +5,6 @@ with its reply; a short step's request stays unacknowledged until its reply."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 
@@ -18,7 +16,7 @@ from sasflow.agents import Agent, Call
 from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.store.schema import steps
 from sasflow.transport.topology import Names
-from tests import harness
+from tests import harness, services
 
 pytestmark = pytest.mark.integration
 
@@ -28,21 +26,11 @@ steps of 10 s or more are long."""
 
 
 def _unacknowledged(queue: str) -> int:
-    """The broker's count of deliveries of `queue` not acknowledged yet (a read-only listing)."""
-    ctl = shutil.which("rabbitmqctl")
-    assert ctl is not None, "rabbitmqctl is needed to read a queue's unacknowledged count"
-    out = subprocess.run(
-        [ctl, "-q", "list_queues", "name", "messages_unacknowledged"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    for line in out.splitlines():
-        name, _, count = line.strip().rpartition("\t")
-        if name == queue:
-            return int(count)
-    raise AssertionError(f"queue {queue} not listed")
+    """The broker's count of deliveries of `queue` not acknowledged yet."""
+    figure = services.queue_figure(queue, "messages_unacknowledged")
+    if figure is None:
+        raise AssertionError(f"queue {queue} not listed")
+    return figure
 
 
 @pytest.fixture

@@ -27,18 +27,7 @@ Sasflow = Callable[..., Result]
 
 @pytest.fixture
 def sasflow(database_url: str, names: Names) -> Sasflow:
-    env = {
-        "SASFLOW_DATABASE_URL": database_url,
-        "SASFLOW_NAMESPACE": names.namespace,
-        "SASFLOW_APP": "tests.apps.ops",
-    }
-
-    def invoke(*args: str) -> Result:
-        result = CliRunner().invoke(cli, list(args), env=env)
-        assert result.exit_code == 0, result.output
-        return result
-
-    return invoke
+    return harness.cli(database_url, names, "tests.apps.ops", expect=0)
 
 
 @pytest.fixture

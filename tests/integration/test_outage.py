@@ -46,9 +46,16 @@ def _heartbeats(engine: Engine, *beats: fleet.InstanceReport) -> None:
 
 
 def _alerts(engine: Engine) -> list[dict[str, Any]]:
+    """The alerts, without the notices of resolved incidents (_resolved_notices)."""
     with engine.connect() as conn:
-        query = select(alerts).order_by(alerts.c.id)
+        query = select(alerts).where(alerts.c.kind != "incident_resolved").order_by(alerts.c.id)
         return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _resolved_notices(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        query = select(alerts.c.detail).where(alerts.c.kind == "incident_resolved")
+        return list(conn.execute(query).scalars())
 
 
 def _supervisor(engine: Engine, names: Names, outage_after: float) -> Supervisor:
@@ -106,6 +113,8 @@ def test_every_instance_lost_with_work_waiting_is_one_outage_alert_resolved_when
         assert resolved["acknowledged_by"] == supervisor.id
         assert str(resolved["acknowledge_reason"]).startswith("agent 'echo' is back after")
         assert "back_at" in resolved["detail"]
+        [notice] = _resolved_notices(engine)  # the outage's incident is over: sinks are told
+        assert (notice["resolution"], notice["by"]) == ("recovered", supervisor.id)
 
         # Away again (the worker's heartbeats reached no scheduler: its last heard-of time is
         # the old instances'): a new outage, timed from its return.

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow import Backoff, Registry, Step, StepPolicy, Workflow
+from sasflow import Backoff, Registry, Step, StepContext, StepPolicy, Workflow
 from sasflow.commands import NewRun, StepOutcome, SubmitResult
 from sasflow.states import ReplyStatus
 from sasflow.store.dialect import Capabilities, capabilities, with_capabilities
-from sasflow.store.runs import claim
+from sasflow.store.runs import claim, deferred
 from sasflow.store.runs.apply import apply_outcomes
+from sasflow.store.runs.decide import Built, NeedsAdvance, decide, outputs_of
 from sasflow.store.runs.submit import record_runs
 from sasflow.store.schema import callbacks, events, runs, steps
 from tests.apps import basic
@@ -125,7 +126,25 @@ def _drive(bind: Engine, prefix: str) -> tuple[list[int], list[tuple[int, int]]]
         with bind.begin() as conn:
             report = apply_outcomes(conn, registry, outcomes, namespace="t", actor="s")
         rounds.append((len(claimed), len(report.dropped)))
+        _advance_marked(bind)
     return run_ids, rounds
+
+
+def _advance_marked(bind: Engine) -> None:
+    """What a scheduler's advance duty does for the runs the replies marked ("last" has an
+    input builder): take them, build their inputs from the snapshots, advance them."""
+    with bind.begin() as conn:
+        taken = deferred.take(conn, (("everything", 3),), batch=100, hold_s=30.0)
+    built: dict[int, Built] = {}
+    for snapshot in taken:
+        run = snapshot.run
+        ctx = StepContext(run.input, outputs_of(snapshot.steps), run.id, run.business_key)
+        for transition in decide(run, snapshot.steps, everything):
+            if isinstance(transition, NeedsAdvance):
+                inputs = {name: everything.step(name).input(ctx) for name in transition.steps}
+                built[run.id] = Built(inputs)
+    with bind.begin() as conn:
+        deferred.advance(conn, registry, built, namespace="t", actor="s")
 
 
 def test_fast_and_portable_paths_write_the_same_rows(engine: Engine) -> None:

@@ -14,7 +14,7 @@ from sasflow.scheduler import Scheduler
 from sasflow.store.db import transaction
 from sasflow.store.runs.apply import apply_outcomes
 from sasflow.store.runs.claim import claim_steps
-from sasflow.store.schema import events, steps
+from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import SOURCE_HEADER, Names
 from tests import harness
 from tests.apps import basic
@@ -64,7 +64,10 @@ def test_late_reply_of_an_older_attempt_and_duplicate_reply_are_dropped(
     assert _apply(engine, error_after, names) == 0
     rows = {r.name: r for r in harness.step_rows(engine, run.run_id)}
     assert (rows["a"].state, rows["a"].output) == ("processed", {"text": "X"})
-    assert rows["b"].state == "pending"
+    # b's input has a builder of its own: left to a scheduler's advance duty, not built here.
+    assert rows["b"].state == "waiting"
+    with engine.connect() as conn:
+        assert conn.execute(select(runs.c.advance_due).where(runs.c.id == run.run_id)).scalar_one()
     with engine.connect() as conn:
         processed = conn.execute(
             select(events.c.id).where(events.c.step_id == step.id, events.c.to_state == "processed")
@@ -175,3 +178,69 @@ def test_a_batch_of_ok_replies_is_fenced_per_step(engine: Engine, names: Names) 
         ("processing", None),
         ("processed", {"text": "THREE"}),
     ]
+
+
+def test_a_failed_reply_records_when_its_step_is_ready_again(engine: Engine, names: Names) -> None:
+    """A `failed` reply below the threshold puts the step back to pending after a backoff;
+    its event records the agent's error and that moment (`not_before`, the console's bar)."""
+    with engine.begin() as conn:
+        submit_run(
+            conn, basic.registry, "pipeline", {"text": "x"}, key="nb", namespace=names.namespace
+        )
+    with transaction(engine) as conn:
+        (step,) = claim_steps(conn, locked_by="s1", batch=1)
+    failed = Reply(
+        step_id=step.id, attempt=1, status="failed", error=ErrorInfo(type="Flaky", message="503")
+    )
+    assert _apply(engine, failed, names) == 1
+    with engine.connect() as conn:
+        ready_at = conn.execute(select(steps.c.not_before).where(steps.c.id == step.id)).scalar()
+        detail = conn.execute(
+            select(events.c.detail).where(
+                events.c.step_id == step.id, events.c.from_state == "processing"
+            )
+        ).scalar_one()
+    assert ready_at is not None
+    assert detail == {
+        "error": {"type": "Flaky", "message": "503"},
+        "agent": None,
+        "not_before": ready_at.isoformat(),
+    }
+
+
+def test_a_deferred_reply_records_when_its_step_is_ready_again(
+    engine: Engine, names: Names
+) -> None:
+    """A `deferred` reply (an open breaker, `Defer`) parks the step without a failure; its
+    event records the agent's error and when the step is ready again, as a failure's does."""
+    with engine.begin() as conn:
+        submit_run(
+            conn, basic.registry, "pipeline", {"text": "x"}, key="nbd", namespace=names.namespace
+        )
+    with transaction(engine) as conn:
+        (step,) = claim_steps(conn, locked_by="s1", batch=1)
+    deferred = Reply(
+        step_id=step.id,
+        attempt=1,
+        status="deferred",
+        defer_seconds=30,
+        error=ErrorInfo(type="BreakerOpen", message="payments is open"),
+    )
+    assert _apply(engine, deferred, names) == 1
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(steps.c.not_before, steps.c.state, steps.c.failure_count).where(
+                steps.c.id == step.id
+            )
+        ).one()
+        detail = conn.execute(
+            select(events.c.detail).where(
+                events.c.step_id == step.id, events.c.from_state == "processing"
+            )
+        ).scalar_one()
+    assert (row.state, row.failure_count) == ("pending", 0)
+    assert detail == {
+        "error": {"type": "BreakerOpen", "message": "payments is open"},
+        "agent": None,
+        "not_before": row.not_before.isoformat(),
+    }

@@ -145,7 +145,7 @@ def test_a_reply_to_a_missing_queue_is_kept_and_sent_once_the_queue_exists(
 
 
 def _held(worker: AgentWorker) -> bool:
-    return bool(worker._held)
+    return worker._replies.retry_at is not None
 
 
 def _queued(queue: str) -> int:

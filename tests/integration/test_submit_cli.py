@@ -4,13 +4,14 @@ time), and a key already recorded with another input is a conflict the result sa
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import Engine, func, select
 
 from sasflow.cli.main import cli
-from sasflow.store.schema import runs
+from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import Names
 from tests import services
 from tests.apps import basic
@@ -142,3 +143,20 @@ def test_via_broker_a_known_workflow_is_published(database_url: str, names: Name
     assert json.loads(done.stdout) == {"published": True, "workflow": "pipeline", "key": "k1"}
     with services.broker_channel() as channel:
         assert channel.queue_declare(names.submit, passive=True).method.message_count == 1
+
+
+def test_start_at_delays_the_first_step_and_needs_an_offset(
+    database_url: str, names: Names, engine: Engine
+) -> None:
+    start_at = "2030-01-01T09:00:00+00:00"
+    naive = _submit(database_url, names, "--input", '{"text": "a"}', "--start-at", "2030-01-01")
+    assert naive.exit_code == 2, naive.output
+    assert "start_at" in naive.output
+    done = _submit(database_url, names, "--input", '{"text": "a"}', "--start-at", start_at)
+    assert done.exit_code == 0, done.output
+    run_id = json.loads(done.stdout)["run_id"]
+    with engine.connect() as conn:
+        first = conn.execute(
+            select(steps.c.not_before).where(steps.c.run_id == run_id, steps.c.name == "a")
+        ).scalar_one()
+    assert first == datetime.fromisoformat(start_at)

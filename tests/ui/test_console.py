@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 from sqlalchemy import Engine, select
 
-from sasflow import submit_run
 from sasflow.ops import limits as limit_ops
 from sasflow.schedules.definition import Schedule
 from sasflow.states import RunState
@@ -27,21 +25,10 @@ from tests.api.cluster import add_schedule, register_scheduler
 from tests.api.server import ApiServer, make_token
 from tests.apps import ops
 from tests.ui.conftest import PHONE, WIDE
+from tests.ui.runs import submit as _submit
+from tests.ui.runs import wait_state as _wait_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
-
-
-def _submit(store: Engine, names: Names, key: str, **run_input: Any) -> int:
-    with store.begin() as conn:
-        return submit_run(
-            conn, ops.registry, "ops", run_input, key=key, namespace=names.namespace
-        ).run_id
-
-
-def _wait_state(store: Engine, run_id: int, state: str) -> None:
-    harness.wait_for(
-        lambda: harness.run_states(store)[run_id] == state, what=f"run {run_id} {state}"
-    )
 
 
 def _running(store: Engine, names: Names, tag: str) -> int:
@@ -154,7 +141,7 @@ def test_runs_filter_by_state_and_key_text(
     _wait_state(store, bad, RunState.ERROR)
     _sign_in(page, console, _operator(store)[1])
     page.goto(f"{console.base_url}/ui/runs")
-    page.get_by_label("Key contains").fill(tag)
+    page.get_by_label("Text (key, input, output, errors)").fill(tag)
     page.get_by_role("button", name="Filter", exact=True).click()
     rows = page.locator("tbody tr")
     expect(rows).to_have_count(2)
@@ -264,7 +251,8 @@ def test_acknowledge_an_alert_with_a_note(page: Page, console: ApiServer, store:
     name, token = _operator(store)
     alert = _alert(store, "look")
     _sign_in(page, console, token)
-    page.goto(f"{console.base_url}/ui/alerts")
+    page.goto(f"{console.base_url}/ui/alerts")  # grouped by incident: one alert a row
+    page.get_by_role("link", name="one alert a row").click()
     page.get_by_role("link", name=f"#{alert}").click()
     page.get_by_label("Note").fill("known outage")
     page.get_by_role("button", name=f"Acknowledge alert #{alert}").click()
@@ -315,9 +303,10 @@ def test_a_read_token_sees_no_action_and_cannot_post_one(
 def test_pause_resume_trigger_a_schedule_and_drain_undrain_a_scheduler(
     page: Page, console: ApiServer, store: Engine
 ) -> None:
-    """The schedule's forms pause it, resume it and fire it (its tick links to the run); the
-    schedulers page drains and undrains a registered scheduler; each action is audited with
-    the signed-in token's name."""
+    """The schedule's buttons pause it, resume it and fire it (its tick links to the run); the
+    schedulers page drains and undrains a registered scheduler; each button opens a
+    confirmation page first and the page after the action says what it did; each action is
+    audited with the signed-in token's name."""
     name, token = _operator(store)
     schedule = add_schedule(
         store,
@@ -329,23 +318,35 @@ def test_pause_resume_trigger_a_schedule_and_drain_undrain_a_scheduler(
     _sign_in(page, console, token)
     page.get_by_role("navigation").get_by_role("link", name="Schedules").click()
     page.get_by_role("link", name=schedule["name"]).click()
+    label = schedule["name"]
+    status = page.get_by_role("status")
+    page.get_by_role("button", name=f"Pause {label}…").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Pause schedule {label}?")
     page.get_by_label("Reason for pausing (optional)").fill("maintenance")
-    page.get_by_role("button", name=f"Pause {schedule['name']}").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text(
-        f"Schedule {schedule['name']} (paused)"
-    )
-    page.get_by_role("button", name=f"Resume {schedule['name']}").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text(f"Schedule {schedule['name']}")
-    page.get_by_role("button", name=f"Trigger {schedule['name']}").click()
+    page.get_by_role("button", name=f"Confirm: pause {label}").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Schedule {label} (paused)")
+    expect(status).to_have_text(f"Schedule {label} paused")
+    page.get_by_role("button", name=f"Resume {label}…").click()
+    page.get_by_role("button", name=f"Confirm: resume {label}").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Schedule {label}")
+    expect(status).to_have_text(f"Schedule {label} resumed")
+    page.get_by_role("button", name=f"Trigger {label}…").click()
+    page.get_by_role("button", name=f"Confirm: trigger {label}").click()
+    expect(status).to_have_text(re.compile(rf"^Schedule {label} triggered: run \d+ submitted$"))
     page.get_by_role("link", name=re.compile(r"^run \d+$")).click()
     expect(page.get_by_role("heading", level=1)).to_have_text(re.compile(r"^Run \d+ "))
 
     page.get_by_role("navigation").get_by_role("link", name="Schedulers").click()
     row = page.get_by_role("row").filter(has_text=scheduler)
     expect(row.locator(".state")).to_have_text("online")
-    row.get_by_role("button", name=f"Drain {scheduler}").click()
+    row.get_by_role("button", name=f"Drain {scheduler}…").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Drain scheduler {scheduler}?")
+    page.get_by_role("button", name=f"Confirm: drain {scheduler}").click()
+    expect(status).to_have_text(f"Scheduler {scheduler} drained")
     expect(row.locator(".state")).to_have_text("drained")
-    row.get_by_role("button", name=f"Undrain {scheduler}").click()
+    row.get_by_role("button", name=f"Undrain {scheduler}…").click()
+    page.get_by_role("button", name=f"Confirm: undrain {scheduler}").click()
+    expect(status).to_have_text(f"Scheduler {scheduler} undrained")
     expect(row.locator(".state")).to_have_text("online")
     with store.connect() as conn:
         done = conn.execute(

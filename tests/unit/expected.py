@@ -14,6 +14,7 @@ ALERT_DEFAULTS: dict[str, Any] = {
     "alert_email_from": None,
     "alert_email_to": [],
     "alert_exchange": True,
+    "alert_remind_s": 3600.0,
 }
 """The alert settings as `Settings.redacted()` shows them when none is configured."""
 
@@ -61,6 +62,7 @@ API_DEFAULTS: dict[str, Any] = {
     "api_max_body_bytes": 1048576,
     "api_max_json_depth": 64,
     "api_body_timeout_s": 30.0,
+    "api_header_timeout_s": 30.0,
     "api_ssl_certfile": None,
     "api_ssl_keyfile": None,
     "api_callback_give_up_s": 86400,

@@ -54,6 +54,7 @@ def test_portable_keeps_what_the_database_has_and_drops_the_fast_paths() -> None
         batched_complete=False,
         copy_events=False,
         relay_in_flight=False,
+        percentiles=False,
     )
 
 

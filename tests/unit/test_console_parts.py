@@ -1,19 +1,20 @@
 """The console's parts that need no server: the DAG layout, the runs filter as it travels in
-forms, the signed session cookie."""
+forms, the signed session cookie, the one-time message after an action, the charts."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sasflow.api.console import dag
+from sasflow.api.console import charts, dag, flash
 from sasflow.api.console.session import COOKIE, Session, SessionCodec
 from sasflow.api.console.views import ConsoleError, RunQuery, local
 from sasflow.settings import Settings
+from sasflow.store.operator.charts import Bucket, Series
 
 
 def test_the_dag_places_each_step_after_its_longest_chain() -> None:
@@ -39,11 +40,12 @@ def test_the_runs_filter_round_trips_and_refuses_bad_values() -> None:
     query = RunQuery(("error",), "ops", "", "abc", "2026-01-02T03:04", "", (7,))
     assert query.query_string() == "state=error&workflow=ops&text=abc&since=2026-01-02T03%3A04"
     where = query.to_filter(10)
-    assert (where.states, where.workflow, where.key, where.key_contains) == (
+    assert (where.states, where.workflow, where.key, where.text, where.key_contains) == (
         ("error",),
         "ops",
         None,
         "abc",
+        None,
     )
     assert (where.since, where.until, where.ids, where.limit) == (
         datetime(2026, 1, 2, 3, 4, tzinfo=UTC),
@@ -102,3 +104,61 @@ def test_the_session_cookie_is_signed_httponly_strict_and_secure_over_tls() -> N
 def test_a_short_session_key_is_refused() -> None:
     with pytest.raises(ValidationError, match="at least 16 characters"):
         Settings(api_session_secret="short")  # noqa: S106 - a refused key, not a secret
+
+
+def _with_flash(value: str, *, htmx: bool = False) -> Request:
+    headers = [(b"cookie", f"{flash.COOKIE}={value}".encode())]
+    if htmx:
+        headers.append((b"hx-request", b"true"))
+    return Request({"type": "http", "headers": headers, "scheme": "http", "path": "/ui"})
+
+
+def test_the_flash_is_signed_shown_once_and_left_for_the_page_by_htmx_requests() -> None:
+    """The message comes back from its signed cookie; a tampered or foreign one is ignored;
+    showing it clears the cookie; an htmx request neither shows nor clears it."""
+    codec = flash.FlashCodec(b"k" * 32)
+    response = Response()
+    codec.put(_request(None), response, "Run 42 cancelled")
+    header = response.headers["set-cookie"].lower()
+    assert {"httponly", "samesite=strict", "path=/ui"} <= {p.strip() for p in header.split(";")}
+    value = _cookie(response)
+    assert codec.pending(_with_flash(value)) == "Run 42 cancelled"
+    assert flash.FlashCodec(b"x" * 32).pending(_with_flash(value)) is None
+    assert codec.pending(_with_flash(value[:-2] + "xx")) is None
+    assert codec.pending(_with_flash(value, htmx=True)) is None
+    shown = Response()
+    codec.clear(_with_flash(value), shown)
+    assert shown.headers["set-cookie"].startswith(f'{flash.COOKIE}=""')
+    polled = Response()
+    codec.clear(_with_flash(value, htmx=True), polled)
+    assert "set-cookie" not in polled.headers
+    long = Response()
+    codec.put(_request(None), long, "x" * 2000)
+    assert len(codec.pending(_with_flash(_cookie(long))) or "") == flash.MAX_CHARS
+
+
+def test_the_charts_draw_bars_for_finished_runs_and_points_for_percentiles() -> None:
+    """A bucket with runs is a bar (and a red one for its failures) and a point on each line;
+    an empty bucket draws nothing; the axis goes up to a round number."""
+    start = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+    buckets = (
+        Bucket(start, finished=4, failed=1, p50_s=1.0, p95_s=2.0),
+        Bucket(start + timedelta(minutes=1), finished=0, failed=0, p50_s=None, p95_s=None),
+        Bucket(start + timedelta(minutes=2), finished=2, failed=0, p50_s=0.5, p95_s=0.9),
+    )
+    series = Series("ops", start, start + timedelta(minutes=3), 60.0, buckets)
+    throughput, rate, duration = charts.charts(series)
+    assert [b.css for b in throughput.bars] == ["bar", "bar-failed", "bar"]
+    tallest = throughput.bars[0]
+    assert [t.label for t in throughput.y_ticks] == ["0", "2.5", "5"]  # 4 on a round axis
+    assert tallest.height == charts.HEIGHT * 4 / 5
+    assert tallest.y + tallest.height == charts.TOP + charts.HEIGHT  # standing on the axis
+    assert [len(line.points) for line in rate.lines] == [2]
+    assert [p.title for p in rate.lines[0].points] == [
+        "2026-01-02 03:00 UTC: 25 %",
+        "2026-01-02 03:02 UTC: 0 %",
+    ]
+    assert [(line.label, len(line.points)) for line in duration.lines] == [("p50", 2), ("p95", 2)]
+    assert not throughput.empty
+    nothing = Series("ops", start, start, 60.0, (buckets[1],))
+    assert all(chart.empty for chart in charts.charts(nothing))

@@ -4,6 +4,7 @@ when a run completes, its failure policy and its compensation chain."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -12,15 +13,19 @@ from sasflow.commands import RunError, StoredError
 from sasflow.states import OnFailure, RunState, StepKind, StepState
 from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
 from sasflow.store.runs.decide import (
+    BuildFailed,
+    Built,
     CreateChain,
     FailWaiting,
     Finish,
     MakeReady,
+    NeedsAdvance,
     NotLoaded,
     RaiseAlert,
     Release,
     Skip,
     StartCompensation,
+    StartTimer,
     Transition,
     decide,
 )
@@ -109,15 +114,21 @@ def _kinds(transitions: list[Transition]) -> list[tuple[str, str | None]]:
 
 
 def test_successors_of_a_processed_step_become_ready_with_their_input() -> None:
-    """Waiting steps whose dependencies are all processed get their input built from the
-    outputs; a fan-in whose other branch is not done keeps waiting."""
+    """Waiting steps whose dependencies are all processed become ready: with the run's input
+    at once for the default builder; a step with a builder of its own is left to the advance
+    duty (its user code never runs here), then made ready with what the duty built. A fan-in
+    whose other branch is not done keeps waiting."""
     a = _step("a", StepState.PROCESSED, output={"x": 1})
     b, c = _step("b", StepState.WAITING, "a"), _step("c", StepState.WAITING, "a")
     d = _step("d", StepState.WAITING, "b", "c")
 
     transitions = decide(_run(), [a, b, c, d], _diamond())
 
-    assert [MakeReady(b, {"x": 1}), MakeReady(c, {"n": 1})] == transitions
+    assert [MakeReady(c, {"n": 1}), NeedsAdvance("input builders", steps=("b",))] == transitions
+    built = Built(inputs={"b": {"x": 1}})
+    assert [MakeReady(b, {"x": 1}), MakeReady(c, {"n": 1})] == decide(
+        _run(), [a, b, c, d], _diamond(), built
+    )
 
 
 def test_a_run_whose_steps_are_all_processed_completes_with_the_workflow_output() -> None:
@@ -141,12 +152,14 @@ def test_a_run_with_a_step_still_processing_waits() -> None:
 
 
 def test_without_a_registry_no_input_is_built_but_a_done_run_completes() -> None:
-    """The supervisor and operators advance runs without definitions: a done run completes
-    with the processed steps' outputs as they are."""
+    """The supervisor and operators advance runs without definitions: a step made ready is
+    left to a scheduler's advance duty; a done run completes with the processed steps'
+    outputs as they are."""
     a = _step("a", StepState.PROCESSED, output={"x": 1})
     b = _step("b", StepState.SKIPPED, "a")
 
-    assert decide(_run(), [a, _step("b", StepState.WAITING, "a")], None) == []
+    waiting = [a, _step("b", StepState.WAITING, "a")]
+    assert [NeedsAdvance("no registry")] == decide(_run(), waiting, None)
     assert [Finish(RunState.COMPLETED, output={"a": {"x": 1}})] == decide(_run(), [a, b], None)
 
 
@@ -180,13 +193,15 @@ def test_a_failed_step_fails_the_run_skips_what_did_not_start_and_raises_an_aler
                 run_id=7,
                 step_id=b.id,
                 detail={"step": "b", "error": BOOM},
+                workflow="order",
             )
         ),
     ] == transitions
 
 
 def test_an_input_builder_that_raises_fails_its_step_then_the_run() -> None:
-    """The step goes to error with InvalidInputError; a sibling just made ready is skipped."""
+    """The step goes to error with the error the advance duty built (InvalidInputError); a
+    sibling just made ready is skipped."""
 
     def explode(ctx: StepContext) -> Any:
         raise ValueError("bad input")
@@ -202,10 +217,10 @@ def test_an_input_builder_that_raises_fails_its_step_then_the_run() -> None:
     a = _step("a", StepState.PROCESSED, output={})
     b, c = _step("b", StepState.WAITING, "a"), _step("c", StepState.WAITING, "a")
 
-    transitions = decide(_run(), [a, b, c], workflow)
-
     message = "step 'b': input builder raised ValueError: bad input"
     error = StoredError("InvalidInputError", message)
+    transitions = decide(_run(), [a, b, c], workflow, Built(inputs={"b": BuildFailed(error)}))
+
     assert _kinds(transitions) == [
         ("FailWaiting", "b"),
         ("MakeReady", "c"),
@@ -223,12 +238,15 @@ def test_a_run_output_builder_that_raises_fails_the_run_itself() -> None:
         raise KeyError("total")
 
     steps = [_step(n, StepState.PROCESSED, output={}) for n in "abcd"]
+    failure = StoredError("InvalidOutputError", "run output builder raised KeyError: 'total'")
 
-    transitions = decide(_run(), steps, _diamond(output=explode))
-
-    error = RunError.of_run(
-        StoredError("InvalidOutputError", "run output builder raised KeyError: 'total'")
+    workflow = _diamond(output=explode)
+    assert [NeedsAdvance("output builder", output=True)] == decide(_run(), steps, workflow)
+    transitions = decide(
+        _run(), steps, workflow, Built(output=BuildFailed(failure), output_built=True)
     )
+
+    error = RunError.of_run(failure)
     assert Finish(RunState.ERROR, error=error) == transitions[0]
     alert = transitions[1]
     assert isinstance(alert, RaiseAlert)
@@ -239,19 +257,33 @@ def test_a_run_output_builder_that_raises_fails_the_run_itself() -> None:
     )
 
 
-def test_a_workflow_version_that_is_not_loaded_fails_the_run() -> None:
-    """The scheduler that lacks the version says so, and the steps not started are skipped."""
+def test_a_workflow_version_that_is_not_loaded_is_left_to_a_scheduler_that_has_it() -> None:
+    """The scheduler that lacks the version neither fails nor skips anything: the run is
+    left to the advance duty of a scheduler that has the version."""
     steps = [_step("a", StepState.PROCESSED, output={}), _step("b", StepState.WAITING, "a")]
 
     transitions = decide(_run(), steps, NotLoaded("scheduler-1"))
 
-    error = StoredError(
-        "UnknownWorkflowError",
-        "workflow 'order' version 1 is not loaded by scheduler-1; deploy it to every "
-        "scheduler, then resubmit the run",
-    )
-    assert _kinds(transitions) == [("Skip", "b"), ("Finish", None), ("RaiseAlert", None)]
-    assert Finish(RunState.ERROR, error=RunError.of_run(error)) == transitions[1]
+    reason = "workflow 'order' v1 is not loaded by scheduler-1"
+    assert [NeedsAdvance(reason)] == transitions
+    done = [_step("a", StepState.PROCESSED, output={}), _step("b", StepState.PROCESSED, "a")]
+    assert [NeedsAdvance(reason)] == decide(_run(), done, NotLoaded("scheduler-1"))
+    in_flight = [steps[0], _step("b", StepState.PROCESSING, "a", attempt=1)]
+    assert decide(_run(), in_flight, NotLoaded("scheduler-1")) == []
+
+
+def test_a_step_the_definition_lacks_fails_with_the_reason_not_a_key_error() -> None:
+    """A definition changed under its version (refused at start since fingerprints; runs of
+    an older database may still meet it) names the missing step."""
+    workflow = Workflow("order", [Step("a", "svc", "go"), Step("c", "svc", "go")])
+    a = _step("a", StepState.PROCESSED, output={})
+    b = _step("b", StepState.WAITING, "a")
+
+    transitions = decide(_run(), [a, b], workflow)
+
+    failed = transitions[0]
+    assert isinstance(failed, FailWaiting)
+    assert "has no step 'b': its definition changed without a new version" in failed.error.message
 
 
 def test_a_compensating_workflow_skips_what_did_not_start_and_starts_compensation() -> None:
@@ -372,6 +404,7 @@ def test_a_failed_compensation_step_skips_the_rest_and_needs_an_operator() -> No
                 run_id=7,
                 step_id=chain[0].id,
                 detail={"step": "undo_b", "compensation": True, "error": BOOM},
+                workflow="order",
             )
         ),
     ] == transitions
@@ -445,3 +478,65 @@ def test_rows_are_frozen() -> None:
     step = _step("a", StepState.WAITING)
     with pytest.raises(dataclasses.FrozenInstanceError):
         step.state = StepState.PENDING  # type: ignore[misc]
+
+
+# -- timer steps ----------------------------------------------------------------------------
+
+
+def _wake(ctx: StepContext) -> datetime:
+    return datetime.fromisoformat(ctx.run_input["at"])
+
+
+def _napping() -> Workflow:
+    return Workflow(
+        "nap",
+        [
+            Step("a", "svc", "go"),
+            Step.sleep("short", seconds=2.5),
+            Step.sleep("until", until=_wake, after=("a",)),
+        ],
+    )
+
+
+def test_a_ready_timer_starts_its_sleep_without_an_agent() -> None:
+    """A fixed sleep starts at once, due `seconds` later (the store adds them to the database's
+    now()); a sleep `until` a time is left to the advance duty, which computes the time, then
+    starts due at that time. Neither is made ready for an agent (MakeReady)."""
+    a = _step("a", StepState.PROCESSED, output={})
+    short = _step("short", StepState.WAITING, "a")
+    until = _step("until", StepState.WAITING, "a")
+
+    assert [
+        StartTimer(short, {"sleep_s": 2.5}, seconds=2.5),
+        NeedsAdvance("input builders", steps=("until",)),
+    ] == decide(_run(), [a, short, until], _napping())
+    at = "2026-12-01T09:00:00+00:00"
+    built = Built(inputs={"until": {"until": at}})
+    assert [
+        StartTimer(short, {"sleep_s": 2.5}, seconds=2.5),
+        StartTimer(until, {"until": at}, until=at),
+    ] == decide(_run(), [a, short, until], _napping(), built)
+
+
+def test_a_timer_whose_until_fails_fails_its_run() -> None:
+    a = _step("a", StepState.PROCESSED, output={})
+    short = _step("short", StepState.PROCESSED, "a", output={"slept_until": "x"})
+    until = _step("until", StepState.WAITING, "a")
+    failed = BuildFailed(StoredError("InvalidInputError", "naive datetime"))
+
+    decided = decide(_run(), [a, short, until], _napping(), Built(inputs={"until": failed}))
+
+    assert _kinds(decided)[:2] == [("FailWaiting", "until"), ("Finish", None)]
+
+
+def test_a_timers_until_must_give_an_aware_datetime() -> None:
+    """`until` runs as the timer's input builder: it gives the ISO time, and refuses a naive
+    time (which clock would it be on?)."""
+    builder = _napping().step("until").input
+    ctx = StepContext(
+        run_input={"at": "2026-12-01T09:00:00+01:00"}, outputs={}, run_id=7, business_key="k"
+    )
+
+    assert builder(ctx) == {"until": "2026-12-01T09:00:00+01:00"}
+    with pytest.raises(TypeError, match="timezone-aware"):
+        builder(dataclasses.replace(ctx, run_input={"at": "2026-12-01T09:00:00"}))

@@ -22,6 +22,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 ALERTS = {
     "SasflowStepsExpiring",
     "SasflowBreakerOpen",
+    "SasflowAgentWedged",
     "SasflowDeadLettersGrowing",
     "SasflowNoSchedulerAlive",
     "SasflowSupervisorLeaseNotRenewed",

@@ -280,6 +280,7 @@ def test_encode_is_utf8_json_with_every_field() -> None:
         "priority": 0,
         "reply_to": None,
         "version": None,
+        "start_at": None,
     }
 
 

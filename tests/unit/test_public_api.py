@@ -46,8 +46,10 @@ AGENTS_PUBLIC = {
     "Call",
     "ChildKilledError",
     "Completed",
+    "Defer",
     "PermanentError",
     "TransientError",
+    "TransientHttp",
 }
 
 CLIENT_PUBLIC = {

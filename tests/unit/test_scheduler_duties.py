@@ -6,7 +6,9 @@ from __future__ import annotations
 import threading
 from typing import cast
 
-from sasflow.relay import Relay
+import pytest
+
+from sasflow.relay import HELD_BACK_RETRY, Relay
 from sasflow.scheduler.claims import ClaimDuty, ClusterDuty
 from sasflow.scheduler.cluster.member import ClusterMember
 from sasflow.scheduler.dispatch import Claimed, Dispatcher
@@ -45,6 +47,7 @@ class FakeRelay:
     def __init__(self, relayed: int = 0) -> None:
         self.relayed = relayed
         self.in_flight = False
+        self.held_back = False
         self.starts = self.polls = 0
 
     def start(self) -> int:
@@ -159,3 +162,33 @@ def test_a_claim_brings_the_relay_forward_and_confirms_awaited_bound_the_sleep()
     relay.in_flight = True
     assert duty.run(1.0) == CONFIRM_POLL
     assert relay.polls == 1
+
+
+def test_a_pass_that_held_events_back_is_followed_soon_by_another_with_a_backoff() -> None:
+    """Events held back (another relay held their run's earlier one) are taken again within
+    milliseconds, then with a doubling delay while passes keep holding back, and at the
+    interval again once one did not."""
+    relay = FakeRelay()
+    duty = RelayDuty(cast(Relay, relay), interval=60.0)
+    relay.held_back = True
+    duty.run(10.0)
+    assert duty.due == pytest.approx(10.0 + HELD_BACK_RETRY)
+    duty.run(duty.due)
+    assert duty.due == pytest.approx(10.0 + 3 * HELD_BACK_RETRY)  # then twice as long
+    relay.held_back = False
+    duty.run(duty.due)
+    assert relay.starts == 3
+    assert duty.due == pytest.approx(10.0 + 3 * HELD_BACK_RETRY + 60.0)
+
+
+def test_a_batch_marked_after_holding_events_back_brings_the_next_pass_forward() -> None:
+    """A batch in flight held events back; once it is marked (at a poll), they can be taken:
+    the next pass comes within milliseconds, not at the interval."""
+    relay = FakeRelay()
+    duty = RelayDuty(cast(Relay, relay), interval=60.0)
+    duty.run(10.0)
+    relay.in_flight = True
+    relay.held_back = True  # the poll marked that batch
+    duty.run(11.0)
+    assert (relay.starts, relay.polls) == (1, 1)
+    assert duty.due == pytest.approx(11.0 + HELD_BACK_RETRY)

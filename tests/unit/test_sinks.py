@@ -38,6 +38,11 @@ RECORD = AlertRecord(
     detail={"error": {"type": "Timeout"}, "attempt": 3},
     created_at="2025-01-31T12:00:00.123456+00:00",
     namespace="prod",
+    incident_id=5,
+    count=100,
+    cause="step_failed in order at step 'charge': Timeout: ",
+    workflow="order",
+    business_key="o-1",
 )
 
 HIDDEN = "hunter2"
@@ -100,7 +105,7 @@ class FakeTransport:
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         raise NotImplementedError
 
-    def cancel_consumers(self) -> None:
+    def cancel_consumers(self, queue: str | None = None) -> None:
         raise NotImplementedError
 
     def get(self, queue: str) -> Delivery | None:
@@ -153,6 +158,11 @@ def test_alert_json_has_every_field_with_its_value() -> None:
         "detail": {"error": {"type": "Timeout"}, "attempt": 3},
         "created_at": "2025-01-31T12:00:00.123456+00:00",
         "namespace": "prod",
+        "incident_id": 5,
+        "count": 100,
+        "cause": "step_failed in order at step 'charge': Timeout: ",
+        "workflow": "order",
+        "business_key": "o-1",
     }
     assert "déclin" in RECORD.to_json()
 
@@ -167,6 +177,11 @@ def test_alert_record_from_a_row_without_run_renders_nulls_and_an_iso_time() -> 
         step_id=None,
         detail=None,
         created_at=datetime(2025, 2, 1, 8, 30, tzinfo=UTC),
+        incident_id=4,
+        incident_count=1,
+        incident_cause="stalled of echo",
+        workflow=None,
+        business_key=None,
     )
 
     document = json.loads(AlertRecord.from_row(row, "ns").to_json())
@@ -176,22 +191,30 @@ def test_alert_record_from_a_row_without_run_renders_nulls_and_an_iso_time() -> 
         document["step_id"],
         document["detail"],
         document["created_at"],
-    ) == (None, None, None, "2025-02-01T08:30:00+00:00")
+        document["workflow"],
+        document["business_key"],
+        document["incident_id"],
+        document["count"],
+    ) == (None, None, None, "2025-02-01T08:30:00+00:00", None, None, 4, 1)
 
 
 def test_email_subject_is_kind_and_first_80_characters_on_one_line() -> None:
-    """The subject holds the kind and at most 80 characters of the message, no line breaks."""
+    """The subject holds the kind, its incident's count when more than one, and at most 80
+    characters of the message, no line breaks."""
     long = AlertRecord(**{**RECORD.__dict__, "message": "line one\nline two " + "x" * 200})
 
     subject = email_subject(long)
 
-    assert subject == "[sasflow] step_failed: line one line two " + "x" * 62
+    assert subject == "[sasflow] step_failed (100 alerts): line one line two " + "x" * 62
     assert "\n" not in subject
+    alone = AlertRecord(**{**long.__dict__, "count": 1})
+    assert email_subject(alone) == "[sasflow] step_failed: line one line two " + "x" * 62
 
 
 def test_email_message_has_headers_and_the_json_in_a_plain_text_body() -> None:
     """From, To, Subject are set; the plain-text body ends with the alert's JSON."""
-    built = build_email(RECORD, "sasflow <alerts@example.org>", ["a@example.org", "b@x.org"])
+    alone = AlertRecord(**{**RECORD.__dict__, "count": 1})  # the subject without a count
+    built = build_email(alone, "sasflow <alerts@example.org>", ["a@example.org", "b@x.org"])
 
     parsed = message_from_bytes(built.as_bytes(), policy=policy.default)
     body = parsed.get_body(preferencelist=("plain",))
@@ -204,7 +227,7 @@ def test_email_message_has_headers_and_the_json_in_a_plain_text_body() -> None:
     )
     assert parsed.get_content_type() == "text/plain"
     assert parsed["Message-ID"].endswith("@example.org>")
-    assert json.loads(text[text.index("{") :]) == json.loads(RECORD.to_json())
+    assert json.loads(text[text.index("{") :]) == json.loads(alone.to_json())
 
 
 def test_email_sink_needs_a_recipient() -> None:

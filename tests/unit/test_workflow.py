@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from sasflow.errors import DefinitionError
-from sasflow.workflow import Step, StepContext, Workflow, check_name
+from sasflow.store import schema
+from sasflow.workflow import TIMER_AGENT, Step, StepContext, Workflow, check_name
 
 
 def _ctx(outputs: dict[str, Any], run_input: Any = None) -> StepContext:
@@ -272,3 +273,34 @@ def test_workflow_steps_are_immutable_tuple() -> None:
     steps.append(Step("b", "svc", "x"))
 
     assert tuple(s.name for s in wf.steps) == ("a",)
+
+
+def test_a_timer_step_is_declared_with_step_sleep_and_is_never_a_root() -> None:
+    nap = Workflow("nap", [Step("a", "svc", "go"), Step.sleep("wait", seconds=1)])
+    assert nap.step("wait").is_timer
+    assert nap.step("wait").sleep_s == 1.0
+    with pytest.raises(DefinitionError, match="cannot be a root step"):
+        Workflow("nap", [Step.sleep("wait", seconds=1), Step("a", "svc", "go")])
+    with pytest.raises(DefinitionError, match="exactly one of seconds and until"):
+        Step.sleep("wait")
+    with pytest.raises(DefinitionError, match="seconds must be >= 0"):
+        Step.sleep("wait", seconds=-1)
+    with pytest.raises(DefinitionError, match="reserved for timer steps"):
+        Workflow("nap", [Step("a", "svc", "go"), Step("b", "sasflow.timer", "sleep")])
+
+
+def test_a_timers_sleep_is_part_of_the_fingerprint_and_other_steps_keep_theirs() -> None:
+    def nap(seconds: float) -> Workflow:
+        return Workflow("nap", [Step("a", "svc", "go"), Step.sleep("wait", seconds=seconds)])
+
+    assert nap(1).fingerprint != nap(2).fingerprint
+    assert "sleep_s" not in Step("a", "svc", "go").shape()
+
+
+def test_the_partial_indexes_name_the_timer_agent() -> None:
+    """ix_steps_ready leaves timers out and ix_steps_timers holds them by the agent's name,
+    spelt in their SQL predicates."""
+    indexes = {str(i.name): i for i in schema.steps.indexes}
+    for name in ("ix_steps_ready", "ix_steps_timers"):
+        predicate = str(indexes[name].dialect_options["postgresql"]["where"])
+        assert f"'{TIMER_AGENT}'" in predicate, (name, predicate)

@@ -1,5 +1,5 @@
-"""The console's form posts: sign in and out, cancel, resubmit (one run or in bulk after a
-dry run), acknowledge an alert. Every post carries the session's CSRF token; the actions
+"""The console's form posts: sign in and out, cancel and resubmit a run, acknowledge an alert
+(bulk actions: bulk.py). Every post carries the session's CSRF token; the actions
 need the `operate` scope and call the same service functions as the CLI and the REST API."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from sasflow.api.auth import Principal
+from sasflow.api.console import forms, live
+from sasflow.api.console.forms import FieldError
+from sasflow.api.console.run_view import Typed
 from sasflow.api.console.session import Session, SessionCodec
 from sasflow.api.console.views import (
     PREFIX,
     ConsoleError,
-    RunQuery,
     Visitor,
     act,
     checked,
@@ -30,22 +32,13 @@ from sasflow.ops import alerts as alert_ops
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import tokens
-from sasflow.ops.resubmit import Resubmitted
+from sasflow.states import RunState
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
-
-BULK_LIMIT = 500
-"""Runs one bulk resubmission may touch."""
 
 Context = Annotated[ApiContext, Depends(get_context)]
 Checked = Annotated[Visitor, Depends(checked)]
 Operator = Annotated[tuple[Visitor, Principal], Depends(operator)]
-
-
-def _reason(text: str) -> str:
-    if not text.strip():
-        raise ConsoleError(400, "a reason is required")
-    return text.strip()
 
 
 @router.post("/login", response_model=None)
@@ -61,7 +54,9 @@ def login(
     found = ctx.transaction(lambda conn: tokens.authenticate(conn, token.strip()))
     if found is None or not tokens.grants(found["scopes"], "read"):
         message = "unknown or revoked token" if found is None else "the token lacks 'read'"
-        return render(request, who, "login.html", {"next": PREFIX, "error": message}, status=401)
+        # The page it was going to is kept; the token is not shown again (a secret).
+        values = {"next": local(target), "error": message}
+        return render(request, who, "login.html", values, status=401)
     session = Session(csrf=who.session.csrf, token_hash=tokens.hash_token(token.strip()))
     return redirect(request, Visitor(session), local(target))
 
@@ -73,7 +68,7 @@ def logout(_: Checked) -> RedirectResponse:
     return response
 
 
-@router.post("/runs/{run_id}/cancel")
+@router.post("/runs/{run_id}/cancel", response_model=None)
 def cancel(
     *,
     request: Request,
@@ -82,24 +77,31 @@ def cancel(
     run_id: RowId,
     reason: Annotated[str, Form()] = "",
     compensate: Annotated[bool, Form()] = False,
-) -> RedirectResponse:
+) -> HTMLResponse | RedirectResponse:
     who, principal = acting
-    why = _reason(reason)
-    act(
-        ctx,
-        lambda conn: cancel_ops.cancel(
-            conn,
-            run_id,
-            actor=principal.name,
-            reason=why,
-            namespace=ctx.namespace,
-            compensate=compensate,
-        ),
-    )
-    return redirect(request, who, f"{PREFIX}/runs/{run_id}")
+    try:
+        why = forms.reason(reason)
+        done = act(
+            ctx,
+            lambda conn: cancel_ops.cancel(
+                conn,
+                run_id,
+                actor=principal.name,
+                reason=why,
+                namespace=ctx.namespace,
+                compensate=compensate,
+            ),
+        )
+    except ConsoleError as exc:  # the run page again, what was typed kept
+        typed = Typed("cancel", {"reason": reason, "compensate": compensate}, forms.errors_of(exc))
+        return live.run_page(request, who, ctx, run_id, typed=typed, status=exc.status)
+    message = f"Run {run_id} cancelled"
+    if done.state != RunState.CANCELLED:
+        message += f": {done.state} (its processed steps are undone)"
+    return redirect(request, who, f"{PREFIX}/runs/{run_id}", flash=message)
 
 
-@router.post("/runs/{run_id}/resubmit")
+@router.post("/runs/{run_id}/resubmit", response_model=None)
 def resubmit(
     *,
     request: Request,
@@ -110,26 +112,34 @@ def resubmit(
     from_step: Annotated[str, Form()] = "",
     edited: Annotated[str, Form(alias="input")] = "",
     original_input: Annotated[str, Form()] = "",
-) -> RedirectResponse:
+) -> HTMLResponse | RedirectResponse:
     """Resubmit from the failed steps or `from_step`; an edited input must be a JSON object
-    (checked here, then against the message limits by the service function)."""
+    (checked here, then against the message limits by the service function). Refused, the
+    run page comes back with what was typed and the error next to its field."""
     who, principal = acting
-    why = _reason(reason)
-    new_input = _edited_input(edited, original_input)
-    act(
-        ctx,
-        lambda conn: resubmit_ops.resubmit(
-            conn,
-            ctx.registry,
-            run_id,
-            actor=principal.name,
-            reason=why,
-            namespace=ctx.namespace,
-            from_step=from_step or None,
-            new_input=new_input,
-        ),
-    )
-    return redirect(request, who, f"{PREFIX}/runs/{run_id}")
+    try:
+        why = forms.reason(reason)
+        new_input = _edited_input(edited, original_input)
+        done = act(
+            ctx,
+            lambda conn: resubmit_ops.resubmit(
+                conn,
+                ctx.registry,
+                run_id,
+                actor=principal.name,
+                reason=why,
+                namespace=ctx.namespace,
+                from_step=from_step or None,
+                new_input=new_input,
+            ),
+        )
+    except ConsoleError as exc:
+        values = {"from_step": from_step, "input": edited or original_input, "reason": reason}
+        typed = Typed("resubmit", values, forms.errors_of(exc))
+        return live.run_page(request, who, ctx, run_id, typed=typed, status=exc.status)
+    steps = ", ".join(done.reset_steps) or "none"
+    message = f"Run {run_id} resubmitted: steps redone {steps}"
+    return redirect(request, who, f"{PREFIX}/runs/{run_id}", flash=message)
 
 
 def _edited_input(text: str, original: str) -> Any:
@@ -139,9 +149,9 @@ def _edited_input(text: str, original: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise ConsoleError(400, f"the edited input is not valid JSON: {exc}") from exc
+        raise FieldError("input", f"the edited input is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise ConsoleError(400, "the edited input must be a JSON object")
+        raise FieldError("input", "the edited input must be a JSON object")
     return value
 
 
@@ -152,77 +162,26 @@ def _same_json(a: str, b: str) -> bool:
         return False
 
 
-def _bulk(
-    ctx: ApiContext, query: RunQuery, *, actor: str, reason: str, dry_run: bool
-) -> list[Resubmitted]:
-    where = query.to_filter(BULK_LIMIT)
-    return act(
-        ctx,
-        lambda conn: resubmit_ops.resubmit_many(
-            conn,
-            ctx.registry,
-            where,
-            actor=actor,
-            reason=reason,
-            dry_run=dry_run,
-            namespace=ctx.namespace,
-        ),
-    )
-
-
-def _query(form: Any) -> RunQuery:
-    """The filter a bulk form carries; `scope=selected` means the ticked runs only."""
-    try:
-        ids = tuple(int(v) for v in form.getlist("run"))
-    except ValueError:
-        raise ConsoleError(400, "a selected run id is not a number") from None
-    if form.get("scope") == "selected" and not ids:
-        raise ConsoleError(400, "no run selected: tick the runs to resubmit")
-    if form.get("scope") == "filter":
-        ids = ()
-    return RunQuery(
-        states=tuple(str(s) for s in form.getlist("state")),
-        workflow=str(form.get("workflow", "")),
-        key=str(form.get("key", "")),
-        text=str(form.get("text", "")),
-        since=str(form.get("since", "")),
-        until=str(form.get("until", "")),
-        ids=ids,
-    )
-
-
-@router.post("/bulk/preview")
-async def bulk_preview(request: Request, acting: Operator, ctx: Context) -> HTMLResponse:
-    """The dry run: the resubmissions made and rolled back, so the page lists exactly the
-    runs and steps the real action would redo."""
-    who, principal = acting
-    query = _query(await request.form())
-    planned = _bulk(ctx, query, actor=principal.name, reason="preview", dry_run=True)
-    return render(request, who, "bulk.html", {"planned": planned, "query": query, "done": False})
-
-
-@router.post("/bulk/resubmit")
-async def bulk_resubmit(request: Request, acting: Operator, ctx: Context) -> HTMLResponse:
-    """The real bulk resubmission, limited to the runs the preview listed (`run` fields)."""
-    who, principal = acting
-    form = await request.form()
-    query = _query(form)
-    if not query.ids:
-        raise ConsoleError(400, "nothing to resubmit: preview first")
-    why = _reason(str(form.get("reason", "")))
-    done = _bulk(ctx, query, actor=principal.name, reason=why, dry_run=False)
-    return render(request, who, "bulk.html", {"planned": done, "query": query, "done": True})
-
-
-@router.post("/alerts/{alert_id}/ack")
+@router.post("/alerts/{alert_id}/ack", response_model=None)
 def acknowledge(
     request: Request,
     acting: Operator,
     ctx: Context,
     alert_id: RowId,
     note: Annotated[str, Form()] = "",
-) -> RedirectResponse:
+) -> HTMLResponse | RedirectResponse:
     who, principal = acting
-    why = _reason(note)
-    act(ctx, lambda conn: alert_ops.acknowledge(conn, alert_id, actor=principal.name, reason=why))
-    return redirect(request, who, f"{PREFIX}/alerts/{alert_id}")
+    try:
+        why = forms.reason(note, "note")
+        act(
+            ctx,
+            lambda conn: alert_ops.acknowledge(conn, alert_id, actor=principal.name, reason=why),
+        )
+    except ConsoleError as exc:  # the alert page again, the note kept
+        found = act(ctx, lambda conn: alert_ops.show_alert(conn, alert_id))
+        typed = Typed("ack", {"note": note}, forms.errors_of(exc))
+        return render(
+            request, who, "alert.html", {"alert": found, "typed": typed}, status=exc.status
+        )
+    message = f"Alert #{alert_id} acknowledged"
+    return redirect(request, who, f"{PREFIX}/alerts/{alert_id}", flash=message)

@@ -1,5 +1,5 @@
-"""The console's pages (GET): overview, runs, a run, alerts, an alert, agents, limits,
-schedules, a schedule, schedulers."""
+"""The console's pages (GET): overview, runs, a run, an alert, agents, limits, schedules, a
+schedule, schedulers (the alerts page, grouped by incident, is console/incidents.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 
-from sasflow.api.console import dag
+from sasflow.api.console import live
 from sasflow.api.console.views import (
-    PAGE,
     PREFIX,
     RunQuery,
     Visitor,
@@ -22,19 +21,13 @@ from sasflow.api.console.views import (
 )
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.validation import Cursor, RowId
-from sasflow.errors import SasflowError
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import limits as limit_ops
+from sasflow.ops import pause as pause_ops
 from sasflow.ops import registrations
 from sasflow.ops import runs as run_ops
 from sasflow.ops import schedules as schedule_ops
-from sasflow.states import (
-    CANCELLABLE_RUN_STATES,
-    RESUBMITTABLE_RUN_STATES,
-    RunState,
-    StepKind,
-)
 from sasflow.store.db import Connection
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -89,61 +82,14 @@ def runs_page(
 ) -> HTMLResponse:
     """Runs, newest first, filtered; a page at a time (the next page's link holds a cursor)."""
     query = RunQuery(tuple(state or ()), workflow, key, text, since, until)
-    where = query.to_filter(PAGE)
-    page, next_cursor = ctx.transaction(lambda conn: run_ops.runs_page(conn, where, cursor=cursor))
-    return render(
-        request,
-        who,
-        "runs.html",
-        {"runs": page, "next_cursor": next_cursor, "query": query, "cursor": cursor},
-    )
+    return live.runs_page(request, who, ctx, query, cursor)
 
 
 @router.get("/runs/{run_id}")
 def run_page(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTMLResponse:
-    """The run: its steps as a table and a picture, its timeline, input, output, error."""
-    detail = act(ctx, lambda conn: run_ops.show_run(conn, run_id))
-    run = detail["run"]
-    forward = [s for s in detail["steps"] if s["kind"] == StepKind.FORWARD]
-    try:
-        workflow = ctx.registry.workflow(run["workflow"], run["version"])
-    except SasflowError:
-        picture = None  # this server's app does not know the workflow: the table still shows
-    else:
-        states = {s["name"]: str(s["state"]) for s in forward}
-        picture = dag.layout(workflow.order, workflow.dependencies, states)
-    return render(
-        request,
-        who,
-        "run.html",
-        {
-            "run": run,
-            "steps": detail["steps"],
-            "forward": forward,
-            "events": detail["events"],
-            "failures": detail["failures"],
-            "picture": picture,
-            "box": dag,
-            # The forms shown; the service functions still decide (a 409 page otherwise).
-            "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
-            "can_resubmit": run["state"] in RESUBMITTABLE_RUN_STATES
-            or run["state"] == RunState.COMPLETED,
-        },
-    )
-
-
-@router.get("/alerts")
-def alerts_page(
-    request: Request,
-    who: Reader,
-    ctx: Context,
-    everything: Annotated[bool, Query(alias="all")] = False,
-) -> HTMLResponse:
-    """Open alerts (all of them with ?all=true), newest first."""
-    found = ctx.transaction(
-        lambda conn: alert_ops.list_alerts(conn, include_acknowledged=everything, limit=200)
-    )
-    return render(request, who, "alerts.html", {"alerts": found, "all": everything})
+    """The run: its steps as a table and a picture, its timeline as bars and as events,
+    input, output, error."""
+    return live.run_page(request, who, ctx, run_id)
 
 
 @router.get("/alerts/{alert_id}")
@@ -154,9 +100,17 @@ def alert_page(request: Request, who: Reader, ctx: Context, alert_id: RowId) -> 
 
 @router.get("/agents")
 def agents_page(request: Request, who: Reader, ctx: Context) -> HTMLResponse:
-    """The fleet registry: every agent instance, its state, load and breakers."""
-    found = ctx.transaction(lambda conn: agent_ops.list_agents(conn, include_stopped=True))
-    return render(request, who, "agents.html", {"agents": found})
+    """The fleet registry: every agent instance, its state, load and breakers; the paused
+    agents and actions, and the buttons to pause or resume them."""
+    found, paused = ctx.transaction(
+        lambda conn: (
+            agent_ops.list_agents(conn, include_stopped=True),
+            pause_ops.paused_agents(conn),
+        )
+    )
+    names = sorted({i["agent"] for i in found} | {p["agent"] for p in paused})
+    values = {"agents": found, "paused": paused, "names": names}
+    return render(request, who, "agents.html", values)
 
 
 @router.get("/limits")

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.exceptions import HTTPException
 
 from sasflow.api.auth import Principal
+from sasflow.api.console.flash import FlashCodec
 from sasflow.api.console.session import Session, SessionCodec, anonymous
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import to_response
@@ -49,6 +50,7 @@ class Console:
 
     templates: Jinja2Templates
     codec: SessionCodec
+    flash: FlashCodec
 
 
 def install(app: FastAPI, ctx: ApiContext) -> Console:
@@ -61,7 +63,7 @@ def install(app: FastAPI, ctx: ApiContext) -> Console:
     env.filters["pretty"] = pretty
     secret = ctx.settings.api_session_secret
     key = secret.get_secret_value().encode() if secret else secrets.token_bytes(32)
-    console = Console(Jinja2Templates(env=env), SessionCodec(key))
+    console = Console(Jinja2Templates(env=env), SessionCodec(key), FlashCodec(key))
     app.state.console = console
     app.mount(
         f"{PREFIX}/static",
@@ -152,12 +154,19 @@ def render(
     *,
     status: int = 200,
 ) -> HTMLResponse:
-    """A page, with the visitor, the CSRF token and the state names at hand."""
-    context = {"who": who, "csrf": who.session.csrf, "run_states": list(RunState), **values}
-    response = console_of(request).templates.TemplateResponse(
-        request, template, context, status_code=status
-    )
-    console_of(request).codec.write(request, response, who.session)
+    """A page, with the visitor, the CSRF token and the state names at hand, and the message
+    an action left for it (`flash`; given in `values` by a page that is itself a result)."""
+    console = console_of(request)
+    context = {
+        "who": who,
+        "csrf": who.session.csrf,
+        "run_states": list(RunState),
+        "flash": console.flash.pending(request),
+        **values,
+    }
+    response = console.templates.TemplateResponse(request, template, context, status_code=status)
+    console.codec.write(request, response, who.session)
+    console.flash.clear(request, response)
     return response
 
 
@@ -176,10 +185,15 @@ def local(target: str) -> str:
     return target if target.startswith(PREFIX) and not target.startswith("//") else PREFIX
 
 
-def redirect(request: Request, who: Visitor, location: str) -> RedirectResponse:
-    """303 See Other (after a post), keeping the session cookie fresh."""
+def redirect(
+    request: Request, who: Visitor, location: str, *, flash: str | None = None
+) -> RedirectResponse:
+    """303 See Other (after a post), keeping the session cookie fresh; `flash` is the
+    one-time message the page at `location` shows (what the action did)."""
     response = RedirectResponse(location, status_code=303)
     console_of(request).codec.write(request, response, who.session)
+    if flash:
+        console_of(request).flash.put(request, response, flash)
     return response
 
 
@@ -213,7 +227,7 @@ class RunQuery:
             states=self.states,
             workflow=self.workflow or None,
             key=self.key or None,
-            key_contains=self.text or None,
+            text=self.text or None,
             since=_moment(self.since, "from"),
             until=_moment(self.until, "until"),
             ids=self.ids,

@@ -14,6 +14,7 @@ from sasflow.api.context import ApiContext, get_context
 from sasflow.api.models import ACTION_EXAMPLES, OperatorActionRequest
 from sasflow.api.openapi import answers, link
 from sasflow.ops import agents as agent_ops
+from sasflow.ops import pause as pause_ops
 from sasflow.ops import registrations
 
 router = APIRouter(tags=["schedulers", "agents"])
@@ -83,8 +84,12 @@ def list_agents(
     agent: str | None = None,
     include_stopped: bool = False,
 ) -> dict[str, Any]:
-    """The fleet: agent instances with state, load, last heartbeat and breaker states."""
-    found = ctx.transaction(
-        lambda conn: agent_ops.list_agents(conn, agent=agent, include_stopped=include_stopped)
+    """The fleet: agent instances with state, load, last heartbeat and breaker states; the
+    paused agents and actions."""
+    found, paused = ctx.transaction(
+        lambda conn: (
+            agent_ops.list_agents(conn, agent=agent, include_stopped=include_stopped),
+            pause_ops.paused_agents(conn),
+        )
     )
-    return {"agents": found}
+    return {"agents": found, "paused": [p for p in paused if agent in (None, p["agent"])]}

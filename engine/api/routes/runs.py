@@ -20,7 +20,7 @@ from sasflow.api.models import (
 )
 from sasflow.api.openapi import answers, link
 from sasflow.api.validation import Cursor, RowId
-from sasflow.commands import NewRun
+from sasflow.commands import NewRun, SubmitResult
 from sasflow.errors import BacklogFullError, UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
@@ -79,7 +79,8 @@ def submit_run(
     ctx: Context,
     who: Annotated[Principal, Depends(require("submit"))],
 ) -> dict[str, Any]:
-    """Submit a run: 201 with `Location` and the run, or 200 with the run the key maps to;
+    """Submit a run: 201 with `Location` and the run, or 200 with the run the key maps to
+    (`input_differs` true, and a `message`, when that run was recorded with another input);
     429 with `Retry-After` while the workflow's backlog is at its bound."""
     if body.callback_url is not None and ctx.settings.api_callback_secret is None:
         raise ApiError(
@@ -97,9 +98,10 @@ def submit_run(
         submitted_by=who.name,
         callback_url=None if body.callback_url is None else str(body.callback_url),
         pool=body.pool,
+        start_at=body.start_at,
     )
 
-    def work(conn: Connection) -> tuple[bool, dict[str, Any]]:
+    def work(conn: Connection) -> tuple[SubmitResult, dict[str, Any]]:
         result = submit_ops.submit_run(
             conn,
             ctx.registry,
@@ -109,10 +111,10 @@ def submit_run(
             limits=ctx.limits,
             backlog=ctx.backlog,
         )
-        return result.created, run_ops.get_run(conn, result.run_id)
+        return result, run_ops.get_run(conn, result.run_id)
 
     try:
-        created, run = ctx.transaction(work)
+        result, run = ctx.transaction(work)
     except UnknownWorkflowError as exc:
         known = submit_ops.known_workflows(ctx.registry)
         raise ApiError(
@@ -135,10 +137,16 @@ def submit_run(
                 "retry_after": exc.retry_after,
             },
         ) from exc
-    if not created:
+    if not result.created:
         response.status_code = 200
     response.headers["Location"] = f"/v1/runs/{run['id']}"
-    return {"id": run["id"], "created": created, "run": run}
+    return {
+        "id": run["id"],
+        "created": result.created,
+        "input_differs": result.input_differs,
+        "message": result.conflict(body.workflow),
+        "run": run,
+    }
 
 
 @router.get(
@@ -172,11 +180,20 @@ def list_runs(
     state: Annotated[list[RunState] | None, Query()] = None,
     workflow: str | None = None,
     key: str | None = None,
+    text: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            description="Text found (case-insensitive) in the business key, the run's input, "
+            "output or error, or a step's error; among the newest 100,000 runs only.",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """Runs, newest first, one page at a time: follow `next_cursor` until it is null."""
-    where = RunFilter(states=tuple(state or ()), workflow=workflow, key=key, limit=limit)
+    where = RunFilter(states=tuple(state or ()), workflow=workflow, key=key, text=text, limit=limit)
     page, next_cursor = ctx.transaction(lambda conn: run_ops.runs_page(conn, where, cursor=cursor))
     return {"runs": page, "next_cursor": next_cursor}
 

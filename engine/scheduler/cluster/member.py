@@ -28,7 +28,7 @@ from sasflow.scheduler.cluster.limits import Load
 from sasflow.scheduler.cluster.strategy import AssignmentStrategy, make_strategy
 from sasflow.scheduler.cluster.sync import sync_app_schedules
 from sasflow.store.cluster import registrations as schedulers
-from sasflow.store.cluster import schedules, shard
+from sasflow.store.cluster import schedules, shard, versions
 from sasflow.store.cluster.registrations import Registration
 from sasflow.store.db import Connection, Engine, transaction
 from sasflow.store.outbox import alerts
@@ -204,8 +204,12 @@ class ClusterMember:
             alarm_threshold=options.alarm_threshold,
             lease_ttl=options.lease_ttl,
             assignment=options.assignment,
+            workflows=tuple((w.name, w.version) for w in self._registry.workflows),
         )
         with transaction(self._engine) as conn:
+            # Before anything is recorded: a changed definition under its old version refuses
+            # to start (exit status 78), it never advances runs of the other definition.
+            versions.record(conn, self._registry.workflows, actor=reg.id)
             others = shard.assignments_live(conn) - {options.assignment}
             if others:
                 raise AssignmentConflictError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Row, and_, case, delete, func, select, update
 
@@ -37,6 +37,8 @@ class InstanceReport:
     """Action -> the dependency it uses (None: the agent did not say)."""
     breakers_open_for_s: dict[str, float] = field(default_factory=dict)
     """Open breaker -> seconds until its trial call, as of this heartbeat."""
+    held: int = 0
+    """Threads held by handlers past their deadline; = concurrency: wedged."""
 
 
 _NOT_COLUMNS = frozenset({"stopping", "breakers_open_for_s"})
@@ -98,6 +100,27 @@ def mark_lost(conn: Connection) -> Sequence[Row[Any]]:
             agent_instances.c.in_flight,
         )
     ).all()
+
+
+def wedged_instances(conn: Connection) -> Sequence[Row[Any]]:
+    """Live instances whose every worker thread is held past deadline, as of their last
+    heartbeat (a scan of a table as small as the fleet)."""
+    rows = conn.execute(
+        select(
+            agent_instances.c.instance_id,
+            agent_instances.c.agent,
+            agent_instances.c.hostname,
+            agent_instances.c.pid,
+            agent_instances.c.held,
+            agent_instances.c.concurrency,
+            agent_instances.c.heartbeat_at,
+        ).where(
+            agent_instances.c.state == AgentState.LIVE,
+            agent_instances.c.concurrency > 0,
+            agent_instances.c.held >= agent_instances.c.concurrency,
+        )
+    ).all()
+    return cast("Sequence[Row[Any]]", rows)
 
 
 @dataclass(frozen=True)

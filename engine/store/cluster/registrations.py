@@ -27,6 +27,8 @@ class Registration:
     alarm_threshold: int | None
     lease_ttl: float
     assignment: str = "acquire"
+    workflows: tuple[tuple[str, int], ...] = ()
+    """The (workflow, version) pairs it has loaded: who can advance which runs."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ def register(conn: Connection, reg: Registration) -> bool:
             alarm_threshold=reg.alarm_threshold,
             lease_ttl_s=reg.lease_ttl,
             assignment=reg.assignment,
+            workflows=[list(key) for key in reg.workflows],
             lease_expires_at=plus_seconds(now(), reg.lease_ttl),
         )
     )

@@ -71,7 +71,8 @@ def read_budgets(
 
 
 def _implicit(state: Budgets, plan: FlowPlan) -> None:
-    """The budgets of the fleet bounds and breaker holds among the families."""
+    """The budgets of the fleet bounds, breaker holds and operators' pauses among the
+    families."""
     at = state.at
     for bound in plan.bounds.values():
         if bound.name in state.families and bound.bound is not None:
@@ -83,6 +84,9 @@ def _implicit(state: Budgets, plan: FlowPlan) -> None:
             state.budgets[(hold.name, "")] = Budget(room=room, concurrency_reason=hold.reason(at))
             if at < hold.until:
                 state.opens.append(hold.until)
+    for pause in plan.pauses:
+        if pause.name in state.families:
+            state.budgets[(pause.name, "")] = Budget(room=0, concurrency_reason=pause.reason)
 
 
 def _families(
@@ -111,6 +115,9 @@ def _families(
         if hold.agent in agents:
             state.families[hold.name] = Family(hold.name, Selector(hold.agent, hold.actions))
             counted.append(state.families[hold.name])  # its one trial, once half-open
+    for pause in plan.pauses:  # some actions paused: no room, nothing in flight to count
+        if pause.agent in agents and pause.actions is not None:
+            state.families[pause.name] = Family(pause.name, Selector(pause.agent, pause.actions))
     return counted
 
 

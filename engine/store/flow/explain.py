@@ -17,6 +17,7 @@ from sasflow.store.flow import limits
 from sasflow.store.flow.budgets import Budgets, draws, read_budgets
 from sasflow.store.flow.fleet import read_fleet
 from sasflow.store.flow.keys import key_value
+from sasflow.store.flow.pauses import all_pauses
 from sasflow.store.flow.plan import FlowPlan, make_plan
 from sasflow.store.schema import runs
 from sasflow.store.sqltime import now
@@ -29,7 +30,7 @@ def waiting_reasons(conn: Connection, steps: Sequence[Mapping[Any, Any]]) -> dic
     if not pending:
         return {}
     at: datetime = conn.execute(select(now())).scalar_one()
-    plan = make_plan(limits.enabled_limits(conn), read_fleet(conn))
+    plan = make_plan(limits.enabled_limits(conn), read_fleet(conn), pauses=all_pauses(conn))
     budgets: dict[str, Budgets] = {}
     found = {}
     for step in pending:
@@ -50,7 +51,7 @@ def _reason(
     if step["not_before"] > at:
         return f"backing off until {step['not_before'].isoformat(timespec='seconds')}"
     if agent in plan.paused:
-        return plan.bounds[agent].reason
+        return plan.paused_reason(agent)
     if agent not in plan.agents:
         return None
     state = cache.get(agent)

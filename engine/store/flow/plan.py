@@ -12,13 +12,15 @@ the resolution of dependencies, and the fleet's view) by one refresh.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
 from sasflow.store.flow.fleet import FleetView
 from sasflow.store.flow.model import Limit
+from sasflow.store.flow.pauses import WHOLE_AGENT
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,26 @@ class BreakerHold:
 
 
 @dataclass(frozen=True)
+class PauseHold:
+    """An agent, or some of its actions, paused by an operator (ops/pause.py): none of its
+    steps is claimed until it is resumed."""
+
+    agent: str
+    actions: frozenset[str] | None = None
+    """None: the whole agent."""
+
+    @property
+    def name(self) -> str:
+        return f"paused:{self.agent}"
+
+    @property
+    def reason(self) -> str:
+        if self.actions is None:
+            return f"agent {self.agent} paused by an operator"
+        return f"{self.agent} {', '.join(sorted(self.actions))} paused by an operator"
+
+
+@dataclass(frozen=True)
 class FlowPlan:
     limits: tuple[Limit, ...] = ()
     """The enabled limits, by name."""
@@ -72,6 +94,9 @@ class FlowPlan:
     """(agent, dependency) -> the actions using it, as the live fleet reports them."""
     bounds: Mapping[str, FleetBound] = field(default_factory=dict)
     breakers: tuple[BreakerHold, ...] = ()
+    pauses: tuple[PauseHold, ...] = ()
+    """The operators' pauses, by agent: a whole agent's is in `paused`, some actions' are holds
+    of the budgeted claim."""
 
     def actions_of(self, limit: Limit) -> frozenset[str] | None:
         """The actions a dependency limit selects (None: unresolved, it selects nothing)."""
@@ -84,8 +109,17 @@ class FlowPlan:
 
     @cached_property
     def paused(self) -> frozenset[str]:
-        """Agents with instance rows but no live instance: none of their steps is claimed."""
-        return frozenset(a for a, b in self.bounds.items() if b.bound == 0)
+        """Agents paused by an operator, or with instance rows but no live instance: none of
+        their steps is claimed."""
+        idle = {a for a, b in self.bounds.items() if b.bound == 0}
+        return frozenset(idle | {p.agent for p in self.pauses if p.actions is None})
+
+    def paused_reason(self, agent: str) -> str:
+        """Why none of a paused agent's steps is claimed."""
+        for pause in self.pauses:
+            if pause.agent == agent and pause.actions is None:
+                return pause.reason
+        return self.bounds[agent].reason
 
     @cached_property
     def agents(self) -> frozenset[str]:
@@ -93,6 +127,7 @@ class FlowPlan:
         limited = {limit.agent for limit in self.limits}
         limited.update(b.agent for b in self.breakers)
         limited.update(a for a, b in self.bounds.items() if b.bound)
+        limited.update(p.agent for p in self.pauses)
         return frozenset(limited - self.paused)
 
     def limits_of(self, agents: frozenset[str] | set[str]) -> tuple[Limit, ...]:
@@ -117,12 +152,13 @@ def make_plan(
     *,
     fleet_bound: bool = True,
     fleet_factor: float | None = None,
+    pauses: Sequence[Mapping[str, Any]] = (),
 ) -> FlowPlan:
     """The plan of these limits over this fleet. With `fleet_bound`, an agent that has instance
     rows but no live instance is paused (none of its steps is claimed), and with `fleet_factor`
     each other agent known to the fleet is bounded to ceil(factor * its live capacity) steps in
     flight; an agent with no instance rows (an agent speaking the wire protocol without
-    heartbeats) gets no implicit bound."""
+    heartbeats) gets no implicit bound. `pauses`: the operators' (store/flow/pauses.py rows)."""
     bounds = {}
     if fleet_bound:
         for agent in sorted(fleet.known):
@@ -135,8 +171,22 @@ def make_plan(
         if (b.agent, b.dependency) in fleet.uses
     )
     return FlowPlan(
+        pauses=_pause_holds(pauses),
         limits=tuple(sorted((lim for lim in limits if lim.enabled), key=lambda lim: lim.name)),
         uses=fleet.uses,
         bounds=bounds,
         breakers=holds,
     )
+
+
+def _pause_holds(rows: Sequence[Mapping[str, Any]]) -> tuple[PauseHold, ...]:
+    """One hold per agent: the whole agent's when it is paused, else its paused actions'."""
+    pairs = [(str(r["agent"]), str(r["action"])) for r in rows]
+    whole = {agent for agent, action in pairs if action == WHOLE_AGENT}
+    some: dict[str, set[str]] = {}
+    for agent, action in pairs:
+        if agent not in whole:
+            some.setdefault(agent, set()).add(action)
+    holds = [PauseHold(agent) for agent in whole]
+    holds += [PauseHold(agent, frozenset(actions)) for agent, actions in some.items()]
+    return tuple(sorted(holds, key=lambda h: h.agent))

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sasflow.states import StepState
 from sasflow.store.flow.keys import key_value
 from sasflow.store.flow.model import KeyExpr
-from sasflow.store.runs.queries import claimable_in_run
+from sasflow.store.runs.queries import claimable_in_run, not_timer
 from sasflow.store.schema import flow_buckets, runs, steps
 from sasflow.store.sqltime import now, statement_now
 from sasflow.store.types import Timestamp
@@ -162,6 +162,7 @@ def candidates(
             steps.c.agent == agent,
             steps.c.locked_by.is_(None),
             steps.c.not_before <= now(),
+            not_timer(),
             claimable_in_run(),
             *(e.where() for e in excluded if e.selector.agent == agent),
         )
@@ -181,6 +182,7 @@ def ready_count(selector: Selector) -> Select[Any]:
             steps.c.state == StepState.PENDING,
             steps.c.locked_by.is_(None),
             steps.c.not_before <= now(),
+            not_timer(),
             claimable_in_run(),
             selector.where(),
         )

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
+from sqlalchemy import ColumnElement, Connection, Row, Select, Text, cast, exists, func, or_, select
 
 from sasflow.states import RunState, StepKind, StepState
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
+
+TEXT_SCAN_ROWS = 100_000
+"""How many of the newest runs (by id) a text search looks through at most."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,11 @@ class RunFilter:
     """Free text the business key contains (case-insensitive)."""
     ids: tuple[int, ...] = ()
     """Only these runs (an operator's selection)."""
+    text: str | None = None
+    """Free text found (case-insensitive) in the business key, the text of the run's input,
+    output or error (JSON), or the error of any of its steps; looked for among the newest
+    `text_scan` runs only, so that a search costs a bounded scan."""
+    text_scan: int = TEXT_SCAN_ROWS
 
 
 def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
@@ -47,7 +55,32 @@ def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
         found.append(runs.c.business_key.icontains(where.key_contains, autoescape=True))
     if where.ids:
         found.append(runs.c.id.in_(where.ids))
+    if where.text:
+        found.extend(_text_conditions(where.text, where.text_scan))
     return found
+
+
+def _text_conditions(text: str, scan: int) -> list[ColumnElement[bool]]:
+    """The text in the key, the run's JSON documents or a step's error, among the newest
+    `scan` runs: a range of the primary key below its max (an index lookup), each row then
+    tested (the JSON cast to text; uq_steps_run_id_kind_name finds a run's steps)."""
+
+    def has(column: Any) -> ColumnElement[bool]:
+        return cast(column, Text).icontains(text, autoescape=True)
+
+    floor = select(func.coalesce(func.max(runs.c.id), 0)).scalar_subquery() - scan
+    # The steps' bound too: PostgreSQL may hash the subquery, reading every step it selects.
+    step_error = exists().where(
+        steps.c.run_id == runs.c.id, steps.c.run_id > floor, has(steps.c.error)
+    )
+    matches = or_(
+        runs.c.business_key.icontains(text, autoescape=True),
+        has(runs.c.input),
+        has(runs.c.output),
+        has(runs.c.error),
+        step_error,
+    )
+    return [runs.c.id > floor, matches]
 
 
 def _moment(value: datetime | float) -> Any:

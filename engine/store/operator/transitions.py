@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, select, update
 
 from sasflow.states import RunState, StepKind, StepState
+from sasflow.store.outbox.incidents import close_if_done
 from sasflow.store.runs.queries import leave_processing
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
@@ -154,9 +155,9 @@ def restart_compensation(conn: Connection, run_id: int) -> None:
 
 
 def acknowledge_run_alerts(conn: Connection, run_id: int, *, actor: str, reason: str) -> int:
-    """Acknowledge the run's open alerts, an operator having acted on the run; returns how many
-    (no index serves it: a scan of alerts)."""
-    return conn.execute(
+    """Acknowledge the run's open alerts, an operator having acted on the run, closing the
+    incidents left without an open alert; returns how many (ix_alerts_run_id)."""
+    acked = conn.execute(
         update(alerts)
         .where(alerts.c.run_id == run_id, alerts.c.acknowledged.is_(False))
         .values(
@@ -165,4 +166,8 @@ def acknowledge_run_alerts(conn: Connection, run_id: int, *, actor: str, reason:
             acknowledge_reason=reason,
             acknowledged_at=now(),
         )
-    ).rowcount
+        .returning(alerts.c.incident_id)
+    ).all()
+    # An incident whose last open alert this was is over: it closes, with a resolved notice.
+    close_if_done(conn, [row.incident_id for row in acked], actor=actor, reason=reason)
+    return len(acked)

@@ -24,7 +24,9 @@ from sqlalchemy import (
 )
 
 from sasflow.store.dialect import least, upsert_insert
-from sasflow.store.schema import alerts
+from sasflow.store.outbox import incidents as incident_store
+from sasflow.store.outbox.causes import cause_of
+from sasflow.store.schema import alerts, incidents, runs
 from sasflow.store.sqltime import now, plus_seconds
 
 
@@ -45,9 +47,18 @@ class AlertKind(StrEnum):
     BROKER_OUTAGE = "broker_outage"
     """The supervisor could not reach the broker while work waited for agents nobody has heard
     of (supervisor.broker_outage): one alert in place of one `agent_outage` per agent."""
+    ACTION_MISSING = "action_missing"
+    """Steps of an action deferred for a while, and no live instance of their agent says it
+    has the action (supervisor.fleet): a rolling deploy that never finished, a typo."""
+    AGENT_WEDGED = "agent_wedged"
+    """Every worker thread of an agent instance is held by a handler past its deadline
+    (supervisor.fleet): it takes no requests, and exits for a restart past its bound."""
     SUBSCRIBER_AWAY = "subscriber_away"
     """A stream subscriber has had no open stream for a while; it expires later
     (supervisor.subscribers)."""
+    VERSION_MISSING = "version_missing"
+    """Runs of a workflow version have waited for a while and no live scheduler has that
+    version loaded (scheduler.advancing; docs/howto/upgrade.md)."""
 
 
 STEP_FAILED = AlertKind.STEP_FAILED
@@ -55,6 +66,8 @@ COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
 STALLED = AlertKind.STALLED
 AGENT_LOST = AlertKind.AGENT_LOST
 AGENT_OUTAGE = AlertKind.AGENT_OUTAGE
+AGENT_WEDGED = AlertKind.AGENT_WEDGED
+ACTION_MISSING = AlertKind.ACTION_MISSING
 BROKER_OUTAGE = AlertKind.BROKER_OUTAGE
 
 LIST_COLUMNS = (
@@ -69,6 +82,7 @@ LIST_COLUMNS = (
     alerts.c.notified_at,
     alerts.c.delivery_errors,
     alerts.c.retry_at,
+    alerts.c.incident_id,
 )
 """What `sasflow alerts list` shows of an alert."""
 
@@ -84,6 +98,8 @@ class Alert:
     run_id: int | None = None
     step_id: int | None = None
     detail: Any = None
+    workflow: str | None = None
+    """The run's workflow, when the alert is about a run: part of a failure's cause."""
 
     @property
     def dedup_key(self) -> str:
@@ -91,7 +107,24 @@ class Alert:
 
 
 def raise_alert(conn: Connection, alert: Alert) -> int | None:
-    """Insert `alert` unless the same one is open already; returns its id when it is new."""
+    """Insert `alert` unless the same one is open already, counted into the open incident of
+    its cause (opened if none); returns its id when it is new. Only an incident's first alert
+    is left for the sinks: the others are marked notified with no sink (grouped)."""
+    alert_id = _insert(conn, alert)
+    if alert_id is None:
+        return None
+    cause = cause_of(alert.kind, alert.subject, alert.workflow, alert.detail)
+    incident_id, count = incident_store.count_into(
+        conn, kind=alert.kind, cause=cause, workflow=alert.workflow
+    )
+    values: dict[str, Any] = {"incident_id": incident_id}
+    if count > 1:
+        values.update(notified_at=now(), delivered_to=[])
+    conn.execute(update(alerts).where(alerts.c.id == alert_id).values(**values))
+    return alert_id
+
+
+def _insert(conn: Connection, alert: Alert) -> int | None:
     return conn.execute(
         upsert_insert(conn, alerts)
         .values(
@@ -127,9 +160,12 @@ def resolve_open(
         update(alerts)
         .where(alerts.c.dedup_key == dedup_key, alerts.c.acknowledged.is_(False))
         .values(**values)
-        .returning(alerts.c.id)
+        .returning(alerts.c.id, alerts.c.incident_id)
     ).first()
-    return closed is not None
+    if closed is None:
+        return False
+    incident_store.close_if_done(conn, [closed.incident_id], actor=actor, reason=reason)
+    return True
 
 
 def open_alerts(conn: Connection, kind: str) -> list[Any]:
@@ -167,16 +203,28 @@ RETRY_MAX_S = 900.0
 
 def unnotified_alerts() -> Select[Any]:
     """The oldest :limit alerts some sink has yet to take, whose retry is due, locked for one
-    dispatcher (ix_alerts_unnotified)."""
+    dispatcher (ix_alerts_unnotified), with their incident's count and cause and their run's
+    workflow and business key (primary keys)."""
     return (
-        select(alerts)
+        select(
+            alerts,
+            incidents.c.alert_count.label("incident_count"),
+            incidents.c.cause.label("incident_cause"),
+            func.coalesce(runs.c.workflow, incidents.c.workflow).label("workflow"),
+            runs.c.business_key,
+        )
+        .select_from(
+            alerts.outerjoin(incidents, incidents.c.id == alerts.c.incident_id).outerjoin(
+                runs, runs.c.id == alerts.c.run_id
+            )
+        )
         .where(
             alerts.c.notified_at.is_(None),
             or_(alerts.c.retry_at.is_(None), alerts.c.retry_at <= now()),
         )
         .order_by(alerts.c.id)
         .limit(bindparam("b_limit"))
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, of=alerts)
     )
 
 
@@ -252,6 +300,8 @@ def find_alerts(
         query = query.where(alerts.c.acknowledged.is_(False))
     if kind is not None:
         query = query.where(alerts.c.kind == kind)
+    elif not undelivered:  # notices are not alerts: listed when their kind is asked for
+        query = query.where(alerts.c.kind.not_in(incident_store.NOTICE_KINDS))
     return [dict(r._mapping) for r in conn.execute(query)]
 
 
@@ -279,4 +329,5 @@ def set_acknowledged(conn: Connection, alert_id: int, *, actor: str, reason: str
         )
         .returning(*alerts.c)
     ).one()
+    incident_store.close_if_done(conn, [row.incident_id], actor=actor, reason=reason)
     return dict(row._mapping)

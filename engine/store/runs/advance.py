@@ -10,9 +10,11 @@ the last two replies of a fan-in cannot both miss that the join step became read
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row
@@ -23,21 +25,27 @@ from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
 from sasflow.store.outbox.alerts import raise_alert
 from sasflow.store.runs import advance_queries, queries
 from sasflow.store.runs.decide import (
+    NOTHING_BUILT,
+    Built,
     CreateChain,
     Definition,
     FailWaiting,
     Finish,
     MakeReady,
+    NeedsAdvance,
     NotLoaded,
     RaiseAlert,
     Release,
     Skip,
     StartCompensation,
+    StartTimer,
     Transition,
     decide,
 )
 from sasflow.store.runs.events import Event, step_event
 from sasflow.store.runs.records import RunRecord, StepRecord
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,6 +56,8 @@ class Advance:
     ready: int = 0
     alerts: list[int] = field(default_factory=list)
     compensations: int = 0
+    deferred: int = 0
+    """Runs marked for the schedulers' advance duty (user code to run, or a version to find)."""
 
 
 def advance_runs(
@@ -57,13 +67,16 @@ def advance_runs(
     *,
     actor: str,
     locked: Iterable[Row[Any]] | None = None,
+    built: Mapping[int, Built] | None = None,
 ) -> Advance:
     """Bring each of `run_ids` up to date with its steps' states.
 
     `locked`: rows of queries.lock_runs_of_steps that the caller read in this transaction, under
     the runs' locks (a superset of `run_ids` is fine); without them the runs are locked and
     read here. Without a registry (the supervisor, operators) no step input can be built: only
-    failures and compensation are handled, which need nothing but the stored rows.
+    failures and compensation are handled, which need nothing but the stored rows; what needs
+    the definition is marked for a scheduler's advance duty, as is what needs user code.
+    `built`: run id -> what that duty built for it off the loop.
     """
     ids = sorted(set(run_ids))
     applier = _Applier(conn, actor)
@@ -79,14 +92,15 @@ def advance_runs(
     for run_id in ids:
         run, steps = run_records[run_id], by_run[run_id]
         workflow = _definition(registry, run, actor) if run.state in ACTIVE_RUN_STATES else None
-        transitions = decide(run, steps, workflow)
+        made = built.get(run_id, NOTHING_BUILT) if built else NOTHING_BUILT
+        transitions = decide(run, steps, workflow, made)
         while transitions:
             run, steps = applier.apply(run, steps, transitions)
             if not isinstance(transitions[-1], StartCompensation):
                 break
             # Compensating now: decide again from the forward steps as the skips left them.
             steps = [s for s in steps if s.kind == StepKind.FORWARD]
-            transitions = decide(run, steps, workflow)
+            transitions = decide(run, steps, workflow, made)
     return applier.result
 
 
@@ -114,13 +128,9 @@ class _Applier:
         moved: dict[int, StepState] = {}
         for transition in transitions:
             match transition:
-                case MakeReady(step, step_input):
-                    self.conn.execute(
-                        advance_queries.make_ready(), {"b_id": step.id, "b_input": step_input}
-                    )
-                    moved[step.id] = StepState.PENDING
-                    self.result.ready += 1
-                    self._step_event(step, StepState.WAITING, StepState.PENDING)
+                case MakeReady() | StartTimer():
+                    self._make_ready(transition)
+                    moved[transition.step.id] = StepState.PENDING
                 case FailWaiting(step, error):
                     self.conn.execute(
                         advance_queries.fail_waiting(),
@@ -168,12 +178,50 @@ class _Applier:
                     )
                     self._run_event(run, to_state, detail)
                     run = dataclasses.replace(run, state=to_state, error=error)
+                case NeedsAdvance(reason, to_build, output):
+                    self.conn.execute(advance_queries.mark_advance(), {"b_id": run.id})
+                    self.result.deferred += 1
+                    # A hand-over (no definition here) is said; user code to run is routine.
+                    handover = not to_build and not output
+                    log.log(
+                        logging.INFO if handover else logging.DEBUG,
+                        "%s: run %s left to a scheduler's advance duty: %s",
+                        self.actor,
+                        run.id,
+                        reason,
+                    )
                 case RaiseAlert(alert):
                     alert_id = raise_alert(self.conn, alert)
                     if alert_id is not None:
                         self.result.alerts.append(alert_id)
         current = [dataclasses.replace(s, state=moved[s.id]) if s.id in moved else s for s in steps]
         return run, current
+
+    def _make_ready(self, ready: MakeReady | StartTimer) -> None:
+        if isinstance(ready, MakeReady):
+            self.conn.execute(
+                advance_queries.make_ready(), {"b_id": ready.step.id, "b_input": ready.input}
+            )
+            self.result.ready += 1
+            self._step_event(ready.step, StepState.WAITING, StepState.PENDING)
+            return
+        timer = ready
+        if timer.until is None:
+            self.conn.execute(
+                advance_queries.start_timer(),
+                {"b_id": timer.step.id, "b_input": timer.input, "b_seconds": timer.seconds},
+            )
+        else:
+            self.conn.execute(
+                advance_queries.start_timer_until(),
+                {
+                    "b_id": timer.step.id,
+                    "b_input": timer.input,
+                    "b_until": datetime.fromisoformat(timer.until),
+                },
+            )
+        self.result.ready += 1
+        self._step_event(timer.step, StepState.WAITING, StepState.PENDING, "timer")
 
     def _create_chain(self, run: RunRecord, records: Sequence[dict[str, Any]]) -> None:
         inserted = self.conn.execute(advance_queries.insert_steps(), list(records)).all()

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from functools import cache
 
-from sqlalchemy import Insert, Update, bindparam, insert, update
+from sqlalchemy import Float, Insert, Update, bindparam, func, insert, update
 
 from sasflow.states import NOT_STARTED_STEP_STATES, StepState
 from sasflow.store.schema import runs, steps
-from sasflow.store.sqltime import now
+from sasflow.store.sqltime import now, plus_seconds
+from sasflow.store.types import Timestamp
 
 
 @cache
@@ -26,6 +27,38 @@ def make_ready() -> Update:
         .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
         .values(
             state=StepState.PENDING, input=bindparam("b_input"), not_before=now(), updated_at=now()
+        )
+    )
+
+
+@cache
+def start_timer() -> Update:
+    """A waiting timer step becomes pending with its input :b_input, due :b_seconds from now
+    (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(
+            state=StepState.PENDING,
+            input=bindparam("b_input"),
+            not_before=plus_seconds(now(), bindparam("b_seconds", type_=Float())),
+            updated_at=now(),
+        )
+    )
+
+
+@cache
+def start_timer_until() -> Update:
+    """A waiting timer step becomes pending with its input :b_input, due at :b_until (primary
+    key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(
+            state=StepState.PENDING,
+            input=bindparam("b_input"),
+            not_before=bindparam("b_until", type_=Timestamp()),
+            updated_at=now(),
         )
     )
 
@@ -94,3 +127,15 @@ def insert_steps() -> Insert:
     """New step records (a compensation chain), with their ids in the order given (primary
     key)."""
     return insert(steps).returning(steps.c.id, steps.c.name, sort_by_parameter_order=True)
+
+
+@cache
+def mark_advance() -> Update:
+    """The run needs a scheduler's advance duty (store.runs.deferred): due now, unless a
+    scheduler holds it already (its hold stays: it decides again from the rows when it is
+    done) (primary key)."""
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"))
+        .values(advance_due=func.coalesce(runs.c.advance_due, now()))
+    )

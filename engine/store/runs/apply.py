@@ -35,6 +35,8 @@ class ApplyReport:
     """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
     finished: dict[int, FinishedRun] = field(default_factory=dict)
     """Runs that reached a terminal state: run id -> its state and workflow."""
+    deferred: int = 0
+    """Runs left to the schedulers' advance duty (user code to run, or a version to find)."""
 
 
 def apply_outcomes(
@@ -107,7 +109,7 @@ def apply_outcomes(
                 attempt=outcome.attempt,
                 actor=actor,
                 reason=outcome.kind if outcome.kind is not ReplyStatus.OK else None,
-                detail={"error": error, "agent": outcome.agent} if error else None,
+                detail=_detail(error, outcome.agent, row, to_state),
             )
         )
     advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
@@ -115,6 +117,7 @@ def apply_outcomes(
     # Every run that can end here is in `locked` (read with its callback_url).
     events.record(conn, batch, with_callback={r.id for r in locked if r.callback_url})
     report.ready = advanced.ready
+    report.deferred = advanced.deferred
     report.finished = events.finished_runs(advanced.events)
     if advanced.ready:
         notify_ready(conn, namespace)
@@ -164,3 +167,15 @@ def fail_step(
         step_id=step_id, attempt=attempt, kind=ReplyStatus.ERROR, error=error, agent=agent
     )
     return apply_outcomes(conn, registry, [failure], namespace=namespace, actor=actor)
+
+
+def _detail(error: Any, agent: str | None, row: Any, to_state: StepState) -> Any:
+    """The event's detail: the agent's error, and when the step is ready again after a
+    counted failure or a deferral (`not_before`, what the console's timeline draws as the
+    backoff)."""
+    if not error:
+        return None
+    found: dict[str, Any] = {"error": error, "agent": agent}
+    if to_state == StepState.PENDING:
+        found["not_before"] = row.not_before.isoformat()
+    return found

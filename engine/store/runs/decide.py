@@ -1,26 +1,28 @@
 """What advancing a run does, decided from its rows alone: `decide(run, steps, workflow)` returns
 the transitions, and `store.advance` applies them in its transaction.
 
-An active run: waiting steps whose dependencies are processed get their input built (the
-workflow's input builders run here) and become pending; a failed step, an input that cannot be
-built, a run output that cannot be built or a workflow version that is not loaded applies the
-run's failure policy (not-started steps skipped, then error and an alert, or compensation);
-when every step is done the run completes with the workflow's output. A compensating run: once
-nothing is in flight, its compensation chain is created, released step by step, and the run
-ends `compensated`, or `compensation_failed` with an alert.
+An active run: waiting steps whose dependencies are processed become pending with their input:
+the run's input for the default builder, decided here. User code never runs here (it would run
+inside the store's transaction, on the scheduler's loop): a step with an input builder of its
+own, or a run output built by `Workflow.output`, is left for the scheduler's advance duty
+(`NeedsAdvance`), which runs that code off the loop with a time budget and decides again with
+what it built (`Built`). A run whose workflow version this scheduler has not loaded is left the
+same way, for a scheduler that has it. A failed step, or an input or output that could not be
+built, applies the run's failure policy (not-started steps skipped, then error and an alert, or
+compensation); when every step is done the run completes with the workflow's output. A
+compensating run: once nothing is in flight, its compensation chain is created, released step
+by step, and the run ends `compensated`, or `compensation_failed` with an alert.
 
 No I/O here: the unit tests (tests/unit/test_decide.py) give rows and read transitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.commands import RunError, StoredError
-from sasflow.errors import InvalidInputError
-from sasflow.messages import dumps
 from sasflow.states import (
     ACTIVE_RUN_STATES,
     DONE_STEP_STATES,
@@ -33,8 +35,7 @@ from sasflow.states import (
 from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
 from sasflow.store.runs.compensation import chain
 from sasflow.store.runs.records import RunRecord, StepRecord
-from sasflow.store.runs.submit import build_step_input
-from sasflow.workflow import StepContext, Workflow
+from sasflow.workflow import Workflow
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,24 @@ class NotLoaded:
     """The run's workflow version is not in the registry of `by` (a scheduler)."""
 
     by: str
+
+
+@dataclass(frozen=True, slots=True)
+class BuildFailed:
+    """User code (an input builder, the output builder) raised, overran its time budget or
+    returned what is not JSON."""
+
+    error: StoredError
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What the advance duty built off the loop from a snapshot of the run: inputs by step name,
+    and the run's output when it was asked for (`output_built`)."""
+
+    inputs: Mapping[str, Any | BuildFailed] = field(default_factory=dict)
+    output: Any | BuildFailed = None
+    output_built: bool = False
 
 
 Definition = Workflow | NotLoaded | None
@@ -55,6 +74,18 @@ class MakeReady:
 
     step: StepRecord
     input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    """A waiting timer step whose dependencies are processed becomes pending, due `seconds`
+    from now on the database clock, or at `until` (ISO 8601, what its `until` returned); a
+    scheduler marks it processed when it is due (store.runs.timers)."""
+
+    step: StepRecord
+    input: Any
+    seconds: float | None = None
+    until: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +139,17 @@ class Finish:
 
 
 @dataclass(frozen=True, slots=True)
+class NeedsAdvance:
+    """The run needs what cannot be done here: user code (the `steps` to build, the run's
+    output when `output`), or a scheduler with its version loaded (`steps` empty, `output`
+    False). The store marks it for the schedulers' advance duty (runs.advance_due)."""
+
+    reason: str
+    steps: tuple[str, ...] = ()
+    output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RaiseAlert:
     """Raise `alert` unless the same one is open already."""
 
@@ -115,80 +157,148 @@ class RaiseAlert:
 
 
 Transition = (
-    MakeReady | FailWaiting | Skip | Release | StartCompensation | CreateChain | Finish | RaiseAlert
+    MakeReady
+    | StartTimer
+    | FailWaiting
+    | Skip
+    | Release
+    | StartCompensation
+    | CreateChain
+    | Finish
+    | NeedsAdvance
+    | RaiseAlert
 )
 
+NOTHING_BUILT = Built()
 
-def decide(run: RunRecord, steps: Sequence[StepRecord], workflow: Definition) -> list[Transition]:
+
+def decide(
+    run: RunRecord,
+    steps: Sequence[StepRecord],
+    workflow: Definition,
+    built: Built = NOTHING_BUILT,
+) -> list[Transition]:
     """The transitions that bring `run` up to date with `steps` (all its steps, forward and
-    compensation, in any order), in the order to apply them; empty when nothing changes."""
+    compensation, in any order), in the order to apply them; empty when nothing changes.
+    `built`: what the advance duty built for it off the loop."""
     forward = [s for s in steps if s.kind == StepKind.FORWARD]
     if run.state in ACTIVE_RUN_STATES:
-        return _forward(run, forward, workflow)
+        return _forward(run, forward, workflow, built)
     if run.state == RunState.COMPENSATING:
         return _compensation(run, forward, [s for s in steps if s.kind == StepKind.COMPENSATION])
     return []
 
 
-def _forward(run: RunRecord, steps: Sequence[StepRecord], workflow: Definition) -> list[Transition]:
+def _forward(
+    run: RunRecord, steps: Sequence[StepRecord], workflow: Definition, built: Built
+) -> list[Transition]:
     # The states as the transitions leave them, so the failure policy sees steps just made
     # ready or failed.
     state = {s.name: s.state for s in steps}
     errors = {s.name: s.error for s in steps}
-    outputs = {s.name: s.output for s in steps if s.state == StepState.PROCESSED}
-    ctx = StepContext(
-        run_input=run.input, outputs=outputs, run_id=run.id, business_key=run.business_key
-    )
     decided: list[Transition] = []
-    if isinstance(workflow, Workflow):
-        for step in steps:
-            deps_done = all(state.get(d) == StepState.PROCESSED for d in step.depends_on)
-            if step.state != StepState.WAITING or not deps_done:
-                continue
-            try:
-                step_input = build_step_input(workflow, step.name, ctx)
-            except InvalidInputError as exc:
-                error = StoredError("InvalidInputError", str(exc))
-                decided.append(FailWaiting(step, error))
-                state[step.name] = StepState.ERROR
-                errors[step.name] = error.to_json()
-                continue
-            decided.append(MakeReady(step, step_input))
+    to_build: list[str] = []
+    unready = False  # a waiting step is ready, but the definition to make it so is not here
+    for step in steps:
+        if step.state != StepState.WAITING or not all(
+            state.get(d) == StepState.PROCESSED for d in step.depends_on
+        ):
+            continue
+        if not isinstance(workflow, Workflow):
+            unready = True
+            continue
+        made = _ready(run, step, workflow, built)
+        if made is None:
+            to_build.append(step.name)
+            continue
+        decided.append(made)
+        if isinstance(made, FailWaiting):
+            state[step.name] = StepState.ERROR
+            errors[step.name] = made.error.to_json()
+        else:
             state[step.name] = StepState.PENDING
 
     failed = [s for s in steps if state[s.name] == StepState.ERROR]
     if failed:
         first = failed[0]
         decided += _failed(run, steps, state, first, RunError(errors[first.name], first.name))
-    elif isinstance(workflow, NotLoaded):
-        unknown = StoredError(
-            "UnknownWorkflowError",
-            f"workflow {run.workflow!r} version {run.version} is not loaded by "
-            f"{workflow.by}; deploy it to every scheduler, then resubmit the run",
-        )
-        decided += _failed(run, steps, state, None, RunError.of_run(unknown))
-    elif all(s in DONE_STEP_STATES for s in state.values()):
-        decided += _complete(run, steps, state, workflow, ctx)
+        return decided
+    done = all(s in DONE_STEP_STATES for s in state.values())
+    if isinstance(workflow, NotLoaded):
+        if unready or done:
+            reason = f"workflow {run.workflow!r} v{run.version} is not loaded by {workflow.by}"
+            decided.append(NeedsAdvance(reason))
+        return decided
+    if unready:  # no registry here (the supervisor, an operator): a scheduler makes them ready
+        decided.append(NeedsAdvance("no registry"))
+    if to_build:
+        decided.append(NeedsAdvance("input builders", steps=tuple(to_build)))
+    elif done:
+        decided += _complete(run, steps, state, workflow, outputs_of(steps), built)
     return decided
 
 
-def _complete(
+def outputs_of(steps: Sequence[StepRecord]) -> dict[str, Any]:
+    """The outputs of a run's processed forward steps, by name: what builders see."""
+    return {
+        s.name: s.output
+        for s in steps
+        if s.kind == StepKind.FORWARD and s.state == StepState.PROCESSED
+    }
+
+
+def _ready(
+    run: RunRecord, step: StepRecord, workflow: Workflow, built: Built
+) -> MakeReady | StartTimer | FailWaiting | None:
+    """A ready waiting step with its input: the run's (the default builder), or what the advance
+    duty built; None when its builder must run first. A timer step starts its sleep: a fixed
+    one at once, one `until` a time once the advance duty computed that time."""
+    definition = workflow.steps_by_name.get(step.name)
+    if definition is None:
+        missing = StoredError(
+            "DefinitionChangedError",
+            f"workflow {run.workflow!r} version {run.version} has no step {step.name!r}: its "
+            "definition changed without a new version",
+        )
+        return FailWaiting(step, missing)
+    if definition.takes_run_input:  # a fixed sleep's timer too: it builds nothing
+        if definition.is_timer:
+            return StartTimer(step, {"sleep_s": definition.sleep_s}, seconds=definition.sleep_s)
+        return MakeReady(step, run.input)
+    if step.name not in built.inputs:
+        return None
+    value = built.inputs[step.name]
+    if isinstance(value, BuildFailed):
+        return FailWaiting(step, value.error)
+    # A timer's `until` was its input builder: it built {"until": ISO 8601}.
+    return (
+        StartTimer(step, value, until=value["until"])
+        if definition.is_timer
+        else MakeReady(step, value)
+    )
+
+
+def _complete(  # noqa: PLR0917 - the run's rows and what decide() holds of them
     run: RunRecord,
     steps: Sequence[StepRecord],
     state: dict[str, StepState],
     workflow: Workflow | None,
-    ctx: StepContext,
+    outputs: Mapping[str, Any],
+    built: Built,
 ) -> list[Transition]:
-    if workflow is None:
-        return [Finish(RunState.COMPLETED, output=dict(ctx.outputs))]
-    try:
-        output = workflow.output(ctx)
-        dumps(output)
-    except Exception as exc:  # noqa: BLE001 - user code: the run's failure policy applies
-        message = f"run output builder raised {type(exc).__name__}: {exc}"
-        error = RunError.of_run(StoredError("InvalidOutputError", message))
+    if workflow is None or not workflow.has_output_builder:
+        default = (
+            dict(outputs)
+            if workflow is None
+            else {name: outputs.get(name) for name in workflow.terminal_steps}
+        )
+        return [Finish(RunState.COMPLETED, output=default)]
+    if not built.output_built:
+        return [NeedsAdvance("output builder", output=True)]
+    if isinstance(built.output, BuildFailed):
+        error = RunError.of_run(built.output.error)
         return _failed(run, steps, state, None, error)
-    return [Finish(RunState.COMPLETED, output=output)]
+    return [Finish(RunState.COMPLETED, output=built.output)]
 
 
 def _failed(
@@ -224,6 +334,7 @@ def _failed(
         run_id=run.id,
         step_id=step.id if step is not None else None,
         detail=error.to_json(),
+        workflow=run.workflow,
     )
     decided += [Finish(RunState.ERROR, error=error), RaiseAlert(alert)]
     return decided
@@ -261,6 +372,7 @@ def _compensation(
             run_id=run.id,
             step_id=step.id,
             detail=error.to_json(),
+            workflow=run.workflow,
         )
         decided += [Finish(RunState.COMPENSATION_FAILED, error=error), RaiseAlert(alert)]
         return decided

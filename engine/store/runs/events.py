@@ -180,17 +180,30 @@ def driver_error(statement: str, exc: psycopg.Error) -> Exception:
     return DBAPIError.instance(statement, None, exc, psycopg.Error)
 
 
-def take_unpublished(conn: Connection, *, limit: int) -> Sequence[Row[Any]]:
+@dataclass(frozen=True)
+class Taken:
+    """What one relay pass took: the events it publishes, and whether it held any back."""
+
+    rows: Sequence[Row[Any]]
+    held_back: bool
+    """Events were left because another relay holds an earlier event of their run: they stay
+    locked by this pass's transaction until it ends, and only then can a relay take them, so
+    the relay that left them takes them again soon after (sasflow.relay.Relay.held_back)."""
+
+
+def take_unpublished(conn: Connection, *, limit: int) -> Taken:
     """The oldest events not yet published, with their run's key, workflow and reply_to,
     locked for this relay until its transaction ends (queries.unpublished_events).
 
     Left out: the events of a run whose first unpublished event is not among them (another
     relay holds it, waiting for its confirms): publishing them now would put a run's later
     states before its earlier ones, on the status exchange and on the subscription stream.
-    They stay unpublished (locked by this transaction until it ends) for a later pass."""
+    They stay unpublished (locked by this transaction until it ends) for a later pass: the
+    answer's `held_back`."""
     rows = conn.execute(queries.unpublished_events(), {"b_limit": limit}).all()
     taken = {row.id for row in rows}
-    return [r for r in rows if r.first_unpublished is None or r.first_unpublished in taken]
+    kept = [r for r in rows if r.first_unpublished is None or r.first_unpublished in taken]
+    return Taken(kept, held_back=len(kept) < len(rows))
 
 
 def mark_published(conn: Connection, event_ids: Sequence[int]) -> None:

@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     null,
     or_,
     select,
@@ -40,6 +41,7 @@ from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 from sasflow.store.types import Timestamp
+from sasflow.workflow import TIMER_AGENT
 
 _processing_with_attempt = and_(
     steps.c.id == bindparam("b_step_id"),
@@ -68,15 +70,27 @@ _run_columns = (
 """What advancing a run reads of it (and whether ending it writes a callback)."""
 
 
+def not_timer() -> ColumnElement[bool]:
+    """Not a timer step (`Step.sleep`): no agent claims those (store.runs.timers). Inlined, so
+    the planner can match ix_steps_ready's predicate, which leaves timers out: sleeping timers
+    cost the claim nothing."""
+    return steps.c.agent != literal_column(f"'{TIMER_AGENT}'")
+
+
 def claimable_in_run() -> ColumnElement[bool]:
-    """Steps of active runs; in a compensating run, its compensation steps and the retries of
-    forward steps whose earlier attempt has an unknown outcome (it must be known, and undone
-    if it succeeded, before the run can be compensated)."""
-    return or_(
-        runs.c.state.in_(ACTIVE_RUN_STATES),
-        and_(
-            runs.c.state == RunState.COMPENSATING,
-            or_(steps.c.kind == StepKind.COMPENSATION, steps.c.attempt > 0),
+    """Steps of active runs not paused (ops/pause.py); in a compensating run, its compensation
+    steps and the retries of forward steps whose earlier attempt has an unknown outcome (it
+    must be known, and undone if it succeeded, before the run can be compensated). The claim
+    reads the run's row by primary key for each ready step already (its state): the flag costs
+    no further read, only the walk past a paused run's ready steps in ix_steps_ready."""
+    return and_(
+        is_false(runs.c.paused),
+        or_(
+            runs.c.state.in_(ACTIVE_RUN_STATES),
+            and_(
+                runs.c.state == RunState.COMPENSATING,
+                or_(steps.c.kind == StepKind.COMPENSATION, steps.c.attempt > 0),
+            ),
         ),
     )
 
@@ -92,6 +106,7 @@ def _ready(skipping: bool, only: bool = False) -> CTE:
         steps.c.state == StepState.PENDING,
         steps.c.locked_by.is_(None),
         steps.c.not_before <= now(),
+        not_timer(),
         claimable_in_run(),
     ]
     if skipping:
@@ -251,7 +266,9 @@ def claim_and_start(
 def _next_due() -> Select[Any]:
     backing_off = steps.alias("backing_off")
     return select(func.min(backing_off.c.not_before)).where(
-        backing_off.c.state == StepState.PENDING, backing_off.c.not_before > now()
+        backing_off.c.state == StepState.PENDING,
+        backing_off.c.not_before > now(),
+        backing_off.c.agent != literal_column(f"'{TIMER_AGENT}'"),
     )
 
 
@@ -270,7 +287,7 @@ def next_due() -> Select[Any]:
     """When the earliest step now backing off becomes ready, and the database's time now
     (ix_steps_ready: pending steps only)."""
     return select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
-        steps.c.state == StepState.PENDING, steps.c.not_before > now()
+        steps.c.state == StepState.PENDING, steps.c.not_before > now(), not_timer()
     )
 
 
@@ -392,7 +409,7 @@ def defer_step() -> Update:
             error=bindparam("b_error"),
             **leave_processing(),
         )
-        .returning(*_step_result)
+        .returning(*_step_result, steps.c.not_before)
     )
 
 
@@ -474,6 +491,7 @@ def stalled_steps() -> Select[Any]:
         .where(
             steps.c.state == StepState.PENDING,
             steps.c.not_before < plus_seconds(now(), -bindparam("b_stalled_after")),
+            not_timer(),
         )
         .group_by(steps.c.agent)
     )

@@ -13,14 +13,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Executable, bindparam, insert, select, update
+from sqlalchemy import Connection, Executable, bindparam, case, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.errors import InvalidInputError, InvalidMessageError, UnknownWorkflowError
 from sasflow.messages import dumps
 from sasflow.registry import Registry
-from sasflow.states import RunState
+from sasflow.states import RunState, StepState
 from sasflow.store.db import is_message_fault
 from sasflow.store.dialect import upsert_insert
 from sasflow.store.notify import notify_ready
@@ -28,6 +28,7 @@ from sasflow.store.runs import events, submit_many
 from sasflow.store.runs.step_rows import forward_definition, step_row
 from sasflow.store.schema import runs, steps
 from sasflow.store.sqltime import now, plus_seconds
+from sasflow.store.types import Timestamp
 from sasflow.workflow import StepContext, Workflow
 
 log = logging.getLogger(__name__)
@@ -96,12 +97,30 @@ def record_runs(
         for i, prepared, one_statement in entries:
             if not one_statement:
                 answers[i] = insert_portable(conn, prepared, actor=actor)
+    _delay_starts(conn, entries, answers)
     recorded = [a for a in answers if a is not None]
     if len(recorded) != len(answers):
         raise RuntimeError("record_runs left a submission unanswered")
     if notify and not woken and any(isinstance(a, SubmitResult) and a.created for a in recorded):
         notify_ready(conn, namespace)
     return recorded
+
+
+def _delay_starts(
+    conn: Connection,
+    entries: Sequence[tuple[int, submit_many.Prepared, bool]],
+    answers: Sequence[SubmitResult | Refused | None],
+) -> None:
+    """The first steps of the runs just created with a `start_at` wait for it."""
+    delayed = [
+        {"b_run_id": answer.run_id, "b_start_at": prepared.new.start_at}
+        for i, prepared, _ in entries
+        if prepared.new.start_at is not None
+        and isinstance(answer := answers[i], SubmitResult)
+        and answer.created
+    ]
+    if delayed:
+        conn.execute(_DELAY_START, delayed)
 
 
 def _record_one(
@@ -169,6 +188,15 @@ _SET_DEADLINE = (
     )
 )
 """A new run's deadline, on the database clock (primary key); runs without one skip it."""
+
+_START_AT = bindparam("b_start_at", type_=Timestamp())
+_DELAY_START = (
+    update(steps)
+    .where(steps.c.run_id == bindparam("b_run_id"), steps.c.state == StepState.PENDING)
+    .values(not_before=case((now() < _START_AT, _START_AT), else_=now()))
+)
+"""A new run submitted with `start_at`: its first steps (the pending ones) are not claimed
+before it; a past time is now, so it does not jump the claim's queue (uq_steps_run_id_kind_name)."""
 
 _RUN_INSERTS: dict[str, Executable] = {}
 _STEPS_INSERT = insert(steps)

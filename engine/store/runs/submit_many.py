@@ -61,6 +61,8 @@ class Prepared:
 def prepare(registry: Registry, new: NewRun) -> Prepared:
     """Resolve the workflow and check the input (UnknownWorkflowError, InvalidInputError)."""
     workflow = registry.workflow(new.workflow, new.version)
+    if new.start_at is not None and new.start_at.utcoffset() is None:
+        raise InvalidInputError(f"start_at must be timezone-aware, got {new.start_at.isoformat()}")
     try:
         input_json = dumps(new.input)
     except InvalidMessageError as exc:

@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy import Connection, Select, func, select
 
 from sasflow.states import StepState
+from sasflow.store.runs import queries
 from sasflow.store.schema import steps
-from sasflow.store.sqltime import now
+from sasflow.store.sqltime import now, plus_seconds
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ def _ready_by_agent() -> Select[Any]:
             steps.c.state == StepState.PENDING,
             steps.c.not_before <= now(),
             steps.c.pool.is_(None),
+            queries.not_timer(),
         )
         .group_by(steps.c.agent)
     )
@@ -78,3 +80,34 @@ def waiting_work(conn: Connection) -> dict[str, WaitingWork]:
             oldest=min(times, default=None),
         )
     return found
+
+
+@dataclass(frozen=True)
+class DeferredAction:
+    """Steps of one agent's action deferred (not failed) for a while."""
+
+    agent: str
+    action: str
+    steps: int
+    since: datetime
+    """The first deferral of the longest-deferred of them (database clock)."""
+
+
+def deferred_actions(conn: Connection, *, for_s: float) -> list[DeferredAction]:
+    """(agent, action) of the pending steps deferred for at least `for_s` seconds, with their
+    count (ix_steps_ready serves the pending steps; a scan of those)."""
+    rows = conn.execute(
+        select(
+            steps.c.agent,
+            steps.c.action,
+            func.count().label("n"),
+            func.min(steps.c.deferred_since).label("since"),
+        )
+        .where(
+            steps.c.state == StepState.PENDING,
+            steps.c.deferred_since < plus_seconds(now(), -for_s),
+        )
+        .group_by(steps.c.agent, steps.c.action)
+        .order_by(steps.c.agent, steps.c.action)
+    )
+    return [DeferredAction(r.agent, r.action, int(r.n), r.since) for r in rows]

@@ -394,16 +394,22 @@ class MemoryBroker:
             channel.consumers.append(consumer)
             self._dispatch(target, time.monotonic())
 
-    def _cancel_consumers(self, channel: Channel) -> None:
-        """Stop delivering; deliveries not yet handed to a handler go back (redelivered)."""
+    def _cancel_consumers(self, channel: Channel, queue: str | None = None) -> None:
+        """Stop delivering (from `queue` only, when given); deliveries not yet handed to a
+        handler go back (redelivered)."""
         with self._lock:
             self._check(channel)
-            for consumer in channel.consumers:
+            stopped = [c for c in channel.consumers if queue is None or c.queue.name == queue]
+            for consumer in stopped:
                 self._remove_consumer(consumer)
-            channel.consumers.clear()
-            channel.cancelled.clear()  # consuming stops anyway
-            pending = [channel.unacked.pop(d.tag) for _, d in channel.inbox]
+                channel.consumers.remove(consumer)
+            if queue is None:
+                channel.cancelled.clear()  # consuming stops anyway
+            undelivered = [(c, d) for c, d in channel.inbox if c in stopped]
+            pending = [channel.unacked.pop(d.tag) for _, d in undelivered]
+            kept = [(c, d) for c, d in channel.inbox if c not in stopped]
             channel.inbox.clear()
+            channel.inbox.extend(kept)
             self._requeue(pending)
 
     def _remove_consumer(self, consumer: Consumer) -> None:

@@ -79,9 +79,9 @@ class MemoryTransport:
     def consume(self, queue: str, handler: Callable[[Delivery], None], *, prefetch: int) -> None:
         self._broker._consume(self._chan(), queue, handler, prefetch)
 
-    def cancel_consumers(self) -> None:
+    def cancel_consumers(self, queue: str | None = None) -> None:
         if self._channel is not None and self._channel.open:
-            self._broker._cancel_consumers(self._channel)
+            self._broker._cancel_consumers(self._channel, queue)
 
     def get(self, queue: str) -> Delivery | None:
         return self._broker._get(self._chan(), queue)
