@@ -47,9 +47,10 @@ def _plan(engine: Engine) -> FlowPlan:
         return make_plan(limits.enabled_limits(conn), read_fleet(conn), pauses=all_pauses(conn))
 
 
-def _claim(engine: Engine) -> list[int]:
-    """One scheduler's claim: the plain claim, then the budgeted one, as dispatch runs them."""
-    plan = _plan(engine)
+def _claim(engine: Engine, plan: FlowPlan | None = None) -> list[int]:
+    """One scheduler's claim: the plain claim, then the budgeted one, as dispatch runs them,
+    under `plan` (default: read now)."""
+    plan = _plan(engine) if plan is None else plan
     with transaction(engine) as conn:
         plain = claim_steps(
             conn, locked_by="s1", batch=100, skip_agents=sorted(plan.agents | plan.paused)
@@ -154,3 +155,21 @@ def test_a_paused_action_holds_only_its_steps(engine: Engine) -> None:
     with engine.begin() as conn:
         pause.resume_agent(conn, "pay", action="charge", actor="ann", reason="fixed", namespace="t")
     assert _claim(engine) == charges
+
+
+@pytest.mark.parametrize("action", [None, "charge"])
+def test_a_pause_holds_from_its_commit_though_the_schedulers_plan_predates_it(
+    engine: Engine, action: str | None
+) -> None:
+    """A scheduler reads the pauses into its flow plan when notified: until it has, its claim
+    still must not take a paused agent's (action's) step. Without the claim's own check, a run
+    submitted right after the pause was dispatched (the console test that caught it)."""
+    charges = _submit(engine, "charge", 2, "c")
+    others = _submit(engine, "other", 1, "o")
+    stale = _plan(engine)
+    with engine.begin() as conn:
+        pause.pause_agent(conn, "pay", action=action, actor="ann", reason="x", namespace="t")
+    assert _claim(engine, stale) == others
+    with engine.begin() as conn:
+        pause.resume_agent(conn, "pay", action=action, actor="ann", reason="y", namespace="t")
+    assert _claim(engine, stale) == charges

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sasflow.states import StepState
 from sasflow.store.flow.keys import key_value
 from sasflow.store.flow.model import KeyExpr
-from sasflow.store.runs.queries import claimable_in_run, not_timer
+from sasflow.store.runs.queries import claimable_in_run, not_paused_agent, not_timer
 from sasflow.store.schema import flow_buckets, runs, steps
 from sasflow.store.sqltime import now, statement_now
 from sasflow.store.types import Timestamp
@@ -164,6 +164,7 @@ def candidates(
             steps.c.not_before <= now(),
             not_timer(),
             claimable_in_run(),
+            not_paused_agent(),
             *(e.where() for e in excluded if e.selector.agent == agent),
         )
         .order_by(steps.c.priority.desc(), steps.c.not_before, steps.c.id)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    exists,
     false,
     func,
     insert,
@@ -38,7 +39,7 @@ from sqlalchemy.dialects import postgresql
 
 from sasflow.states import ACTIVE_RUN_STATES, QUIET_STEP_STATES, RunState, StepKind, StepState
 from sasflow.store.dialect import is_false, joined_value, least, one_of
-from sasflow.store.schema import events, runs, steps
+from sasflow.store.schema import agent_pauses, events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 from sasflow.store.types import Timestamp
 from sasflow.workflow import TIMER_AGENT
@@ -77,6 +78,17 @@ def not_timer() -> ColumnElement[bool]:
     return steps.c.agent != literal_column(f"'{TIMER_AGENT}'")
 
 
+def not_paused_agent() -> ColumnElement[bool]:
+    """Not a step of an agent or action an operator paused (ops/pause.py). The schedulers'
+    flow plan leaves paused agents out of the claim already (no walk past their steps); this
+    makes a pause exact for every claim that starts after it committed, before the plan is
+    read again (an index probe of the tiny agent_pauses table per candidate step)."""
+    return ~exists().where(
+        agent_pauses.c.agent == steps.c.agent,
+        agent_pauses.c.action.in_([literal_column("''"), steps.c.action]),
+    )
+
+
 def claimable_in_run() -> ColumnElement[bool]:
     """Steps of active runs not paused (ops/pause.py); in a compensating run, its compensation
     steps and the retries of forward steps whose earlier attempt has an unknown outcome (it
@@ -108,6 +120,7 @@ def _ready(skipping: bool, only: bool = False) -> CTE:
         steps.c.not_before <= now(),
         not_timer(),
         claimable_in_run(),
+        not_paused_agent(),
     ]
     if skipping:
         wanted.append(steps.c.agent.not_in(bindparam("b_skip_agents", expanding=True)))
