@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, ack_taken, waited_too_long
@@ -23,6 +23,7 @@ from sasflow.agents.fleet import FleetLink
 from sasflow.agents.handback import HandBacks, give_back_unstarted, lacks_action
 from sasflow.agents.jobs import AgentStats, Job, Outcome
 from sasflow.agents.progress import ProgressLink
+from sasflow.agents.redelivery import Redeliveries
 from sasflow.agents.replies import ReplySender, make_reply
 from sasflow.agents.resilience import SharedBreaker
 from sasflow.agents.running import HandlerRunner
@@ -134,6 +135,7 @@ class AgentWorker:
         self.stats = AgentStats()
         self._replies = ReplySender(agent.name, transport, names, self.stats, self._jobs)
         self._handbacks = HandBacks()
+        self._redeliveries = Redeliveries()
         self._wedge = WedgeWatch(concurrency, self._options.wedge)
         self.exit_code = 0
         """WEDGED_EXIT_CODE once it stopped because it stayed wedged too long."""
@@ -240,7 +242,7 @@ class AgentWorker:
         return min(0.5, max(0.0, until))
 
     def _on_request(self, delivery: Delivery) -> None:
-        received = time.monotonic()
+        received, wall = time.monotonic(), time.time()
         try:
             request = parse(Request, delivery.body, self._limits)
         except InvalidMessageError as exc:
@@ -254,6 +256,7 @@ class AgentWorker:
             )
             return
         self.stats.received += 1
+        self._redeliveries.received(request, delivery.redelivered, mono=received, wall=wall)
         job = Job.received_at(received, delivery, request, self._options.children)
         key = (request.step_id, request.attempt)
         running = self._jobs.get(key)
@@ -267,6 +270,8 @@ class AgentWorker:
                 running.acked = request.exclusive and self._transport.ack(delivery)
             else:
                 self._transport.ack(delivery)
+            return
+        if request.exclusive and delivery.redelivered and not self._bound(job, wall):
             return
         spec = self.agent.spec(request.action)
         if spec is None:
@@ -284,6 +289,31 @@ class AgentWorker:
             return
         self._jobs[key] = job
         self._pool.submit(self._execute, job, spec)
+
+    def _bound(self, job: Job, wall: float) -> bool:
+        """A redelivered exclusive request (agents.redelivery): whether it may still run here,
+        within its claim plus its budget; if not, it is acknowledged and never run (the
+        database's clocks end its attempt)."""
+        request = job.request
+        if self._redeliveries.taken(request):
+            why = "this process took that attempt already"
+        else:
+            job.latest_end = self._redeliveries.latest_end(request, mono=job.received, wall=wall)
+            if job.latest_end is None or job.latest_end > job.received:
+                if job.latest_end is not None:
+                    job.call = replace(job.call, deadline=min(job.call.deadline, job.latest_end))
+                return True
+            why = f"its attempt's budget ended {job.received - job.latest_end:.3f}s ago"
+        self._transport.ack(job.delivery)
+        self.stats.redelivered_dropped += 1
+        log.warning(
+            "step %s attempt %s: redelivered request not run: %s (it may have run already; "
+            "the step's deadline recovers it)",
+            request.step_id,
+            request.attempt,
+            why,
+        )
+        return False
 
     def _give_back_unstarted(self) -> None:
         give_back_unstarted(self._handbacks, self._jobs, self._transport, self.stats)
@@ -395,6 +425,10 @@ class AgentWorker:
             if not ack_taken(self._transport, job, self.stats):
                 return  # exclusive, and its connection is gone: the broker has it again
             job.call = self._progress.start(job)  # the execution clock runs from now
+            if job.request.exclusive:
+                if job.latest_end is not None:  # redelivered: within its claim's budget
+                    job.call = replace(job.call, deadline=min(job.call.deadline, job.latest_end))
+                self._redeliveries.took(job.request, job.call.deadline)
             outcome = Outcome.of(job, self._runner.run(job, spec), self._limits)
         except Exception:  # a bug of ours: the step is left to its deadline, but it is logged
             log.exception(

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import REASON_HEADER
 from tests.chaos.broker import DeadLetter
-from tests.chaos.concurrency import history_overlaps, judge, processing_intervals
+from tests.chaos.concurrency import explain, history_overlaps, judge, processing_intervals
 from tests.chaos.faults import ALL_FAULTS, Injected
 from tests.chaos.fleet import Slot
 from tests.chaos.remote import RemoteCall
@@ -127,6 +127,8 @@ def _concurrency(report: Report, engine: Engine, seen: Observed, step_rows: list
         f"one attempt {verdict.within[:3]}; {seen.late_effects} late effects refused; "
         f"{len(unseen)} processed charges with no session {unseen[:5]}",
     )
+    if not verdict.holds:
+        report.lines.extend(explain(engine, verdict.pairs))
     history = history_overlaps(processing_intervals(engine))
     report.lines.append(
         f"  database side (step events, transaction times): {len(history)} overlapping "

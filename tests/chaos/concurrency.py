@@ -159,6 +159,8 @@ class Verdict:
     """Overlaps of two steps, or two attempts of one step."""
     within: list[str]
     """Overlaps of two executions of one attempt (a redelivered request)."""
+    pairs: list[tuple[Session, Session]]
+    """The overlapping sessions, steps or attempts first."""
 
     @property
     def holds(self) -> bool:
@@ -174,4 +176,42 @@ def judge(sessions: list[Session]) -> Verdict:
         most_at_once=dict(sorted(most.items())),
         between=[o.describe() for o in between],
         within=[o.describe() for o in within],
+        pairs=[(o.first, o.second) for o in [*between, *within]],
     )
+
+
+def explain(engine: Engine, pairs: list[tuple[Session, Session]]) -> list[str]:
+    """For each overlapping pair (at most 3): both sessions (begin, end, closed or ran to its
+    lease) and both steps' histories, so a report says how the overlap came about."""
+    lines: list[str] = []
+    for first, second in pairs[:3]:
+        base = min(first.begin, second.begin)
+        for s in (first, second):
+            how = "lease ran out" if s.closed_at is None else "closed"
+            lines.append(
+                f"    session {s.step_id}#{s.attempt} pid {s.pid}: +{s.begin - base:.3f}s to "
+                f"+{s.end - base:.3f}s ({how}; budget {s.budget:.3f}s"
+                + (", effect refused" if s.refused else "")
+                + ")"
+            )
+        ids = sorted({first.step_id, second.step_id})
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    events.c.step_id,
+                    events.c.from_state,
+                    events.c.to_state,
+                    events.c.attempt,
+                    events.c.actor,
+                    events.c.reason,
+                    events.c.created_at,
+                )
+                .where(events.c.entity == "step", events.c.step_id.in_(ids))
+                .order_by(events.c.id)
+            ).all()
+        lines.extend(
+            f"    step {row.step_id}#{row.attempt} {row.created_at:%H:%M:%S.%f} "
+            f"{row.from_state}->{row.to_state} by {row.actor}: {(row.reason or '')[:120]}"
+            for row in rows
+        )
+    return lines
