@@ -26,6 +26,7 @@ from sasflow.api.routes import (
     health,
     incidents,
     limits,
+    park,
     pause,
     registrations,
     runs,
@@ -52,6 +53,7 @@ def routers() -> list[APIRouter]:
         registrations.router,
         limits.router,
         pause.router,
+        park.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,

@@ -7,62 +7,22 @@ run's timeline with the actor and the reason, and resolves the alert."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from sqlalchemy import Engine, select, update
 
-from sasflow import submit_run
-from sasflow.commands import StepOutcome, StoredError
 from sasflow.errors import InvalidActionError
 from sasflow.ops import park
+from sasflow.ops.cancel import cancel
 from sasflow.ops.runs import show_run
 from sasflow.states import ReplyStatus, RunState, StepState
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
-from sasflow.store.db import transaction
-from sasflow.store.runs.apply import apply_outcomes
-from sasflow.store.runs.claim import claim_steps
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
 from sasflow.supervisor.sweep import sweep_expired
-from tests.apps import parking
+from tests.integration.parking import answer, claim, park_by_failures, submit
 
 pytestmark = pytest.mark.integration
-
-DOWN = StoredError("ConnectionError", "partner down")
-
-
-def _submit(engine: Engine, workflow: str, key: str = "k") -> int:
-    with engine.begin() as conn:
-        return submit_run(
-            conn, parking.registry, workflow, {"order": key}, key=key, namespace="t"
-        ).run_id
-
-
-def _claim(engine: Engine) -> list[Any]:
-    with engine.begin() as conn:
-        conn.execute(update(steps).where(steps.c.state == "pending").values(not_before=now()))
-    with transaction(engine) as conn:
-        return claim_steps(conn, locked_by="s1", batch=10)
-
-
-def _answer(engine: Engine, kind: ReplyStatus, output: Any = None) -> None:
-    """Claim the ready steps and answer each with `kind`."""
-    claimed = _claim(engine)
-    assert claimed
-    outcomes = [
-        StepOutcome(
-            step_id=c.id,
-            attempt=c.attempt,
-            kind=kind,
-            output=output,
-            error=None if kind is ReplyStatus.OK else DOWN,
-        )
-        for c in claimed
-    ]
-    with transaction(engine) as conn:
-        apply_outcomes(conn, parking.registry, outcomes, namespace="t", actor="s1")
 
 
 def _state(engine: Engine, run_id: int) -> tuple[str, dict[str, tuple[str, int]]]:
@@ -86,22 +46,13 @@ def _alerts(engine: Engine, run_id: int) -> list[tuple[str, bool]]:
     return [(r.kind, r.acknowledged) for r in rows]
 
 
-def _park_by_failures(engine: Engine, workflow: str = "parks") -> int:
-    run_id = _submit(engine, workflow)
-    for _ in range(2):  # max_failures=2
-        while _state(engine, run_id)[1].get("forward:call", ("",))[0] != "pending":
-            _answer(engine, ReplyStatus.OK)  # earlier steps of the workflow
-        _answer(engine, ReplyStatus.FAILED)
-    return run_id
-
-
 def test_a_step_whose_failures_run_out_parks_and_unparking_lets_the_run_complete(
     engine: Engine,
 ) -> None:
-    run_id = _park_by_failures(engine)
+    run_id = park_by_failures(engine)
     assert _state(engine, run_id) == (RunState.RUNNING, {"forward:call": ("parked", 2)})
     assert _alerts(engine, run_id) == [("step_parked", False)]
-    assert _claim(engine) == []  # no claim takes a parked step
+    assert claim(engine) == []  # no claim takes a parked step
     with engine.begin() as conn:
         done = park.unpark_run(conn, run_id, actor="ann", reason="partner fixed", namespace="t")
     assert done == {"run_id": run_id, "state": "running", "steps": ["call"], "changed": True}
@@ -110,7 +61,7 @@ def test_a_step_whose_failures_run_out_parks_and_unparking_lets_the_run_complete
     with engine.begin() as conn:  # nothing is parked any more: a no-op, not recorded
         again = park.unpark_run(conn, run_id, actor="ann", reason="twice", namespace="t")
     assert again["changed"] is False
-    _answer(engine, ReplyStatus.OK, {"called": "k"})
+    answer(engine, ReplyStatus.OK, {"called": "k"})
     assert _state(engine, run_id) == (RunState.COMPLETED, {"forward:call": ("processed", 0)})
     with engine.connect() as conn:
         timeline = [
@@ -126,7 +77,7 @@ def test_a_step_whose_failures_run_out_parks_and_unparking_lets_the_run_complete
 def test_failing_a_parked_run_ends_it_in_error_with_the_step_failed_alert(
     engine: Engine,
 ) -> None:
-    run_id = _park_by_failures(engine)
+    run_id = park_by_failures(engine)
     with engine.begin() as conn, pytest.raises(InvalidActionError, match="reason"):
         park.fail_run(conn, run_id, actor="ann", reason=" ", namespace="t")
     with engine.begin() as conn:
@@ -147,42 +98,42 @@ def test_failing_a_parked_run_ends_it_in_error_with_the_step_failed_alert(
 def test_failing_a_parked_run_that_compensates_undoes_its_processed_steps(
     engine: Engine,
 ) -> None:
-    run_id = _park_by_failures(engine, "parks_compensates")
+    run_id = park_by_failures(engine, "parks_compensates")
     assert _state(engine, run_id)[1]["forward:call"] == ("parked", 2)
     with engine.begin() as conn:
         done = park.fail_run(conn, run_id, actor="ann", reason="give up", namespace="t")
     assert done["state"] == RunState.COMPENSATING
-    _answer(engine, ReplyStatus.OK)  # the compensation of `first`
+    answer(engine, ReplyStatus.OK)  # the compensation of `first`
     state, by_step = _state(engine, run_id)
     assert state == RunState.COMPENSATED
     assert by_step["compensation:first"][0] == StepState.PROCESSED
 
 
 def test_a_permanent_error_parks_unless_the_workflow_fails_errors(engine: Engine) -> None:
-    parked = _submit(engine, "parks", "p")
-    failed = _submit(engine, "errors_fail", "f")
-    _answer(engine, ReplyStatus.ERROR)
+    parked = submit(engine, "parks", "p")
+    failed = submit(engine, "errors_fail", "f")
+    answer(engine, ReplyStatus.ERROR)
     assert _state(engine, parked) == (RunState.RUNNING, {"forward:call": ("parked", 0)})
     assert _state(engine, failed) == (RunState.ERROR, {"forward:call": ("error", 0)})
     assert _alerts(engine, parked) == [("step_parked", False)]
 
 
 def test_a_step_policy_parks_and_a_workflow_without_parking_fails(engine: Engine) -> None:
-    parked = _submit(engine, "step_parks", "p")
-    failed = _submit(engine, "fails", "f")
+    parked = submit(engine, "step_parks", "p")
+    failed = submit(engine, "fails", "f")
     for _ in range(2):
-        _answer(engine, ReplyStatus.FAILED)
+        answer(engine, ReplyStatus.FAILED)
     assert _state(engine, parked) == (RunState.RUNNING, {"forward:call": ("parked", 2)})
     assert _state(engine, failed) == (RunState.ERROR, {"forward:call": ("error", 2)})
 
 
 def test_a_step_expired_by_the_supervisor_at_its_threshold_parks(engine: Engine) -> None:
-    run_id = _submit(engine, "parks")
+    run_id = submit(engine, "parks")
     lease = Lease("sup", name=SUPERVISOR_LEASE, ttl=30.0)
     assert lease.acquire(engine)
     report = SweepReport()
     for _ in range(2):
-        assert _claim(engine)
+        assert claim(engine)
         with engine.begin() as conn:  # the agent started it, then its execution clock ran out
             conn.execute(
                 update(steps)
@@ -200,9 +151,7 @@ def test_a_step_expired_by_the_supervisor_at_its_threshold_parks(engine: Engine)
 
 
 def test_cancelling_a_parked_run_cancels_its_parked_step(engine: Engine) -> None:
-    from sasflow.ops.cancel import cancel
-
-    run_id = _park_by_failures(engine)
+    run_id = park_by_failures(engine)
     with engine.begin() as conn:
         done = cancel(conn, run_id, actor="ann", reason="no longer wanted", namespace="t")
     assert done.cancelled_steps == ("call",)
