@@ -71,3 +71,15 @@ def test_a_builder_body_and_max_backlog_leave_it_alone() -> None:
     _from_a.__qualname__ = "_from_a"
     assert _order(input=_from_a).fingerprint == _order().fingerprint
     assert _order(max_backlog=10).fingerprint == _order().fingerprint
+
+
+def test_parking_changes_the_fingerprint_only_when_it_is_set() -> None:
+    """Versions recorded before parking keep their fingerprints: the defaults add nothing."""
+    parked_step = [
+        Step("a", "svc", "go"),
+        Step("b", "svc", "go", input=_from_a, policy=StepPolicy(timeout=5, on_exhausted="park")),
+    ]
+    assert _order(on_exhausted="fail").fingerprint == _order().fingerprint
+    assert _order(on_exhausted="park").fingerprint != _order().fingerprint
+    assert _order(on_error="fail").fingerprint != _order().fingerprint
+    assert _order(steps=parked_step).fingerprint != _order().fingerprint
