@@ -1,33 +1,20 @@
-"""An app for the parking tests (docs/operations.md "Parked steps"): agent `partner`, whose
-`call` action fails or succeeds as the test's `Switch` says; workflows whose steps park when
-their failures run out (and on a permanent error unless told otherwise)."""
+"""An app for the parking tests (docs/operations.md "Parked steps"): agent `partner` (the
+store-level tests answer for it); workflows whose steps park when their failures run out (and
+on a permanent error unless told otherwise), and one that does not park."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from sasflow import Registry, Step, StepPolicy, Workflow
 from sasflow.agents import Agent, Call
-from sasflow.policy import Backoff, RetryPolicy
+from sasflow.policy import Backoff
 
-
-class Switch:
-    """Whether the partner is broken (its calls raise a transient error)."""
-
-    def __init__(self) -> None:
-        self.broken = threading.Event()
-        self.broken.set()
-
-
-switch = Switch()
-partner = Agent("partner", retry=RetryPolicy(initial=0.01, maximum=0.01, max_attempts=1))
+partner = Agent("partner")
 
 
 @partner.handler("call")
 def call(call: Call) -> dict[str, Any]:
-    if switch.broken.is_set():
-        raise ConnectionError("partner down")
     return {"called": call.input.get("order")}
 
 
