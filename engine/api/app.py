@@ -14,6 +14,7 @@ from sasflow.api.console import (
     bulk,
     live,
     pages,
+    park_actions,
     pause_actions,
     schedule_actions,
     views,
@@ -61,6 +62,7 @@ def routers() -> list[APIRouter]:
         actions.router,
         schedule_actions.router,
         pause_actions.router,
+        park_actions.router,
         workflow_pages.router,
         bulk.router,
     ]
