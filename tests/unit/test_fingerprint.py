@@ -83,3 +83,10 @@ def test_parking_changes_the_fingerprint_only_when_it_is_set() -> None:
     assert _order(on_exhausted="park").fingerprint != _order().fingerprint
     assert _order(on_error="fail").fingerprint != _order().fingerprint
     assert _order(steps=parked_step).fingerprint != _order().fingerprint
+
+
+def test_a_definition_without_parking_keeps_the_fingerprint_it_had_before_parking() -> None:
+    """The value computed by the code before the parking options existed (ee6ee05): versions
+    recorded then still match the definitions that load them now."""
+    before = "91035acb83385ee75f19c73ca14727303a457dd2bb6f3acebfc8044bac0bf267"
+    assert _order().fingerprint == before
