@@ -8,7 +8,7 @@ from sqlalchemy import Engine, select
 from sasflow.ops import park
 from sasflow.states import RunState, StepState
 from sasflow.store.schema import alerts, runs, steps
-from tests.integration.parking import park_by_failures
+from tests.parking import park_by_failures
 
 
 def _states(engine: Engine, run_id: int) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
 from sasflow.supervisor.sweep import sweep_expired
-from tests.integration.parking import answer, claim, park_by_failures, submit
+from tests.parking import answer, claim, park_by_failures, submit
 
 pytestmark = pytest.mark.integration
 

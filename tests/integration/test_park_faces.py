@@ -18,7 +18,7 @@ from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import services
 from tests.api.server import ApiServer, api_server, make_token
-from tests.integration.parking import park_by_failures, step_state, submit
+from tests.parking import park_by_failures, step_state, submit
 
 pytestmark = pytest.mark.integration
 
