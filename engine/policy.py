@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sasflow.errors import DefinitionError
 from sasflow.states import OnExhausted
+
+ExhaustedPolicy = Literal["fail", "park"]
+"""What `on_exhausted` and `on_error` accept besides an OnExhausted."""
 
 MAX_MULTIPLIER = 10.0
 """Keeps initial * multiplier ** 64 finite in SQL (the sweep computes backoff in the database)."""
@@ -69,10 +73,10 @@ class StepPolicy:
     heartbeat_timeout: float | None = None
     """The heartbeat clock: when set, a started attempt must heartbeat (`Call.heartbeat()`) at
     least this often, or it counts a failure; at most `timeout`. None: no heartbeat needed."""
-    on_exhausted: OnExhausted | None = None
+    on_exhausted: OnExhausted | ExhaustedPolicy | None = None
     """When its failures run out: `fail` (the run follows its failure policy) or `park` (the
     step waits `parked` for an operator, docs/operations.md). None: the workflow's."""
-    on_error: OnExhausted | None = None
+    on_error: OnExhausted | ExhaustedPolicy | None = None
     """When its agent answers a permanent `error`: `fail` or `park`. None: what the workflow's
     `on_error` says, else what this step does when its failures run out."""
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from sasflow.errors import DefinitionError
-from sasflow.policy import StepPolicy, exhausted_policy
+from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
 from sasflow.states import OnDeadline, OnExhausted, OnFailure
 
 JSON = Any
@@ -27,7 +27,6 @@ WORKFLOW_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")
 FailurePolicy = Literal["error", "compensate"]
 """The values of `OnFailure` as a definition may spell them."""
 DeadlinePolicy = Literal["alert", "cancel", "compensate"]
-ExhaustedPolicy = Literal["fail", "park"]
 """The values of `OnDeadline` as a definition may spell them."""
 
 
