@@ -22,10 +22,9 @@ from sasflow.store.db import Connection
 from sasflow.store.notify import notify_ready
 from sasflow.store.operator import parking
 from sasflow.store.operator import transitions as operator
-from sasflow.store.outbox.alerts import STEP_PARKED, Alert, resolve_open
 from sasflow.store.runs import events
 from sasflow.store.runs.advance import advance_runs
-from sasflow.store.runs.parked import parked_steps, parked_subject
+from sasflow.store.runs.parked import parked_steps, resolve_parked_alert
 
 
 def _check_reason(reason: str) -> None:
@@ -106,5 +105,4 @@ def fail_run(
 def _resolve(conn: Connection, rows: Any, *, actor: str, reason: str) -> None:
     """Close the `step_parked` alerts of the steps `rows`: an operator acted on them."""
     for row in rows:
-        key = Alert(STEP_PARKED, parked_subject(row.id), "").dedup_key
-        resolve_open(conn, key, actor=actor, reason=reason)
+        resolve_parked_alert(conn, row.id, actor=actor, reason=reason)

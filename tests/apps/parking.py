@@ -46,5 +46,14 @@ step_parks = Workflow(
     [Step("call", "partner", "call", policy=StepPolicy(max_failures=2, on_exhausted="park"))],
 )
 fails = Workflow("fails", [Step("call", "partner", "call", policy=QUICK)])
+siblings = Workflow(
+    "siblings",
+    [
+        Step("call", "partner", "call", policy=QUICK, after=()),
+        Step("other", "partner", "call", policy=QUICK, after=()),
+    ],
+    on_exhausted="park",
+    on_error="fail",
+)
 
-registry = Registry([parks, parks_compensates, errors_fail, step_parks, fails], [partner])
+registry = Registry([parks, parks_compensates, errors_fail, step_parks, fails, siblings], [partner])

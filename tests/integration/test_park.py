@@ -10,17 +10,21 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select, update
 
+from sasflow.commands import StepOutcome
 from sasflow.errors import InvalidActionError
 from sasflow.ops import park
 from sasflow.ops.cancel import cancel
 from sasflow.ops.runs import show_run
 from sasflow.states import ReplyStatus, RunState, StepState
 from sasflow.store.cluster.lease import SUPERVISOR_LEASE, Lease
+from sasflow.store.db import transaction
+from sasflow.store.runs.apply import apply_outcomes
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
 from sasflow.supervisor.sweep import sweep_expired
-from tests.parking import answer, claim, park_by_failures, submit
+from tests.apps import parking
+from tests.parking import DOWN, answer, claim, park_by_failures, submit
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +160,24 @@ def test_cancelling_a_parked_run_cancels_its_parked_step(engine: Engine) -> None
         done = cancel(conn, run_id, actor="ann", reason="no longer wanted", namespace="t")
     assert done.cancelled_steps == ("call",)
     assert _state(engine, run_id) == (RunState.CANCELLED, {"forward:call": ("cancelled", 2)})
+
+
+def test_a_parked_step_of_a_run_that_fails_at_another_step_is_skipped_and_its_alert_closed(
+    engine: Engine,
+) -> None:
+    run_id = submit(engine, "siblings")  # two roots; errors fail, exhausted steps park
+    answer(engine, ReplyStatus.FAILED)  # both: one failure each
+    claimed = {c.name: c for c in claim(engine)}
+    for name, kind in (("call", ReplyStatus.FAILED), ("other", ReplyStatus.ERROR)):
+        outcome = StepOutcome(
+            step_id=claimed[name].id, attempt=claimed[name].attempt, kind=kind, error=DOWN
+        )
+        with transaction(engine) as conn:
+            apply_outcomes(conn, parking.registry, [outcome], namespace="t", actor="s1")
+        if name == "call":
+            assert _alerts(engine, run_id) == [("step_parked", False)]
+    assert _state(engine, run_id) == (
+        RunState.ERROR,
+        {"forward:call": ("skipped", 2), "forward:other": ("error", 1)},
+    )
+    assert _alerts(engine, run_id) == [("step_parked", True), ("step_failed", False)]

@@ -4,7 +4,8 @@ answered a permanent error, and whose policy parks it (`steps.park_exhausted`,
 queries.fail_step). No claim takes it, and its run keeps its state and waits: `decide` sees a
 step neither done nor failed. This module raises the `step_parked` alert when steps park, in
 the transaction that parked them, and says which steps of runs are parked; the operators'
-unpark and fail are in `sasflow.ops.park`.
+unpark and fail are in `sasflow.ops.park` (they resolve the alert, as skipping a parked step
+does when its run fails at another step).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, exists, select
 
 from sasflow.states import StepState
-from sasflow.store.outbox.alerts import STEP_PARKED, Alert, raise_alert
+from sasflow.store.outbox.alerts import STEP_PARKED, Alert, raise_alert, resolve_open
 from sasflow.store.schema import runs, steps
 
 
@@ -80,6 +81,13 @@ def parked_alert(row: Any, *, actor: str) -> Alert:
 def parked_subject(step_id: int) -> str:
     """The subject of a parked step's alert (with the kind, its deduplication key)."""
     return str(step_id)
+
+
+def resolve_parked_alert(conn: Connection, step_id: int, *, actor: str, reason: str) -> bool:
+    """Close the `step_parked` alert of step `step_id`, which is parked no more (unparked,
+    failed, or skipped by its run's failure); False when none was open."""
+    key = Alert(STEP_PARKED, parked_subject(step_id), "").dedup_key
+    return resolve_open(conn, key, actor=actor, reason=reason)
 
 
 def parked_steps(conn: Connection, run_id: int, *, lock: bool = False) -> Sequence[Any]:
