@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sasflow.errors import DefinitionError
+from sasflow.states import OnExhausted
+
+ExhaustedPolicy = Literal["fail", "park"]
+"""What `on_exhausted` and `on_error` accept besides an OnExhausted."""
 
 MAX_MULTIPLIER = 10.0
 """Keeps initial * multiplier ** 64 finite in SQL (the sweep computes backoff in the database)."""
@@ -68,8 +73,16 @@ class StepPolicy:
     heartbeat_timeout: float | None = None
     """The heartbeat clock: when set, a started attempt must heartbeat (`Call.heartbeat()`) at
     least this often, or it counts a failure; at most `timeout`. None: no heartbeat needed."""
+    on_exhausted: OnExhausted | ExhaustedPolicy | None = None
+    """When its failures run out: `fail` (the run follows its failure policy) or `park` (the
+    step waits `parked` for an operator, docs/operations.md). None: the workflow's."""
+    on_error: OnExhausted | ExhaustedPolicy | None = None
+    """When its agent answers a permanent `error`: `fail` or `park`. None: what the workflow's
+    `on_error` says, else what this step does when its failures run out."""
 
     def __post_init__(self) -> None:
+        for name in ("on_exhausted", "on_error"):
+            object.__setattr__(self, name, exhausted_policy(name, getattr(self, name)))
         _positive("timeout", self.timeout)
         _positive("give_up_after", self.give_up_after)
         _positive("wait_timeout", self.wait_timeout)
@@ -82,6 +95,15 @@ class StepPolicy:
                 )
         if self.max_failures < 1:
             raise DefinitionError(f"max_failures must be >= 1, got {self.max_failures!r}")
+
+
+def exhausted_policy(name: str, value: object) -> OnExhausted | None:
+    """`value` as an OnExhausted ('fail' or 'park'), or None; DefinitionError otherwise."""
+    if value is None:
+        return None
+    if value not in set(OnExhausted):
+        raise DefinitionError(f"{name} must be 'fail' or 'park', got {value!r}")
+    return OnExhausted(str(value))
 
 
 @dataclass(frozen=True)

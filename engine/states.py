@@ -43,6 +43,10 @@ class StepState(StrEnum):
     """Claimed: locked by a scheduler, dispatched, with a deadline (`complete_by`)."""
     PROCESSED = "processed"
     ERROR = "error"
+    PARKED = "parked"
+    """Its failures ran out (or it answered a permanent error) and its policy parks it
+    (`on_exhausted="park"`): no claim takes it; the run waits until an operator unparks it
+    (pending again, a fresh failure budget) or fails it (error, and the run's failure policy)."""
     SKIPPED = "skipped"
     """Not run: its run failed or its compensation chain stopped first."""
     CANCELLED = "cancelled"
@@ -60,6 +64,15 @@ class OnFailure(StrEnum):
 
     ERROR = "error"
     COMPENSATE = "compensate"
+
+
+class OnExhausted(StrEnum):
+    """What a step whose failures ran out does (`Workflow(on_exhausted=...)`,
+    `StepPolicy(on_exhausted=...)`, docs/operations.md "Parked steps"): fail, and the run
+    follows its failure policy, or park, and the run waits for an operator."""
+
+    FAIL = "fail"
+    PARK = "park"
 
 
 class OnDeadline(StrEnum):
@@ -128,8 +141,10 @@ RESTART_FROM_SCRATCH_RUN_STATES = frozenset({RunState.COMPENSATED})
 DONE_STEP_STATES = frozenset({StepState.PROCESSED, StepState.SKIPPED})
 """Steps a run no longer waits for."""
 
-NOT_STARTED_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING})
-"""Steps no agent has been asked to run (for this attempt): they may be skipped or cancelled."""
+NOT_STARTED_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING, StepState.PARKED})
+"""Steps no agent has been asked to run (for this attempt): they may be skipped or cancelled. A
+parked step is one of them: nothing runs it until an operator acts, and a run that fails or is
+cancelled meanwhile skips or cancels it."""
 
 QUIET_STEP_STATES = frozenset({StepState.WAITING, StepState.PENDING, StepState.PROCESSING})
 """Step changes recorded in the history but not published as status notifications."""

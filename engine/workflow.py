@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import Any, Literal
 
 from sasflow.errors import DefinitionError
-from sasflow.policy import StepPolicy
-from sasflow.states import OnDeadline, OnFailure
+from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
+from sasflow.states import OnDeadline, OnExhausted, OnFailure
 
 JSON = Any
 """A value that json.dumps accepts."""
@@ -145,7 +145,7 @@ class Step:
             "agent": self.agent,
             "action": self.action,
             "input": None if self.takes_run_input else qualified_name(self._builder),
-            "policy": dataclasses.asdict(self.policy),
+            "policy": _policy_shape(self.policy),
             "compensate": self.compensate,
             "pool": self.pool,
             # Only a timer's: the fingerprints of versions recorded before timers stay the same.
@@ -156,6 +156,16 @@ class Step:
     def _builder(self) -> Callable[..., object]:
         """The user's function behind its input: a timer's `until`, or its input builder."""
         return self.input.until if isinstance(self.input, _Until) else self.input
+
+
+def _policy_shape(policy: StepPolicy) -> dict[str, JSON]:
+    """A step policy as its fingerprint takes it: the parking options only when set, so the
+    fingerprints of versions recorded before parking stay the same."""
+    shape: dict[str, JSON] = dataclasses.asdict(policy)
+    for name in ("on_exhausted", "on_error"):
+        if shape[name] is None:
+            del shape[name]
+    return shape
 
 
 def qualified_name(function: Callable[..., object]) -> str:
@@ -187,12 +197,17 @@ class Workflow:
         deadline: float | None = None,
         on_deadline: OnDeadline | DeadlinePolicy = OnDeadline.ALERT,
         max_backlog: int | None = None,
+        on_exhausted: OnExhausted | ExhaustedPolicy = OnExhausted.FAIL,
+        on_error: OnExhausted | ExhaustedPolicy | None = None,
     ) -> None:
         """`deadline`: seconds from submission (on the database clock) within which a run should
         end; past it the supervisor does `on_deadline` (docs/timeouts.md). None: no deadline.
         `max_backlog`: the most runs of this workflow that may wait to start before the
         doors push back (docs/backpressure.md); None: the process's setting
-        (SASFLOW_MAX_BACKLOG), 0: no bound."""
+        (SASFLOW_MAX_BACKLOG), 0: no bound. `on_exhausted`: what a step whose failures ran out
+        does, `fail` (the run follows `on_failure`) or `park` (it waits for an operator,
+        docs/operations.md "Parked steps"); `on_error`: what a step answered with a permanent
+        `error` does (None: as `on_exhausted`). A step's policy may say otherwise."""
         if not WORKFLOW_NAME_PATTERN.fullmatch(name):
             raise DefinitionError(
                 f"workflow name {name!r} must match {WORKFLOW_NAME_PATTERN.pattern} "
@@ -223,6 +238,10 @@ class Workflow:
                 f"workflow {name!r}: max_backlog must be an integer >= 0 (0: no bound), "
                 f"got {max_backlog!r}"
             )
+        self.on_exhausted = (
+            exhausted_policy(f"workflow {name!r}: on_exhausted", on_exhausted) or OnExhausted.FAIL
+        )
+        self.on_error = exhausted_policy(f"workflow {name!r}: on_error", on_error)
         self.name = name
         self.max_backlog = max_backlog
         self.version = version
@@ -250,13 +269,24 @@ class Workflow:
         """True when the run's output comes from user code (`output=`), not the default."""
         return self._output is not None
 
+    def parks(self, name: str) -> tuple[bool, bool]:
+        """Whether step `name` parks (exhausted failures, a permanent error): its policy's
+        `on_exhausted` else the workflow's; its policy's `on_error`, else the workflow's, else
+        what its failures running out does."""
+        policy = self.step(name).policy
+        exhausted = policy.on_exhausted or self.on_exhausted
+        error = policy.on_error or self.on_error or exhausted
+        return exhausted == OnExhausted.PARK, error == OnExhausted.PARK
+
     @cached_property
     def fingerprint(self) -> str:
         """A stable hash (SHA-256, hex) of what runs of this version depend on: the steps (names,
         agents, actions, dependencies, policies, compensations, pools), the builders by
         qualified name (not their code: a builder's body may change without the version, as
         long as it reads the same steps), the failure and deadline policies and the output
-        builder. Not `max_backlog`: a door's setting, not the runs' shape. Two processes with
+        builder, and the parking options when they are not the defaults (the fingerprints of
+        versions recorded before parking stay the same). Not `max_backlog`: a door's setting, not
+        the runs' shape. Two processes with
         the same (name, version) and another fingerprint disagree on what a run is."""
         shape = {
             "name": self.name,
@@ -265,6 +295,8 @@ class Workflow:
             "deadline": self.deadline,
             "on_deadline": self.on_deadline.value,
             "output": qualified_name(self._output) if self._output is not None else None,
+            **({"on_exhausted": self.on_exhausted.value} if self.on_exhausted != "fail" else {}),
+            **({"on_error": self.on_error.value} if self.on_error is not None else {}),
             "steps": [
                 {**step.shape(), "after": list(self.dependencies[step.name])} for step in self.steps
             ],

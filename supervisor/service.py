@@ -361,6 +361,7 @@ class Supervisor:
                     if report is not None and (
                         report.reclaimed
                         or report.escalated
+                        or report.parked
                         or report.alerts
                         or report.dead_requests
                         or report.pruned

@@ -27,6 +27,7 @@ from sasflow.store.notify import notify_ready
 from sasflow.store.outbox.alerts import STALLED, Alert, raise_alert
 from sasflow.store.runs import events, sweeps
 from sasflow.store.runs.advance import advance_runs
+from sasflow.store.runs.parked import raise_parked_alerts
 from sasflow.store.runs.sweeps import SweepReport
 from sasflow.supervisor import clocks
 from sasflow.transport.base import Delivery
@@ -263,6 +264,9 @@ def _record(
     reclaimed = sum(1 for r in rows if r.state == StepState.PENDING)
     report.reclaimed += reclaimed
     report.escalated += sum(1 for r in rows if r.state == StepState.ERROR)
+    parked = {r.id for r in rows if r.state == StepState.PARKED}
+    report.parked += len(parked)
+    report.alerts.extend(raise_parked_alerts(conn, parked, actor=actor))
     ready = 0
     failed_runs = {r.run_id for r in rows if r.state == StepState.ERROR}
     if failed_runs:

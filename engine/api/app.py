@@ -14,6 +14,7 @@ from sasflow.api.console import (
     bulk,
     live,
     pages,
+    park_actions,
     pause_actions,
     schedule_actions,
     views,
@@ -26,6 +27,7 @@ from sasflow.api.routes import (
     health,
     incidents,
     limits,
+    park,
     pause,
     registrations,
     runs,
@@ -52,6 +54,7 @@ def routers() -> list[APIRouter]:
         registrations.router,
         limits.router,
         pause.router,
+        park.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,
@@ -59,6 +62,7 @@ def routers() -> list[APIRouter]:
         actions.router,
         schedule_actions.router,
         pause_actions.router,
+        park_actions.router,
         workflow_pages.router,
         bulk.router,
     ]

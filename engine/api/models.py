@@ -84,6 +84,12 @@ class PauseRequest(_Body):
     reason: Reason
 
 
+class ParkRequest(_Body):
+    """Unpark or fail a run's parked steps; the reason goes into its timeline."""
+
+    reason: Reason
+
+
 class AgentPauseRequest(_Body):
     """Pause or resume an agent, or one of its actions; the reason goes into the audit."""
 
@@ -191,6 +197,7 @@ LIMIT_EXAMPLES = _examples(
     ),
 )
 PAUSE_EXAMPLES = _examples(pause=("With the reason", {"reason": "customer asked to wait"}))
+PARK_EXAMPLES = _examples(park=("With the reason", {"reason": "partner fixed their API"}))
 AGENT_PAUSE_EXAMPLES = _examples(
     agent=("The whole agent", {"reason": "gateway maintenance"}),
     action=("One action", {"reason": "bad deploy of refunds", "action": "refund"}),

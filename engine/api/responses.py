@@ -53,6 +53,11 @@ class RunResponse(_Response):
     paused: bool = Field(
         default=False, description="Paused by an operator: none of its steps is dispatched."
     )
+    parked: list[str] = Field(
+        default_factory=list,
+        description="Its parked steps (their failures ran out and their policy parks them): the "
+        "run waits for an operator to unpark or fail it (docs/operations.md).",
+    )
 
 
 class RunSummaryResponse(_Response):
@@ -70,6 +75,7 @@ class RunSummaryResponse(_Response):
     updated_at: datetime
     finished_at: datetime | None
     error: Any
+    parked: bool = Field(default=False, description="It has a parked step.")
 
 
 class StepResponse(_Response):
@@ -471,6 +477,15 @@ class RunPausedResponse(_Response):
     state: str = Field(description="The run's state (a pause does not change it).")
     paused: bool
     changed: bool = Field(description="False: it already was paused (or not paused).")
+
+
+class RunParkResponse(_Response):
+    """What unparking or failing a run did."""
+
+    id: int
+    state: str = Field(description="The run's state after it (unpark leaves it as it was).")
+    steps: list[str] = Field(description="The steps unparked or failed.")
+    changed: bool = Field(description="False: it had no parked step (unpark only).")
 
 
 class AgentPausedResponse(_Response):

@@ -1,8 +1,9 @@
 """`sasflow runs list | show | resubmit | cancel` (`migrate` in migrate_runs.py, `pause` and
-`resume` in pause.py): the operator's commands."""
+`resume` in pause.py, `unpark` and `fail` in park.py): the operator's commands."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +96,8 @@ def _run_filter(
         "migrate": "sasflow.cli.migrate_runs:migrate_command",
         "pause": "sasflow.cli.pause:pause_runs",
         "resume": "sasflow.cli.pause:resume_runs",
+        "unpark": "sasflow.cli.park:unpark_runs",
+        "fail": "sasflow.cli.park:fail_runs",
     },
 )
 def runs() -> None:
@@ -103,6 +106,7 @@ def runs() -> None:
 
 @runs.command("list")
 @_filter_options
+@click.option("--parked", is_flag=True, help="Only runs with a parked step.")
 @OUTPUT_OPTION
 @click.pass_obj
 def list_command(
@@ -114,10 +118,12 @@ def list_command(
     since: str | None,
     until: str | None,
     limit: int,
+    parked: bool,
     output: str,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first; a run with a parked step shows `(parked)` after its state."""
     where = _run_filter(states, workflow, key, since, until, limit, text)
+    where = dataclasses.replace(where, parked=parked)
     found, now = obj.read(lambda conn: run_ops.list_runs(conn, where))
     if output == "json":
         click.echo(to_json(found))
@@ -131,7 +137,7 @@ def list_command(
                 r["workflow"],
                 r["version"],
                 r["business_key"],
-                r["state"],
+                f"{r['state']} (parked)" if r["parked"] else r["state"],
                 r["created_at"],
                 r["finished_at"],
                 error_text(r["error"]),
@@ -205,6 +211,7 @@ def show_command(obj: CliContext, run_id: int, tracebacks: bool, output: str) ->
     click.echo(
         f"run {run['id']}: {run['workflow']} v{run['version']}, key {run['business_key']}, "
         f"{run['state']}{', paused' if run['paused'] else ''}"
+        + (f", parked: {', '.join(run['parked'])}" if run["parked"] else "")
     )
     finished = run["finished_at"]
     click.echo(

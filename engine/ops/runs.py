@@ -50,7 +50,8 @@ def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
 def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     """The run, its steps (forward then compensation) and its whole event timeline. Each step
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
-    breaker, no live agent instance, a paused run or agent; docs/flow-control.md), else None."""
+    breaker, no live agent instance, a paused run or agent; docs/flow-control.md), or is parked,
+    else None; the run says which of its steps are `parked`."""
     detail = inspect.run_detail(conn, run_id)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
@@ -61,6 +62,9 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
         step["waiting"] = reasons.get(int(step["id"]))
         if paused and step["state"] == StepState.PENDING:
             step["waiting"] = "run paused by an operator"
+        if step["state"] == StepState.PARKED:
+            step["waiting"] = "parked: an operator unparks or fails it"
+    detail["run"]["parked"] = [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
     detail["failures"] = failures(detail["events"])
     return detail
 

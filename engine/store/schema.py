@@ -178,6 +178,10 @@ steps = Table(
     Column("backoff_multiplier", Float, nullable=False),
     Column("backoff_max_s", Float, nullable=False),
     Column("give_up_s", Float, nullable=False),
+    # Whether the step parks instead of failing when its failures run out, and when its agent
+    # answers a permanent error (Workflow.parks; docs/operations.md "Parked steps").
+    Column("park_exhausted", Boolean, nullable=False, server_default=false()),
+    Column("park_errors", Boolean, nullable=False, server_default=false()),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),
@@ -209,6 +213,13 @@ steps = Table(
         "id",
         postgresql_where=text("state = 'pending'"),
         sqlite_where=text("state = 'pending'"),
+    ),
+    # Serves the parked runs (store.operator.parking, `runs list --parked`): only parked steps.
+    Index(
+        "ix_steps_parked",
+        "run_id",
+        postgresql_where=text("state = 'parked'"),
+        sqlite_where=text("state = 'parked'"),
     ),
     # Serves the supervisor sweep: only in-flight steps, by deadline.
     Index(

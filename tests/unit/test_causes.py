@@ -66,3 +66,11 @@ def test_causes_are_bounded_whatever_the_message() -> None:
     assert len(long.text) <= CAUSE_CHARS
     assert len(long.key) == 64
     assert len(normalise("word " * 100)) == MESSAGE_CHARS
+
+
+def test_parked_steps_of_one_cause_are_one_incident_as_failures_are() -> None:
+    """A partner down parks many runs' steps: one incident, not one per step."""
+    detail = {"step": "charge", "error": {"type": "ConnectionError", "message": "down 3"}}
+    first = cause_of("step_parked", "17", "order", detail)
+    assert first.text == "step_parked in order at step 'charge': ConnectionError: down <n>"
+    assert first.key == cause_of("step_parked", "18", "order", detail).key

@@ -540,3 +540,32 @@ def test_a_timers_until_must_give_an_aware_datetime() -> None:
     assert builder(ctx) == {"until": "2026-12-01T09:00:00+01:00"}
     with pytest.raises(TypeError, match="timezone-aware"):
         builder(dataclasses.replace(ctx, run_input={"at": "2026-12-01T09:00:00"}))
+
+
+# -- parked steps ---------------------------------------------------------------------------
+
+
+def test_a_parked_step_holds_its_run_while_its_siblings_go_on() -> None:
+    """A parked step is neither done nor failed: the run neither completes nor fails, and
+    the steps that do not depend on it still become ready."""
+    a = _step("a", StepState.PROCESSED, output={"x": 1})
+    b = _step("b", StepState.PARKED, "a", attempt=3, error=BOOM)
+    c = _step("c", StepState.WAITING, "a")
+    d = _step("d", StepState.WAITING, "b", "c")
+
+    assert [MakeReady(c, {"n": 1})] == decide(_run(), [a, b, c, d], _diamond())
+    done_c = _step("c", StepState.PROCESSED, "a", output={})
+    assert decide(_run(), [a, b, done_c, d], _diamond()) == []
+
+
+def test_a_run_failing_at_another_step_skips_its_parked_step() -> None:
+    a = _step("a", StepState.PROCESSED, output={})
+    b = _step("b", StepState.PARKED, "a", attempt=3, error=BOOM)
+    c = _step("c", StepState.ERROR, "a", attempt=1, error=BOOM)
+    d = _step("d", StepState.WAITING, "b", "c")
+
+    transitions = decide(_run(), [a, b, c, d], _diamond())
+
+    assert _kinds(transitions)[:2] == [("Skip", "b"), ("Skip", "d")]
+    assert Skip(b, StepState.PARKED, "run failed") in transitions
+    assert Finish(RunState.ERROR, error=RunError(BOOM, "c")) in transitions

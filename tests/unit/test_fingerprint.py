@@ -71,3 +71,22 @@ def test_a_builder_body_and_max_backlog_leave_it_alone() -> None:
     _from_a.__qualname__ = "_from_a"
     assert _order(input=_from_a).fingerprint == _order().fingerprint
     assert _order(max_backlog=10).fingerprint == _order().fingerprint
+
+
+def test_parking_changes_the_fingerprint_only_when_it_is_set() -> None:
+    """Versions recorded before parking keep their fingerprints: the defaults add nothing."""
+    parked_step = [
+        Step("a", "svc", "go"),
+        Step("b", "svc", "go", input=_from_a, policy=StepPolicy(timeout=5, on_exhausted="park")),
+    ]
+    assert _order(on_exhausted="fail").fingerprint == _order().fingerprint
+    assert _order(on_exhausted="park").fingerprint != _order().fingerprint
+    assert _order(on_error="fail").fingerprint != _order().fingerprint
+    assert _order(steps=parked_step).fingerprint != _order().fingerprint
+
+
+def test_a_definition_without_parking_keeps_the_fingerprint_it_had_before_parking() -> None:
+    """The value computed by the code before the parking options existed (ee6ee05): versions
+    recorded then still match the definitions that load them now."""
+    before = "91035acb83385ee75f19c73ca14727303a457dd2bb6f3acebfc8044bac0bf267"
+    assert _order().fingerprint == before

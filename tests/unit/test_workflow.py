@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from sasflow.errors import DefinitionError
+from sasflow.policy import StepPolicy
+from sasflow.states import OnExhausted
 from sasflow.store import schema
 from sasflow.workflow import TIMER_AGENT, Step, StepContext, Workflow, check_name
 
@@ -304,3 +306,27 @@ def test_the_partial_indexes_name_the_timer_agent() -> None:
     for name in ("ix_steps_ready", "ix_steps_timers"):
         predicate = str(indexes[name].dialect_options["postgresql"]["where"])
         assert f"'{TIMER_AGENT}'" in predicate, (name, predicate)
+
+
+def test_which_steps_park_the_workflow_says_and_a_step_policy_overrides() -> None:
+    """`on_exhausted` and `on_error` of the workflow, overridden by a step's policy; a
+    permanent error does what running out of failures does unless told otherwise."""
+    steps = [
+        Step("plain", "svc", "go"),
+        Step("fails", "svc", "go", policy=StepPolicy(on_exhausted="fail")),
+        Step("errors_park", "svc", "go", policy=StepPolicy(on_error="park")),
+    ]
+    default = Workflow("w", steps)
+    parking = Workflow("w", steps, on_exhausted="park")
+    errors_fail = Workflow("w", steps, on_exhausted=OnExhausted.PARK, on_error="fail")
+    assert [default.parks(s.name) for s in steps] == [(False, False), (False, False), (False, True)]
+    assert [parking.parks(s.name) for s in steps] == [(True, True), (False, False), (True, True)]
+    assert [errors_fail.parks(s.name) for s in steps] == [
+        (True, False),
+        (False, False),
+        (True, True),
+    ]
+    with pytest.raises(DefinitionError, match="on_exhausted must be 'fail' or 'park'"):
+        Workflow("w", steps, on_exhausted="retry")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="on_error must be 'fail' or 'park'"):
+        StepPolicy(on_error="ignore")  # type: ignore[arg-type]

@@ -65,6 +65,7 @@ def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict
         # The forms shown; the service functions still decide (a 409 page otherwise).
         "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
         "can_pause": run["state"] not in TERMINAL_RUN_STATES or bool(run.get("paused")),
+        "can_unpark": bool(run.get("parked")),
         "can_resubmit": run["state"] in RESUBMITTABLE_RUN_STATES
         or run["state"] == RunState.COMPLETED,
         "resubmit_choices": resubmit_choices(run["state"], forward),

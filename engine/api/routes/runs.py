@@ -191,9 +191,12 @@ def list_runs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Cursor = None,
+    parked: Annotated[bool, Query(description="Only runs with a parked step.")] = False,
 ) -> dict[str, Any]:
     """Runs, newest first, one page at a time: follow `next_cursor` until it is null."""
-    where = RunFilter(states=tuple(state or ()), workflow=workflow, key=key, text=text, limit=limit)
+    where = RunFilter(
+        states=tuple(state or ()), workflow=workflow, key=key, text=text, limit=limit, parked=parked
+    )
     page, next_cursor = ctx.transaction(lambda conn: run_ops.runs_page(conn, where, cursor=cursor))
     return {"runs": page, "next_cursor": next_cursor}
 

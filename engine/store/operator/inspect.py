@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Select, Text, cast, exists, func, or_, select
 
 from sasflow.states import RunState, StepKind, StepState
+from sasflow.store.runs.parked import has_parked_step
 from sasflow.store.schema import alerts, events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
@@ -37,6 +38,8 @@ class RunFilter:
     output or error (JSON), or the error of any of its steps; looked for among the newest
     `text_scan` runs only, so that a search costs a bounded scan."""
     text_scan: int = TEXT_SCAN_ROWS
+    parked: bool = False
+    """Only runs with a parked step (docs/operations.md "Parked steps"; ix_steps_parked)."""
 
 
 def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
@@ -57,6 +60,8 @@ def _conditions(where: RunFilter) -> list[ColumnElement[bool]]:
         found.append(runs.c.id.in_(where.ids))
     if where.text:
         found.extend(_text_conditions(where.text, where.text_scan))
+    if where.parked:
+        found.append(has_parked_step())
     return found
 
 
@@ -102,6 +107,7 @@ _RUN_COLUMNS = (
     runs.c.updated_at,
     runs.c.finished_at,
     runs.c.error,
+    has_parked_step().label("parked"),
 )
 
 _STEP_COLUMNS = (

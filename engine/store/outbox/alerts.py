@@ -56,6 +56,10 @@ class AlertKind(StrEnum):
     SUBSCRIBER_AWAY = "subscriber_away"
     """A stream subscriber has had no open stream for a while; it expires later
     (supervisor.subscribers)."""
+    STEP_PARKED = "step_parked"
+    """A step's failures ran out (or it answered a permanent error) and its policy parks it:
+    the run waits for an operator to unpark or fail it (store.runs.parked); resolved when one
+    does."""
     VERSION_MISSING = "version_missing"
     """Runs of a workflow version have waited for a while and no live scheduler has that
     version loaded (scheduler.advancing; docs/howto/upgrade.md)."""
@@ -63,6 +67,7 @@ class AlertKind(StrEnum):
 
 STEP_FAILED = AlertKind.STEP_FAILED
 COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
+STEP_PARKED = AlertKind.STEP_PARKED
 STALLED = AlertKind.STALLED
 AGENT_LOST = AlertKind.AGENT_LOST
 AGENT_OUTAGE = AlertKind.AGENT_OUTAGE

@@ -72,7 +72,7 @@ def _failure(kind: str, workflow: str | None, detail: Any) -> str:
 
 def cause_of(kind: str, subject: str, workflow: str | None, detail: Any) -> Cause:
     """The cause of an alert of `kind` about `subject` (see the module docstring)."""
-    if kind in {"step_failed", "compensation_failed"} and workflow is not None:
+    if kind in {"step_failed", "compensation_failed", "step_parked"} and workflow is not None:
         text = _failure(kind, workflow, detail)
     elif kind == "agent_lost" and isinstance(detail, dict) and detail.get("agent"):
         text = f"{kind} of agent {detail['agent']}"

@@ -43,6 +43,7 @@ from sasflow.store.runs.decide import (
     decide,
 )
 from sasflow.store.runs.events import Event, step_event
+from sasflow.store.runs.parked import resolve_parked_alert
 from sasflow.store.runs.records import RunRecord, StepRecord
 
 log = logging.getLogger(__name__)
@@ -139,11 +140,7 @@ class _Applier:
                     moved[step.id] = StepState.ERROR
                     self._step_event(step, StepState.WAITING, StepState.ERROR, error.message)
                 case Skip(step, from_state, reason):
-                    if self.conn.execute(advance_queries.skip(), {"b_id": step.id}).rowcount != 1:
-                        moved[step.id] = StepState.PROCESSING  # claimed meanwhile: in flight
-                        continue
-                    moved[step.id] = StepState.SKIPPED
-                    self._step_event(step, from_state, StepState.SKIPPED, reason)
+                    moved[step.id] = self._skip(step, from_state, reason)
                 case Release(step):
                     self.conn.execute(advance_queries.release_waiting(), {"b_id": step.id})
                     moved[step.id] = StepState.PENDING
@@ -240,6 +237,16 @@ class _Applier:
                 )
             )
         self.result.ready += 1  # the chain's first step
+
+    def _skip(self, step: StepRecord, from_state: StepState, reason: str) -> StepState:
+        """Skip a step not started; its state now (processing: claimed meanwhile, in flight).
+        A parked step's alert is closed: nobody need unpark or fail it now."""
+        if self.conn.execute(advance_queries.skip(), {"b_id": step.id}).rowcount != 1:
+            return StepState.PROCESSING
+        self._step_event(step, from_state, StepState.SKIPPED, reason)
+        if from_state == StepState.PARKED:
+            resolve_parked_alert(self.conn, step.id, actor=self.actor, reason=reason)
+        return StepState.SKIPPED
 
     def _step_event(
         self,

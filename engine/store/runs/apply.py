@@ -18,6 +18,7 @@ from sasflow.store.dialect import capabilities
 from sasflow.store.notify import notify_ready
 from sasflow.store.runs import events, queries
 from sasflow.store.runs.advance import advance_runs
+from sasflow.store.runs.parked import raise_parked_alerts
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ class ApplyReport:
     """Steps back to pending after a counted failure or a deferral, ready after a backoff."""
     finished: dict[int, FinishedRun] = field(default_factory=dict)
     """Runs that reached a terminal state: run id -> its state and workflow."""
+    parked: int = 0
+    """Steps parked (their policy parks them rather than failing their run)."""
     deferred: int = 0
     """Runs left to the schedulers' advance duty (user code to run, or a version to find)."""
 
@@ -56,6 +59,7 @@ def apply_outcomes(
     ).all()
     batch: list[events.Event] = []
     touched: set[int] = set()
+    parked: set[int] = set()
     completed = _complete_together(conn, outcomes)
     for outcome in outcomes:
         fence = {"b_step_id": outcome.step_id, "b_attempt": outcome.attempt}
@@ -69,7 +73,7 @@ def apply_outcomes(
             to_state = StepState.PROCESSED
         elif outcome.kind is ReplyStatus.ERROR:
             row = conn.execute(queries.fail_step(), {**fence, "b_error": error}).first()
-            to_state = StepState.ERROR
+            to_state = StepState(row.state) if row is not None else StepState.ERROR
         elif outcome.kind is ReplyStatus.FAILED:
             row = conn.execute(queries.count_failure(), {**fence, "b_error": error}).first()
             to_state = StepState(row.state) if row is not None else StepState.PENDING
@@ -97,6 +101,8 @@ def apply_outcomes(
             continue
         report.applied += 1
         report.backing_off += to_state == StepState.PENDING
+        if to_state == StepState.PARKED:
+            parked.add(outcome.step_id)
         touched.add(row.run_id)
         batch.append(
             events.Event(
@@ -114,6 +120,8 @@ def apply_outcomes(
         )
     advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
     batch.extend(advanced.events)
+    report.parked = len(parked)
+    raise_parked_alerts(conn, parked, actor=actor)
     # Every run that can end here is in `locked` (read with its callback_url).
     events.record(conn, batch, with_callback={r.id for r in locked if r.callback_url})
     report.ready = advanced.ready

@@ -391,14 +391,25 @@ def complete_steps() -> Update:
     )
 
 
+def _failed_state(parks: Any) -> Any:
+    """The state of a step that failed for good: `parked` when `parks` (its policy), else
+    `error`."""
+    return case((parks, literal(StepState.PARKED.value)), else_=literal(StepState.ERROR.value))
+
+
 @cache
 def fail_step() -> Update:
-    """Fenced: record a permanent failure of an attempt (primary key)."""
+    """Fenced: record a permanent failure of an attempt: error, or parked when its policy parks
+    errors (primary key)."""
     return (
         update(steps)
         .where(_processing_with_attempt)
-        .values(state=StepState.ERROR, error=bindparam("b_error"), **leave_processing())
-        .returning(*_step_result)
+        .values(
+            state=_failed_state(steps.c.park_errors),
+            error=bindparam("b_error"),
+            **leave_processing(),
+        )
+        .returning(*_step_result, steps.c.state)
     )
 
 
@@ -428,7 +439,8 @@ def defer_step() -> Update:
 
 def failure_values() -> dict[str, Any]:
     """SET clause counting one failure: below the threshold back to pending after an
-    exponential, capped backoff (the database's clock), at the threshold to error."""
+    exponential, capped backoff (the database's clock), at the threshold to error (parked when
+    its policy parks exhausted steps)."""
     failures = steps.c.failure_count + 1
     exhausted = failures >= steps.c.max_failures
     delay = least(
@@ -439,7 +451,8 @@ def failure_values() -> dict[str, Any]:
     return {
         "failure_count": failures,
         "state": case(
-            (exhausted, literal(StepState.ERROR.value)), else_=literal(StepState.PENDING.value)
+            (exhausted, _failed_state(steps.c.park_exhausted)),
+            else_=literal(StepState.PENDING.value),
         ),
         "not_before": case((exhausted, steps.c.not_before), else_=plus_seconds(now(), delay)),
         "error": bindparam("b_error"),

@@ -64,6 +64,8 @@ STEP_COLUMNS: tuple[StepColumn, ...] = (
     StepColumn("give_up_s", "float8"),
     StepColumn("wait_timeout_s", "float8"),
     StepColumn("heartbeat_timeout_s", "float8"),
+    StepColumn("park_exhausted", "boolean"),
+    StepColumn("park_errors", "boolean"),
 )
 """Every column a new step record is given, in the order the statements write them; the
 others take their defaults."""
@@ -107,8 +109,11 @@ def defined_columns(
     policy: Mapping[str, Any],
     compensate_action: str | None = None,
     pool: str | None = None,
+    parks: tuple[bool, bool] = (False, False),
 ) -> dict[str, Any]:
-    """The values of DEFINED_COLUMNS (`policy`: the POLICY_COLUMNS)."""
+    """The values of DEFINED_COLUMNS (`policy`: the POLICY_COLUMNS; `parks`: whether the step
+    parks when its failures run out, and on a permanent error: `Workflow.parks`, never for a
+    compensation step)."""
     return {
         "name": name,
         "kind": kind,
@@ -119,6 +124,8 @@ def defined_columns(
         "state": StepState.WAITING if depends_on else StepState.PENDING,
         "pool": pool,
         **policy,
+        "park_exhausted": parks[0],
+        "park_errors": parks[1],
     }
 
 
@@ -134,6 +141,7 @@ def forward_definition(workflow: Workflow, name: str) -> dict[str, Any]:
         policy=policy_columns(step.policy),
         compensate_action=step.compensate,
         pool=step.pool,
+        parks=workflow.parks(name),
     )
 
 

@@ -177,6 +177,8 @@ class SweepReport:
     (not in `reclaimed`)."""
     escalated: int = 0
     """Steps that reached their failure threshold and went to error."""
+    parked: int = 0
+    """Steps that reached their failure threshold and parked (their policy parks them)."""
     compensations: int = 0
     """Runs whose failure started compensation."""
     alerts: list[int] = field(default_factory=list)
@@ -213,6 +215,7 @@ class SweepReport:
             "deadlines": self.deadlines,
         }
         retention = {  # shown when something was done
+            "parked": self.parked,
             "audit_pruned": self.audit_pruned,
             "subscribers_expired": self.subscribers_expired,
             "updates_deleted": self.updates_deleted,
