@@ -18,6 +18,7 @@ from typing import Any
 
 from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, ack_taken, waited_too_long
 from sasflow.agents.agent import Agent, HandlerSpec
+from sasflow.agents.cancels import Cancels
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.handback import HandBacks, give_back_unstarted, lacks_action
@@ -32,6 +33,7 @@ from sasflow.errors import BrokerUnavailableError, InvalidMessageError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
+    Cancel,
     Limits,
     Reply,
     Request,
@@ -40,7 +42,12 @@ from sasflow.messages import (
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import ReplyStatus
 from sasflow.transport.base import Delivery, Transport
-from sasflow.transport.topology import Names, declare_agent_queue, declare_common
+from sasflow.transport.topology import (
+    Names,
+    declare_agent_queue,
+    declare_common,
+    declare_control_queue,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,8 @@ class AgentOptions:
     """When threads held past deadline wedge the process, and when it exits (agents.wedge)."""
 
 
+CONTROL_PREFETCH = 50
+"""Cancels an agent process takes from its control queue at once."""
 ABORT_SETTLE = 2.0
 """Seconds a stopping agent still waits for the handlers it aborted to return their reply."""
 
@@ -142,6 +151,8 @@ class AgentWorker:
         self._progress = ProgressLink(transport, names, agent.name, self.stats)
         self._early_acks = EarlyAcks(transport, self._options.consumer_timeout, self.stats)
         self._runner = HandlerRunner(agent, self._breakers, self._hooks, self._reply)
+        self._cancels = Cancels()
+        self._connections = 0
 
     @property
     def stop_event(self) -> threading.Event:
@@ -189,6 +200,7 @@ class AgentWorker:
         declare_agent_queue(self._transport, self._names, self.agent.name, self._pool_name)
         if not self._wedge.wedged:
             self._transport.consume(self._queue, self._on_request, prefetch=self._concurrency)
+        self._listen_for_cancels()
         self.fleet.connected(self._breakers)
         log.info("%s consuming %s with %d threads", self.id, self._queue, self._concurrency)
         while not self._stop.is_set():
@@ -198,6 +210,24 @@ class AgentWorker:
         self.fleet.heartbeat(
             self._breakers, in_flight=len(self._jobs), held=self._wedge.held, stopping=True
         )
+
+    def _listen_for_cancels(self) -> None:
+        """Consume this connection's own control queue (a new one per connection, as for the
+        breakers: the broker deletes the earlier one once unused)."""
+        self._connections += 1
+        suffix = f"{self.id.rpartition(':')[2]}-{self._connections}"
+        queue_name = declare_control_queue(self._transport, self._names, self.agent.name, suffix)
+        self._transport.consume(queue_name, self._on_cancel, prefetch=CONTROL_PREFETCH)
+
+    def _on_cancel(self, delivery: Delivery) -> None:
+        try:
+            cancel = parse(Cancel, delivery.body, self._limits)
+        except InvalidMessageError as exc:
+            self._dead_letter(delivery, str(exc))
+            return
+        self._transport.ack(delivery)
+        if cancel.agent == self.agent.name and self._cancels.received(cancel, self._jobs):
+            self.stats.cancelled += 1
 
     def _drain(self) -> None:
         """Stop taking requests; interrupt retry sleeps (those steps are handed back as
@@ -271,6 +301,15 @@ class AgentWorker:
             else:
                 self._transport.ack(delivery)
             return
+        if self._cancels.cancelled(request.step_id, request.attempt):
+            self._transport.ack(delivery)
+            self.stats.cancelled += 1
+            log.info(
+                "step %s attempt %s: cancelled before it reached this agent: not run",
+                request.step_id,
+                request.attempt,
+            )
+            return
         if request.exclusive and delivery.redelivered and not self._bound(job, wall):
             return
         spec = self.agent.spec(request.action)
@@ -335,6 +374,8 @@ class AgentWorker:
                 break
         for outcome in outcomes:
             self._wedge.returned(outcome.job)
+        # A cancelled attempt is never replied to (agents.cancels): its request is only acked.
+        outcomes = [Outcome(o.job, None) if o.job.revoked else o for o in outcomes]
         outcomes += self._replies.due()
         if outcomes:
             self._finish(outcomes)
@@ -393,7 +434,7 @@ class AgentWorker:
     def _running(self, job: Job) -> bool:
         """Whether `job` still runs here with no reply ready (its progress is worth sending)."""
         key = (job.request.step_id, job.request.attempt)
-        return self._jobs.get(key) is job and not (job.abandoned or job.held)
+        return self._jobs.get(key) is job and not (job.abandoned or job.held or job.revoked)
 
     def _finish(self, outcomes: list[Outcome]) -> None:
         try:
@@ -417,6 +458,8 @@ class AgentWorker:
         started = time.monotonic()
         self._hooks.handler_started(job.request, job.delivery.headers)
         try:
+            if job.revoked:
+                return  # cancelled before a worker took it: never started
             if job.call.cancelled.is_set() and not job.abandoned:
                 job.handed_back = True  # shutting down: another process runs it at once
                 return
