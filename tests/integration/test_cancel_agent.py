@@ -183,8 +183,10 @@ def test_a_cancel_of_an_earlier_attempt_is_ignored(
         harness.publish_to_exchange(names.control, "worker", stale.encode())
         queue = names.control_queue("worker", f"{worker.id.rpartition(':')[2]}-1")
         harness.wait_for(
-            lambda: services.queue_figure(queue, "messages") == 0
-            and services.queue_figure(queue, "messages_unacknowledged") == 0,
+            lambda: (
+                services.queue_figure(queue, "messages") == 0
+                and services.queue_figure(queue, "messages_unacknowledged") == 0
+            ),
             what="the stale cancel consumed",
         )
         assert not seen.calls[0].cancelled.is_set()
