@@ -33,7 +33,6 @@ from sasflow.errors import BrokerUnavailableError, InvalidMessageError
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import (
     DEFAULT_LIMITS,
-    Cancel,
     Limits,
     Reply,
     Request,
@@ -42,12 +41,7 @@ from sasflow.messages import (
 from sasflow.runtime import Reconnect, process_id, serve_forever
 from sasflow.states import ReplyStatus
 from sasflow.transport.base import Delivery, Transport
-from sasflow.transport.topology import (
-    Names,
-    declare_agent_queue,
-    declare_common,
-    declare_control_queue,
-)
+from sasflow.transport.topology import Names, declare_agent_queue, declare_common
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +68,6 @@ class AgentOptions:
     """When threads held past deadline wedge the process, and when it exits (agents.wedge)."""
 
 
-CONTROL_PREFETCH = 50
-"""Cancels an agent process takes from its control queue at once."""
 ABORT_SETTLE = 2.0
 """Seconds a stopping agent still waits for the handlers it aborted to return their reply."""
 
@@ -151,8 +143,15 @@ class AgentWorker:
         self._progress = ProgressLink(transport, names, agent.name, self.stats)
         self._early_acks = EarlyAcks(transport, self._options.consumer_timeout, self.stats)
         self._runner = HandlerRunner(agent, self._breakers, self._hooks, self._reply)
-        self._cancels = Cancels()
-        self._connections = 0
+        self._cancels = Cancels(
+            self.id,
+            agent.name,
+            transport,
+            names=names,
+            jobs=self._jobs,
+            stats=self.stats,
+            dead_letter=self._dead_letter,
+        )
 
     @property
     def stop_event(self) -> threading.Event:
@@ -200,7 +199,7 @@ class AgentWorker:
         declare_agent_queue(self._transport, self._names, self.agent.name, self._pool_name)
         if not self._wedge.wedged:
             self._transport.consume(self._queue, self._on_request, prefetch=self._concurrency)
-        self._listen_for_cancels()
+        self._cancels.connected()
         self.fleet.connected(self._breakers)
         log.info("%s consuming %s with %d threads", self.id, self._queue, self._concurrency)
         while not self._stop.is_set():
@@ -210,24 +209,6 @@ class AgentWorker:
         self.fleet.heartbeat(
             self._breakers, in_flight=len(self._jobs), held=self._wedge.held, stopping=True
         )
-
-    def _listen_for_cancels(self) -> None:
-        """Consume this connection's own control queue (a new one per connection, as for the
-        breakers: the broker deletes the earlier one once unused)."""
-        self._connections += 1
-        suffix = f"{self.id.rpartition(':')[2]}-{self._connections}"
-        queue_name = declare_control_queue(self._transport, self._names, self.agent.name, suffix)
-        self._transport.consume(queue_name, self._on_cancel, prefetch=CONTROL_PREFETCH)
-
-    def _on_cancel(self, delivery: Delivery) -> None:
-        try:
-            cancel = parse(Cancel, delivery.body, self._limits)
-        except InvalidMessageError as exc:
-            self._dead_letter(delivery, str(exc))
-            return
-        self._transport.ack(delivery)
-        if cancel.agent == self.agent.name and self._cancels.received(cancel, self._jobs):
-            self.stats.cancelled += 1
 
     def _drain(self) -> None:
         """Stop taking requests; interrupt retry sleeps (those steps are handed back as
@@ -301,14 +282,7 @@ class AgentWorker:
             else:
                 self._transport.ack(delivery)
             return
-        if self._cancels.cancelled(request.step_id, request.attempt):
-            self._transport.ack(delivery)
-            self.stats.cancelled += 1
-            log.info(
-                "step %s attempt %s: cancelled before it reached this agent: not run",
-                request.step_id,
-                request.attempt,
-            )
+        if self._cancels.came_first(request, delivery):
             return
         if request.exclusive and delivery.redelivered and not self._bound(job, wall):
             return

@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from sasflow.agents.cancels import Cancels
 from sasflow.agents.children import ChildProcesses
-from sasflow.agents.jobs import Job
+from sasflow.agents.jobs import AgentStats, Job
 from sasflow.errors import InvalidMessageError
 from sasflow.messages import Cancel, Request, parse
 from sasflow.relay import _cancel
-from sasflow.transport.base import Delivery
+from sasflow.transport.base import Delivery, Transport
+from sasflow.transport.topology import Names
 
 VALID = {"v": 1, "step_id": 7, "run_id": 3, "attempt": 2, "agent": "payments", "reason": "r"}
 
@@ -120,25 +121,54 @@ def _job(step_id: int, attempt: int) -> Job:
     return Job.received_at(0.0, delivery, request, ChildProcesses())
 
 
+class _Acks:
+    """The one transport method `Cancels` uses besides consuming: ack."""
+
+    def __init__(self) -> None:
+        self.acked: list[int] = []
+
+    def ack(self, delivery: Delivery) -> bool:
+        self.acked.append(delivery.tag)
+        return True
+
+
+def _cancels(jobs: dict[tuple[int, int], Job], remembered: int = 100) -> tuple[Cancels, _Acks]:
+    acks = _Acks()
+    cancels = Cancels(
+        "agent-payments:host:1",
+        "payments",
+        cast(Transport, acks),
+        names=Names("t"),
+        jobs=jobs,
+        stats=AgentStats(),
+        dead_letter=lambda _delivery, _reason: None,
+        remembered=remembered,
+    )
+    return cancels, acks
+
+
 def test_a_cancel_stops_only_the_attempt_it_names() -> None:
     running = _job(7, 2)
-    jobs = {(7, 2): running}
-    cancels = Cancels()
-    assert cancels.received(parse(Cancel, _body(attempt=1)), jobs) is None  # stale
+    cancels, _ = _cancels({(7, 2): running})
+    assert cancels.received(parse(Cancel, _body(attempt=1))) is None  # stale
     assert not running.call.cancelled.is_set()
     assert not running.revoked
-    assert cancels.received(parse(Cancel, _body()), jobs) is running
+    assert cancels.received(parse(Cancel, _body())) is running
     assert (running.revoked, running.call.cancelled.is_set(), running.call.aborted.is_set()) == (
         True,
         True,
         True,
     )
-    assert cancels.received(parse(Cancel, _body()), jobs) is None  # a duplicate: acted on once
+    assert cancels.received(parse(Cancel, _body())) is None  # a duplicate: acted on once
 
 
 def test_a_cancelled_attempt_is_remembered_so_its_late_request_is_not_run() -> None:
-    cancels = Cancels(remembered=2)
+    cancels, acks = _cancels({}, remembered=2)
     for step_id in (1, 2, 3):
-        cancels.received(parse(Cancel, _body(step_id=step_id)), {})
+        cancels.received(parse(Cancel, _body(step_id=step_id)))
     assert [cancels.cancelled(s, 2) for s in (1, 2, 3)] == [False, True, True]
-    assert not cancels.cancelled(3, 1)
+    late = _job(3, 2)
+    assert cancels.came_first(late.request, late.delivery)
+    assert acks.acked == [late.delivery.tag]
+    other = _job(3, 1)
+    assert not cancels.came_first(other.request, other.delivery)
