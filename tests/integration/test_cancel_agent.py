@@ -17,7 +17,7 @@ from sqlalchemy import Engine, select, update
 
 from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
-from sasflow.agents.children import ChildProcesses, start_ticks
+from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses, start_ticks
 from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.messages import Cancel
 from sasflow.ops.cancel import cancel
@@ -27,8 +27,10 @@ from tests import harness, services
 
 pytestmark = pytest.mark.integration
 
-GRACE = 2.0
-"""The handler's grace between SIGTERM and SIGKILL of its program."""
+GRACE = DEFAULT_GRACE
+"""The handler's grace between SIGTERM and SIGKILL of its program (the default, 5 s): the
+acceptance is a program stopped within it, counted from the cancel's commit (the relay's next
+pass, within its 1 s interval, carries the cancel)."""
 
 
 class Seen:
