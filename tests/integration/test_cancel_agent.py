@@ -6,6 +6,7 @@ changes nothing, and a cancel made while no relay could publish it goes out late
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -76,11 +77,25 @@ def _registry(seen: Seen) -> tuple[Registry, Agent]:
         seen.returned.set()
         return "stopped early" if call.cancelled.is_set() else "released"
 
+    @agent.handler("wait")
+    async def wait(call: Call) -> str:
+        seen.calls.append(call)
+        seen.started.set()
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            seen.raised.append("CancelledError")
+            raise
+        finally:
+            seen.returned.set()
+        return "slept"
+
     policy = StepPolicy(timeout=120)
     registry = Registry(
         [
             Workflow("prog", [Step("only", "worker", "program", policy=policy)]),
             Workflow("loop", [Step("only", "worker", "loop", policy=policy)]),
+            Workflow("wait", [Step("only", "worker", "wait", policy=policy)]),
         ],
         [agent],
     )
@@ -167,6 +182,22 @@ def test_a_python_handler_polling_call_cancelled_returns_and_its_output_is_not_a
     step = _step(engine, run_id)
     assert (step.state, step.failure_count, step.output) == ("cancelled", 0, None)
     assert worker.stats.replied_ok == 0
+
+
+def test_an_async_handlers_task_is_cancelled(
+    engine: Engine, database_url: str, names: Names, seen: Seen, tmp_path: Path
+) -> None:
+    registry, agent = _registry(seen)
+    run_id = _submit(engine, registry, names, "wait")
+    worker = _worker(agent, names, tmp_path)
+    with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
+        harness.wait_for(seen.started.is_set, what="the handler started")
+        _cancel(engine, names, run_id)
+        harness.wait_for(seen.returned.is_set, timeout=10, what="the handler returned")
+        assert seen.raised == ["CancelledError"]
+    step = _step(engine, run_id)
+    assert (step.state, step.failure_count, step.output, step.error) == ("cancelled", 0, None, None)
+    assert worker.stats.cancelled == 1
 
 
 def test_a_cancel_of_an_earlier_attempt_is_ignored(
