@@ -200,7 +200,7 @@ class ChildProcesses:
                     pass
                 if abort.is_set():
                     kill_group(process.pid, grace)
-                    return "the agent gave up on the step (stopping)"
+                    return "the agent gave up on the step (stopping, or the step was cancelled)"
                 if time.monotonic() >= deadline:
                     kill_group(process.pid, grace)
                     return "the step's deadline passed"

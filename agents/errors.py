@@ -25,7 +25,8 @@ class BreakerOpenError(SasflowError):
 
 
 class ChildKilledError(TransientError):
-    """A program run by the handler was killed: the step's deadline passed or the agent stopped.
+    """A program run by the handler was killed: the deadline passed, the agent stopped, or the
+    step was cancelled (agents.cancels).
 
     Transient: the step is handed back (or left to its deadline), never failed for good."""
 

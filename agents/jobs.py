@@ -49,6 +49,8 @@ class Job:
     """A worker thread took it (sasflow.agents.handback): it can no longer be handed back."""
     handed_back: bool = False
     """Given back to the broker unstarted (requeued) for another process: never run here."""
+    revoked: bool = False
+    """Its attempt was cancelled (sasflow.agents.cancels): stopped, and never replied to."""
     latest_end: float | None = None
     """A redelivered exclusive request: when its attempt must end here at the latest, its
     claim plus its budget (monotonic; sasflow.agents.redelivery)."""
@@ -126,6 +128,9 @@ class AgentStats:
     """Exclusive requests acknowledged when a worker took them (agents.acks)."""
     handed_back: int = 0
     """Requests requeued unstarted for another process (agents.handback)."""
+    cancelled: int = 0
+    """Attempts stopped by a cancel, or not run because their cancel came first
+    (agents.cancels)."""
     redelivered_dropped: int = 0
     """Redelivered exclusive requests not run: taken here already, or past their attempt's
     deadline counted from its claim (agents.redelivery)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from sasflow.agents.acks import DEFAULT_CONSUMER_TIMEOUT, EarlyAcks, ack_taken, waited_too_long
 from sasflow.agents.agent import Agent, HandlerSpec
+from sasflow.agents.cancels import Cancels
 from sasflow.agents.children import DEFAULT_GRACE, ChildProcesses
 from sasflow.agents.fleet import FleetLink
 from sasflow.agents.handback import HandBacks, give_back_unstarted, lacks_action
@@ -142,6 +143,15 @@ class AgentWorker:
         self._progress = ProgressLink(transport, names, agent.name, self.stats)
         self._early_acks = EarlyAcks(transport, self._options.consumer_timeout, self.stats)
         self._runner = HandlerRunner(agent, self._breakers, self._hooks, self._reply)
+        self._cancels = Cancels(
+            self.id,
+            agent.name,
+            transport,
+            names=names,
+            jobs=self._jobs,
+            stats=self.stats,
+            dead_letter=self._dead_letter,
+        )
 
     @property
     def stop_event(self) -> threading.Event:
@@ -189,6 +199,7 @@ class AgentWorker:
         declare_agent_queue(self._transport, self._names, self.agent.name, self._pool_name)
         if not self._wedge.wedged:
             self._transport.consume(self._queue, self._on_request, prefetch=self._concurrency)
+        self._cancels.connected()
         self.fleet.connected(self._breakers)
         log.info("%s consuming %s with %d threads", self.id, self._queue, self._concurrency)
         while not self._stop.is_set():
@@ -271,6 +282,8 @@ class AgentWorker:
             else:
                 self._transport.ack(delivery)
             return
+        if self._cancels.came_first(request, delivery):
+            return
         if request.exclusive and delivery.redelivered and not self._bound(job, wall):
             return
         spec = self.agent.spec(request.action)
@@ -335,6 +348,8 @@ class AgentWorker:
                 break
         for outcome in outcomes:
             self._wedge.returned(outcome.job)
+        # A cancelled attempt is never replied to (agents.cancels): its request is only acked.
+        outcomes = [Outcome(o.job, None) if o.job.revoked else o for o in outcomes]
         outcomes += self._replies.due()
         if outcomes:
             self._finish(outcomes)
@@ -393,7 +408,7 @@ class AgentWorker:
     def _running(self, job: Job) -> bool:
         """Whether `job` still runs here with no reply ready (its progress is worth sending)."""
         key = (job.request.step_id, job.request.attempt)
-        return self._jobs.get(key) is job and not (job.abandoned or job.held)
+        return self._jobs.get(key) is job and not (job.abandoned or job.held or job.revoked)
 
     def _finish(self, outcomes: list[Outcome]) -> None:
         try:
@@ -417,6 +432,8 @@ class AgentWorker:
         started = time.monotonic()
         self._hooks.handler_started(job.request, job.delivery.headers)
         try:
+            if job.revoked:
+                return  # cancelled before a worker took it: never started
             if job.call.cancelled.is_set() and not job.abandoned:
                 job.handed_back = True  # shutting down: another process runs it at once
                 return

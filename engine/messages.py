@@ -170,6 +170,22 @@ class Fence(_Message):
     attempt: int = Field(ge=1, le=2**31 - 1)
 
 
+class Cancel(_Message):
+    """Relay -> the instances of one agent (`<ns>.control`, routing key: the agent's name):
+    stop the attempt `attempt` of step `step_id`, which an operator, the API or the run's
+    deadline cancelled. Fenced: only an instance running exactly that attempt acts on it; the
+    step is `cancelled` in the database already, whatever the agent does."""
+
+    v: Literal[1] = 1
+    step_id: int = Field(ge=1, le=2**63 - 1)
+    run_id: int = Field(ge=1, le=2**63 - 1)
+    attempt: int = Field(ge=1, le=2**31 - 1)
+    agent: str = Field(pattern=_NAME)
+    reason: str | None = Field(default=None, max_length=4000)
+    event_id: int | None = Field(default=None, ge=1)
+    """The step's `cancelled` event that caused it (deduplication, the timeline)."""
+
+
 MAX_TRACEBACK_CHARS = 4096
 """The longest traceback an error keeps (its last characters, where the exception's line is)."""
 

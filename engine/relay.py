@@ -11,6 +11,10 @@ stay locked by the pass's transaction until it ends, so no other relay sees them
 The relay that held them back therefore passes again soon after that transaction ended
 (`HeldBack`), until a pass holds nothing back: they go out milliseconds after their
 predecessor, not at the next periodic pass.
+
+The event of a step cancelled in flight (sasflow.ops.cancel) also goes out as a `Cancel` on the
+control exchange, to the instances of the agent holding the attempt, in the same batch: the
+cancel reaches the agent at least once, as soon as the broker takes it.
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
+from pydantic import ValidationError
+
 from sasflow.errors import BrokerUnavailableError
 from sasflow.hooks import NO_HOOKS, Hooks
-from sasflow.messages import StatusEvent
+from sasflow.messages import Cancel, StatusEvent, safe_text
+from sasflow.states import StepState
 from sasflow.store.db import (
     Connection,
     Engine,
@@ -134,6 +141,12 @@ class _Batch:
             self.owners.append(row.id)
             if row.reply_to:
                 self.messages.append(Outgoing("", row.reply_to, body, headers))
+                self.owners.append(row.id)
+            cancel = _cancel(row)
+            if cancel is not None:
+                self.messages.append(
+                    Outgoing(names.control, cancel.agent, cancel.encode(), headers)
+                )
                 self.owners.append(row.id)
             self.feed.append(_feed_event(row))
 
@@ -309,6 +322,33 @@ class Relay:
     def _close(conn: Connection) -> None:
         with contextlib.suppress(Exception):  # a lost connection cannot roll back; it is dropped
             conn.close()
+
+
+def _cancel(row: Any) -> Cancel | None:
+    """The agent's `Cancel` of a step's event, if it cancelled an attempt in flight."""
+    detail = row.detail
+    if not (
+        row.entity == "step"
+        and row.from_state == StepState.PROCESSING
+        and row.to_state == StepState.CANCELLED
+        and row.step_id is not None
+        and row.attempt is not None
+        and isinstance(detail, dict)
+        and isinstance(detail.get(events.CANCEL_AGENT_KEY), str)
+    ):
+        return None
+    try:
+        return Cancel(
+            step_id=row.step_id,
+            run_id=row.run_id,
+            attempt=row.attempt,
+            agent=detail[events.CANCEL_AGENT_KEY],
+            reason=None if row.reason is None else safe_text(row.reason),
+            event_id=row.id,
+        )
+    except ValidationError:  # one bad row must not block the outbox: its status goes out
+        log.exception("event %s: no cancel sent to its agent", row.id)
+        return None
 
 
 def _feed_event(row: Any) -> stream.FeedEvent:

@@ -129,7 +129,13 @@ def _listed(kind: str) -> list[str]:
 def delete_known(names: Names) -> None:
     """Delete the queues and exchanges `names` knows of, over AMQP (a test's own; fast)."""
     queues = names.all_queues([])
-    exchanges = [names.status, names.alerts, names.dead_letter_exchange, names.fleet]
+    exchanges = [
+        names.status,
+        names.alerts,
+        names.dead_letter_exchange,
+        names.fleet,
+        names.control,
+    ]
     with contextlib.closing(pika.BlockingConnection(pika.URLParameters(broker_url()))) as conn:
         channel = conn.channel()
         for queue in queues:

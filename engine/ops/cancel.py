@@ -5,12 +5,19 @@ their late replies are fenced out; the run ends `cancelled`. With compensation: 
 started are cancelled, steps in flight are left to finish (they may succeed, and must then be
 undone), and the run goes `compensating`: the compensating actions of its processed steps run
 in reverse order once nothing is in flight.
+
+A step cancelled in flight ends `cancelled` here, in the cancel's transaction: its event (from
+`processing`, with the attempt and, in its detail, the agent) is the durable intent the relay
+publishes as a `Cancel` to the agent holding it (sasflow.relay, docs/protocol.md), so the
+agent's handler is told and its programs stopped, whichever face cancelled and even when the
+broker was down at the time. Whatever the agent then does, its reply is fenced out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from sasflow.commands import StoredError
 from sasflow.errors import InvalidActionError
@@ -23,6 +30,7 @@ from sasflow.store.operator import transitions as operator
 from sasflow.store.operator.inspect import RunFilter
 from sasflow.store.runs import events
 from sasflow.store.runs.advance import advance_runs
+from sasflow.store.runs.events import CANCEL_AGENT_KEY
 
 
 @dataclass(frozen=True)
@@ -73,12 +81,7 @@ def cancel(
             workflow=run.workflow,
         )
     ]
-    batch += [
-        events.step_event(
-            s, s.state, StepState.CANCELLED, actor=actor, reason=f"cancelled: {reason}"
-        )
-        for s in stopped
-    ]
+    batch += [_cancelled_event(s, actor=actor, reason=reason) for s in stopped]
     final: str = to_state
     if compensate:
         advanced = advance_runs(conn, None, [run_id], actor=actor)
@@ -88,6 +91,21 @@ def cancel(
     events.record(conn, batch)
     close_alerts(conn, run_id, actor=actor, reason=f"run cancelled: {reason}")
     return Cancelled(run_id, final, tuple(s.name for s in stopped))
+
+
+def _cancelled_event(step: Any, *, actor: str, reason: str) -> events.Event:
+    """A step's `cancelled` event; one cancelled in flight names its attempt and its agent,
+    which the relay turns into the agent's `Cancel`."""
+    in_flight = step.state == StepState.PROCESSING
+    return events.step_event(
+        step,
+        step.state,
+        StepState.CANCELLED,
+        actor=actor,
+        reason=f"cancelled: {reason}",
+        attempt=step.attempt if in_flight else None,
+        detail={CANCEL_AGENT_KEY: step.agent} if in_flight else None,
+    )
 
 
 def cancel_many(

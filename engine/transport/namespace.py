@@ -40,7 +40,7 @@ def queue_names(names: Names, agent_queues: Iterable[tuple[str, str | None]]) ->
 
 
 def exchange_names(names: Names, agents: Iterable[str]) -> list[str]:
-    common = [names.status, names.alerts, names.dead_letter_exchange, names.fleet]
+    common = [names.status, names.alerts, names.dead_letter_exchange, names.fleet, names.control]
     return [*common, *(names.breakers(agent) for agent in sorted(set(agents)))]
 
 

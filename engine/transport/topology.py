@@ -26,6 +26,9 @@ FLEET_MAX = 10_000
 BREAKER_QUEUE_MAX = 1_000
 BREAKER_QUEUE_EXPIRES_MS = 60_000
 """An agent instance's breaker queue is deleted by the broker once unused this long."""
+CONTROL_QUEUE_MAX = 1_000
+CONTROL_QUEUE_EXPIRES_MS = 60_000
+"""An agent instance's control queue is deleted by the broker once unused this long."""
 REASON_LIMIT = 4000
 """Characters of a dead-letter reason kept in its header."""
 
@@ -128,6 +131,15 @@ class Names:
         """One agent instance's queue of its peers' breaker changes."""
         return f"{self.namespace}.breakers.{agent}.{instance}"
 
+    @property
+    def control(self) -> str:
+        """The topic exchange of cancels for running steps (routing key: the agent's name)."""
+        return f"{self.namespace}.control"
+
+    def control_queue(self, agent: str, instance: str) -> str:
+        """One agent instance's queue of the cancels for its agent's steps."""
+        return f"{self.namespace}.control.{agent}.{instance}"
+
     def pool(self, agent: str, pool: str) -> str:
         """The queue of agent `agent`'s instances started with `--pool POOL`."""
         return f"{self.namespace}.agent.{agent}.pool.{pool}"
@@ -165,6 +177,8 @@ def declare_common(transport: Transport, names: Names) -> None:
     for queue in (names.submit, names.replies):
         transport.declare_queue(queue, dead_letter_exchange=names.dead_letter_exchange, work=True)
     transport.declare_exchange(names.fleet, "topic")
+    # The relay publishes cancels here whether or not an agent listens (unrouted: dropped).
+    transport.declare_exchange(names.control, "topic")
     # A work queue by type, though its messages are not work: every role declares it when it
     # connects, and a classic queue whose node is down cannot be declared (404), so on a
     # cluster it must be as replicated as the work queues or the loss of its node stops them.
@@ -192,4 +206,20 @@ def declare_breaker_queue(transport: Transport, names: Names, agent: str, instan
         expires_ms=BREAKER_QUEUE_EXPIRES_MS,
     )
     transport.bind_queue(queue, names.breakers(agent), "")
+    return queue
+
+
+def declare_control_queue(transport: Transport, names: Names, agent: str, instance: str) -> str:
+    """The control exchange and this instance's queue bound to it with `agent` (deleted by the
+    broker a while after the instance is gone); returns the queue's name. Every instance of the
+    agent gets each cancel: only the one running that attempt acts on it."""
+    queue = names.control_queue(agent, instance)
+    transport.declare_exchange(names.control, "topic")
+    transport.declare_queue(
+        queue,
+        dead_letter_exchange=None,
+        max_length=CONTROL_QUEUE_MAX,
+        expires_ms=CONTROL_QUEUE_EXPIRES_MS,
+    )
+    transport.bind_queue(queue, names.control, agent)
     return queue

@@ -90,6 +90,7 @@ def test_dry_run_lists_refuses_while_consumed_then_deletes_with_yes(declared: Na
         names.alerts,
         names.dead_letter_exchange,
         names.fleet,
+        names.control,
         names.breakers("echo"),
     }
     assert all(_exists(names).values()), "a dry run deletes nothing"

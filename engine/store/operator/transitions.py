@@ -49,10 +49,17 @@ def run_state(conn: Connection, run_id: int) -> str:
 def lock_steps_in(
     conn: Connection, run_id: int, states: Collection[StepState]
 ) -> Sequence[Row[*tuple[Any, ...]]]:
-    """The run id, id, name, state and attempt of the run's steps in `states`, locked
+    """The run id, id, name, state, attempt and agent of the run's steps in `states`, locked
     (uq_steps_run_id_kind_name)."""
     return conn.execute(
-        select(steps.c.run_id, steps.c.id, steps.c.name, steps.c.state, steps.c.attempt)
+        select(
+            steps.c.run_id,
+            steps.c.id,
+            steps.c.name,
+            steps.c.state,
+            steps.c.attempt,
+            steps.c.agent,
+        )
         .where(steps.c.run_id == run_id, steps.c.state.in_(sorted(states)))
         .with_for_update()
     ).all()

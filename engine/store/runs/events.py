@@ -93,6 +93,11 @@ class StepRow(Protocol):
     def name(self) -> str: ...
 
 
+CANCEL_AGENT_KEY = "agent"
+"""The detail key of a step's `cancelled` event (from `processing`) naming the agent that holds
+the attempt: the relay sends that agent a `Cancel` (sasflow.ops.cancel, sasflow.relay)."""
+
+
 def step_event(
     row: StepRow,
     from_state: StepState | None,

@@ -560,6 +560,7 @@ def unpublished_events() -> Select[Any]:
             first_unpublished,
             events.c.id,
             events.c.run_id,
+            events.c.step_id,
             events.c.entity,
             events.c.step,
             events.c.from_state,
