@@ -34,6 +34,7 @@ from sasflow.store.runs.decide import (
     MakeReady,
     NeedsAdvance,
     NotLoaded,
+    OpenWait,
     RaiseAlert,
     Release,
     Skip,
@@ -128,7 +129,7 @@ class _Applier:
         moved: dict[int, StepState] = {}
         for transition in transitions:
             match transition:
-                case MakeReady() | StartTimer():
+                case MakeReady() | StartTimer() | OpenWait():
                     self._make_ready(transition)
                     moved[transition.step.id] = StepState.PENDING
                 case FailWaiting(step, error):
@@ -197,7 +198,20 @@ class _Applier:
         current = [dataclasses.replace(s, state=moved[s.id]) if s.id in moved else s for s in steps]
         return run, current
 
-    def _make_ready(self, ready: MakeReady | StartTimer) -> None:
+    def _make_ready(self, ready: MakeReady | StartTimer | OpenWait) -> None:
+        if isinstance(ready, OpenWait):
+            self.conn.execute(
+                advance_queries.open_wait(),
+                {
+                    "b_id": ready.step.id,
+                    "b_input": ready.input,
+                    "b_correlation": ready.correlation,
+                    "b_seconds": ready.seconds,
+                },
+            )
+            self.result.ready += 1  # wakes the schedulers: their event duty looks
+            self._step_event(ready.step, StepState.WAITING, StepState.PENDING, "event wait")
+            return
         if isinstance(ready, MakeReady):
             self.conn.execute(
                 advance_queries.make_ready(), {"b_id": ready.step.id, "b_input": ready.input}

@@ -1,0 +1,82 @@
+"""The event-wait duty: stored events matched to open waits (`Step.wait_for`), waits past their
+timeout ended by their `on_timeout`, and unmatched events past their retention deleted
+(store.inbound.match).
+
+It is due when something woke the scheduler (a wait opened, an event was stored: both notify;
+it looks without clearing the claim's wake-up), when the earliest open wait times out, and at
+least every `rescan_interval`, for what another process did while a notification was lost. An
+event therefore completes its wait within one loop pass of the later of its arrival and the
+wait's opening (docs/concepts.md, "Event waits").
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import func, select
+
+from sasflow.scheduler.cluster.member import ClusterMember
+from sasflow.scheduler.context import Context, Part
+from sasflow.scheduler.duty import INF, Duty
+from sasflow.scheduler.outbox import RelayDuty
+from sasflow.states import StepState
+from sasflow.store.db import transaction
+from sasflow.store.inbound import match
+from sasflow.store.schema import steps
+from sasflow.store.sqltime import now
+from sasflow.waits import EVENT_AGENT
+
+EVENT_BATCH = 200
+"""Matches (and timeouts) in one transaction; a full batch runs the next at once."""
+SHORTEST_WAIT = 0.02
+"""Seconds between two passes while a match or a timeout waits for a run another transaction
+holds."""
+
+
+class EventWaitDuty(Part, Duty):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        member: ClusterMember,
+        *,
+        outbox: RelayDuty,
+        rescan_interval: float,
+        batch: int = EVENT_BATCH,
+    ) -> None:
+        super().__init__(ctx)
+        self._member = member
+        self._outbox = outbox
+        self._rescan_interval = rescan_interval
+        self._batch = batch
+
+    def run(self, t: float) -> float:
+        if not self._member.may_act or not (t >= self.due or self._wake.is_set()):
+            return INF
+        args = {"batch": self._batch, "namespace": self._names.namespace, "actor": self._id}
+        with transaction(self._engine) as conn:
+            matched = match.match(conn, self._registry, **args)
+            timed_out = match.time_out(conn, self._registry, **args)
+            match.expire(conn, batch=self._batch)
+            for report in (matched, timed_out):
+                self._hooks.runs_finished(conn, report.finished)
+            row = conn.execute(
+                select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
+                    steps.c.state == StepState.PENDING, steps.c.agent == EVENT_AGENT
+                )
+            ).one()
+        if matched.completed or timed_out.completed:
+            self._outbox.recorded()
+        if matched.ready or timed_out.ready:
+            self._wake.set()
+        if matched.deferred or timed_out.deferred:
+            self._advance.set()
+        if matched.full or timed_out.full:
+            self.due = 0.0
+            return 0.0
+        wait = self._rescan_interval
+        if row.due is not None:
+            wait = min(wait, max((row.due - row.now).total_seconds(), SHORTEST_WAIT))
+        self.due = time.monotonic() + wait
+        return INF
