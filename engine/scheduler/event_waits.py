@@ -54,10 +54,14 @@ class EventWaitDuty(Part, Duty):
     def run(self, t: float) -> float:
         if not self._member.may_act or not (t >= self.due or self._wake.is_set()):
             return INF
-        args = {"batch": self._batch, "namespace": self._names.namespace, "actor": self._id}
+        batch, namespace, actor = self._batch, self._names.namespace, self._id
         with transaction(self._engine) as conn:
-            matched = match.match(conn, self._registry, **args)
-            timed_out = match.time_out(conn, self._registry, **args)
+            matched = match.match(
+                conn, self._registry, batch=batch, namespace=namespace, actor=actor
+            )
+            timed_out = match.time_out(
+                conn, self._registry, batch=batch, namespace=namespace, actor=actor
+            )
             match.expire(conn, batch=self._batch)
             for report in (matched, timed_out):
                 self._hooks.runs_finished(conn, report.finished)
