@@ -23,6 +23,7 @@ from sasflow.api.console import incidents as incident_pages
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import (
     alerts,
+    events,
     health,
     incidents,
     limits,
@@ -52,6 +53,7 @@ def routers() -> list[APIRouter]:
         registrations.router,
         limits.router,
         pause.router,
+        events.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,

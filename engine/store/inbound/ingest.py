@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from sasflow.errors import InvalidEventError
+from sasflow.registry import Registry
 from sasflow.store.inbound import match, queries
 from sasflow.store.notify import notify_ready
 from sasflow.store.schema import inbound_events
@@ -95,11 +96,18 @@ class Stored:
 
 
 def store_event(
-    conn: Connection, event: InboundEvent, *, source: str, namespace: str, actor: str
+    conn: Connection,
+    event: InboundEvent,
+    *,
+    source: str,
+    namespace: str,
+    actor: str,
+    registry: Registry | None = None,
 ) -> Stored:
     """Store `event` in the caller's transaction, unless stored before (same name and id), and
     complete the open wait it matches now, if any and its run is not held by another
-    transaction; else the schedulers match it (they are woken at commit)."""
+    transaction; else the schedulers match it (they are woken at commit). `registry`: the
+    caller's, to advance the run past the wait at once (without one a scheduler does)."""
     if source not in SOURCES:
         raise ValueError(f"unknown source {source!r}")
     inserted = conn.execute(
@@ -114,7 +122,7 @@ def store_event(
         },
     ).scalar_one_or_none()
     if inserted is not None:
-        match.match(conn, None, batch=1, namespace=namespace, actor=actor, event=inserted)
+        match.match(conn, registry, batch=1, namespace=namespace, actor=actor, event=inserted)
         notify_ready(conn, namespace)  # the event duty looks, whether matched or not
     row = conn.execute(
         queries.event_by_sender_id(), {"b_name": event.name, "b_event_id": event.event_id}
