@@ -87,6 +87,11 @@ class Names:
         return f"{self.namespace}.submit"
 
     @property
+    def events(self) -> str:
+        """Inbound events for event waits (consumed by the submitter role)."""
+        return f"{self.namespace}.events"
+
+    @property
     def replies(self) -> str:
         return f"{self.namespace}.replies"
 
@@ -139,6 +144,7 @@ class Names:
     def all_queues(self, agents: Iterable[str]) -> list[str]:
         return [
             self.submit,
+            self.events,
             self.replies,
             self.dead_letter_queue,
             self.dead_requests,

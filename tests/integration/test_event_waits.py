@@ -192,11 +192,11 @@ def test_an_event_racing_the_wait_opening_is_matched_exactly_once(engine: Engine
         run = _submit(engine, registry, f"race-{i}")
         barrier = threading.Barrier(2)
 
-        def opener(run_id: int = run) -> None:
+        def opener(run_id: int = run, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             _open_wait(engine, registry, run_id)
 
-        def sender(i: int = i) -> None:
+        def sender(i: int = i, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             _send(engine, f"race-{i}", f"evt-{i}", {"i": i})
 
