@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Depends, Query, Response
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
+from sasflow.api.models import EVENT_EXAMPLES, EventRequest
 from sasflow.api.openapi import answers
 from sasflow.errors import InvalidEventError
 from sasflow.ops import events as event_ops
@@ -19,13 +20,6 @@ from sasflow.store.db import Connection
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
 Context = Annotated[ApiContext, Depends(get_context)]
-
-EXAMPLE = {
-    "name": "payment_confirmed",
-    "correlation": "A-1042",
-    "id": "evt_3PqX9",
-    "payload": {"amount": 1200, "currency": "EUR"},
-}
 
 
 @router.post(
@@ -38,7 +32,7 @@ EXAMPLE = {
     },
 )
 def send_event(
-    body: Annotated[dict[str, Any], Body(openapi_examples={"payment": {"value": EXAMPLE}})],
+    body: Annotated[EventRequest, Body(openapi_examples=EVENT_EXAMPLES)],
     response: Response,
     ctx: Context,
     who: Annotated[Principal, Depends(require("submit"))],
