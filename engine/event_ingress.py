@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Engine
-
 from sasflow.errors import InvalidEventError, InvalidMessageError
 from sasflow.messages import DEFAULT_LIMITS, Limits, loads
 from sasflow.ops import events as event_ops
 from sasflow.registry import Registry
-from sasflow.store.db import transaction
+from sasflow.store.db import Engine, transaction
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names
 
@@ -48,10 +46,7 @@ class EventIngress:
         self.dead_lettered = 0
 
     def consume(self, prefetch: int) -> None:
-        """Declare `<ns>.events` (dead-lettering to the namespace's exchange) and consume it."""
-        self._transport.declare_queue(
-            self._names.events, dead_letter_exchange=self._names.dead_letter_exchange, work=True
-        )
+        """Consume `<ns>.events` (declared with the common names, transport.topology)."""
         self._transport.consume(self._names.events, self.on_delivery, prefetch=prefetch)
 
     def on_delivery(self, delivery: Delivery) -> None:

@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import func, select
-
 from sasflow.scheduler.cluster.member import ClusterMember
 from sasflow.scheduler.context import Context, Part
 from sasflow.scheduler.duty import INF, Duty
 from sasflow.scheduler.outbox import RelayDuty
-from sasflow.states import StepState
 from sasflow.store.db import transaction
 from sasflow.store.inbound import match
-from sasflow.store.schema import steps
-from sasflow.store.sqltime import now
-from sasflow.waits import EVENT_AGENT
 
 EVENT_BATCH = 200
 """Matches (and timeouts) in one transaction; a full batch runs the next at once."""
@@ -65,11 +59,7 @@ class EventWaitDuty(Part, Duty):
             match.expire(conn, batch=self._batch)
             for report in (matched, timed_out):
                 self._hooks.runs_finished(conn, report.finished)
-            row = conn.execute(
-                select(func.min(steps.c.not_before).label("due"), now().label("now")).where(
-                    steps.c.state == StepState.PENDING, steps.c.agent == EVENT_AGENT
-                )
-            ).one()
+            following = match.seconds_until_next_timeout(conn)
         if matched.completed or timed_out.completed:
             self._outbox.recorded()
         if matched.ready or timed_out.ready:
@@ -80,7 +70,7 @@ class EventWaitDuty(Part, Duty):
             self.due = 0.0
             return 0.0
         wait = self._rescan_interval
-        if row.due is not None:
-            wait = min(wait, max((row.due - row.now).total_seconds(), SHORTEST_WAIT))
+        if following is not None:
+            wait = min(wait, max(following, SHORTEST_WAIT))
         self.due = time.monotonic() + wait
         return INF

@@ -168,7 +168,7 @@ def declare_common(transport: Transport, names: Names) -> None:
     )
     transport.declare_exchange(names.status, "topic")
     transport.declare_exchange(names.alerts, "topic")
-    for queue in (names.submit, names.replies):
+    for queue in (names.submit, names.events, names.replies):
         transport.declare_queue(queue, dead_letter_exchange=names.dead_letter_exchange, work=True)
     transport.declare_exchange(names.fleet, "topic")
     # A work queue by type, though its messages are not work: every role declares it when it

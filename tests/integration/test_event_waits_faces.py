@@ -160,9 +160,14 @@ def test_post_v1_events_stores_once_names_a_bad_field_and_needs_the_submit_scope
         }
         again = http.post("/v1/events", json=event)
         assert (again.status_code, again.json()["id"]) == (200, first.json()["id"])
-        bad = http.post("/v1/events", json={**event, "id": ""})
-        assert bad.status_code == 400
-        assert (bad.json()["error"], bad.json()["fields"][0]["field"]) == ("invalid_input", "id")
+        schema = http.post("/v1/events", json={**event, "id": ""})
+        assert (schema.status_code, schema.json()["fields"][0]["field"]) == (422, "body.id")
+        refused = http.post("/v1/events", json={**event, "id": "evt-10", "correlation": "c" * 201})
+        assert refused.status_code == 400
+        assert (refused.json()["error"], refused.json()["fields"][0]["field"]) == (
+            "invalid_input",
+            "correlation",
+        )
         listed = http.get("/v1/events", params={"unmatched": "true"}).json()
         assert [(e["event_id"], e["correlation"], e["source"]) for e in listed] == [
             ("evt-9", "42", "api")

@@ -45,7 +45,7 @@ def send_event(
     def work(conn: Connection) -> dict[str, Any]:
         return event_ops.send_event(
             conn,
-            body,
+            body.model_dump(exclude_none=True),
             source="api",
             namespace=ctx.namespace,
             actor=who.name,

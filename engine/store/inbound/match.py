@@ -163,6 +163,16 @@ def expire(conn: Connection, *, batch: int) -> int:
     return conn.execute(queries.expire(), {"b_batch": batch}).rowcount
 
 
+def seconds_until_next_timeout(conn: Connection) -> float | None:
+    """Seconds, on the database clock, until the earliest open wait times out (0.0: one is due
+    now); None when no wait is open."""
+    row = conn.execute(queries.next_timeout()).one()
+    if row.due is None:
+        return None
+    remaining: float = (row.due - row.now).total_seconds()
+    return max(0.0, remaining)
+
+
 def _lock_runs(conn: Connection, rows: Sequence[Row[Any]]) -> set[int]:
     ids = sorted({r.run_id for r in rows})
     return set(conn.execute(run_queries.lock_runs(skip_locked=True), {"b_run_ids": ids}).scalars())

@@ -5,7 +5,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Delete, Float, Select, Update, bindparam, delete, select, update
+from sqlalchemy import (
+    Connection,
+    Delete,
+    Float,
+    Select,
+    Update,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
 
 from sasflow.states import ACTIVE_RUN_STATES, StepState
 from sasflow.store.dialect import upsert_insert
@@ -124,6 +135,13 @@ def due_timeouts() -> Select[Any]:
         .order_by(steps.c.not_before, steps.c.id)
         .limit(bindparam("b_batch"))
     )
+
+
+@cache
+def next_timeout() -> Select[Any]:
+    """When the earliest open wait times out, and the database's time now
+    (ix_steps_event_timeouts)."""
+    return select(func.min(steps.c.not_before).label("due"), now().label("now")).where(*_open_wait)
 
 
 @cache
