@@ -222,6 +222,8 @@ def _time_out(engine: Engine, registry: Registry, run_id: int) -> match.MatchRep
             .where(steps.c.run_id == run_id, steps.c.name == "paid")
             .values(not_before=func.now() - timedelta(seconds=1))
         )
+    with transaction(engine) as conn:  # due, and still no agent's to claim
+        assert claim_steps(conn, locked_by="s1", batch=10) == []
     with transaction(engine) as conn:
         return match.time_out(conn, registry, batch=10, namespace=NS, actor="s1")
 
