@@ -13,6 +13,7 @@ from sqlalchemy import Engine, func, select, update
 
 from sasflow import Registry, Step, Workflow, submit_run
 from sasflow.agents import Agent, Call
+from sasflow.ops.runs import show_run
 from sasflow.store.db import transaction
 from sasflow.store.inbound import ingest, match
 from sasflow.store.runs.advance import advance_runs
@@ -272,7 +273,12 @@ def test_a_wait_not_due_is_not_timed_out(engine: Engine) -> None:
     _open_wait(engine, registry, run)
     with transaction(engine) as conn:
         assert match.time_out(conn, registry, batch=10, namespace=NS, actor="s1").completed == 0
+        shown = {s["name"]: s for s in show_run(conn, run)["steps"]}
     assert _steps(engine, run)["paid"].state == "pending"
+    # What the console and `sasflow runs show` say it waits for.
+    assert shown["paid"]["waiting"].startswith(
+        "waiting for event payment_confirmed (correlation '12') until "
+    )
 
 
 def test_unmatched_events_are_listed_and_expire_after_their_retention(engine: Engine) -> None:
