@@ -1,12 +1,14 @@
-"""The event-wait duty: stored events matched to open waits (`Step.wait_for`), waits past their
-timeout ended by their `on_timeout`, and unmatched events past their retention deleted
-(store.inbound.match).
+"""The event-wait duty: stored events matched to open waits (`Step.wait_for`) that neither side
+matched itself, waits past their timeout ended by their `on_timeout`, and unmatched events past
+their retention deleted (store.inbound.match).
 
-It is due when something woke the scheduler (a wait opened, an event was stored: both notify;
-it looks without clearing the claim's wake-up), when the earliest open wait times out, and at
-least every `rescan_interval`, for what another process did while a notification was lost. An
-event therefore completes its wait within one loop pass of the later of its arrival and the
-wait's opening (docs/concepts.md, "Event waits").
+Most matches happen without it: an event stored while its wait is open completes it at once
+(store.inbound.ingest), and a wait that opens takes its stored event at once
+(store.inbound.consume). What is left is an event that raced its wait's opening (neither
+transaction saw the other's row) or found the wait's run held by another transaction: this
+duty's pass matches those. It runs when the earliest open wait times out and at least every
+`rescan_interval`, not at every wake-up: a pass reads the unmatched events joined to the open
+waits, whose cost grows with the unmatched events kept (bench/event_waits.py).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class EventWaitDuty(Part, Duty):
         self._batch = batch
 
     def run(self, t: float) -> float:
-        if not self._member.may_act or not (t >= self.due or self._wake.is_set()):
+        if not self._member.may_act or t < self.due:
             return INF
         batch, namespace, actor = self._batch, self._names.namespace, self._id
         with transaction(self._engine) as conn:

@@ -18,6 +18,7 @@ from sasflow.store.db import transaction
 from sasflow.store.inbound import ingest, match
 from sasflow.store.runs.advance import advance_runs
 from sasflow.store.runs.claim import claim_steps
+from sasflow.store.runs.events import record as record_events
 from sasflow.store.schema import events, inbound_events, runs, steps
 from sasflow.waits import Default
 from tests import harness
@@ -76,7 +77,8 @@ def _open_wait(engine: Engine, registry: Registry, run_id: int) -> None:
             .where(steps.c.run_id == run_id, steps.c.name == "a")
             .values(state="processed", output={})
         )
-        advance_runs(conn, registry, [run_id], actor="test")
+        advanced = advance_runs(conn, registry, [run_id], actor="test")
+        record_events(conn, advanced.events)  # as every caller of advance_runs does
 
 
 def _send(engine: Engine, order_id: Any, event_id: str, payload: Any = None) -> ingest.Stored:
@@ -102,26 +104,51 @@ def _event_rows(engine: Engine) -> list[Any]:
 
 
 def test_an_event_sent_before_the_wait_opens_is_consumed_when_it_opens(engine: Engine) -> None:
+    """The wait takes its stored event in the transaction that opens it, and its successor is
+    ready in the same transaction."""
     registry = _registry()
     run = _submit(engine, registry, 42)
     stored = _send(engine, 42, "evt-1", {"amount": 10})
     assert (stored.created, stored.step_id) == (True, None)
     _open_wait(engine, registry, run)
-    assert _steps(engine, run)["paid"].state == "pending"
-    with transaction(engine) as conn:
-        assert claim_steps(conn, locked_by="s1", batch=10) == []  # no agent takes a wait
-    report = _match(engine, registry)
     by_name = _steps(engine, run)
-    assert report.completed == 1
     assert (by_name["paid"].state, by_name["paid"].output) == ("processed", {"amount": 10})
     assert by_name["b"].state == "pending"
     [row] = _event_rows(engine)
     assert row.consumed_step_id == by_name["paid"].id
+    assert _match(engine, registry).completed == 0  # nothing left for the duty
     with engine.connect() as conn:
         detail = conn.execute(
             select(events.c.detail).where(events.c.run_id == run, events.c.reason == "event")
         ).scalar_one()
     assert detail == {"event": "payment_confirmed", "event_id": "evt-1", "correlation": "42"}
+
+
+def test_an_open_wait_is_never_claimed_and_the_duty_matches_what_neither_side_saw(
+    engine: Engine,
+) -> None:
+    """An event stored without matching though its wait is open (as when it raced the wait's
+    opening) is matched by the duty's pass."""
+    registry = _registry()
+    run = _submit(engine, registry, 43)
+    _open_wait(engine, registry, run)
+    with transaction(engine) as conn:
+        assert claim_steps(conn, locked_by="s1", batch=10) == []  # no agent takes a wait
+        conn.execute(
+            inbound_events.insert().values(
+                name="payment_confirmed",
+                event_id="raced",
+                correlation="43",
+                payload={"raced": True},
+                source="api",
+                expires_at=func.now() + timedelta(days=1),
+            )
+        )
+    report = _match(engine, registry)
+    by_name = _steps(engine, run)
+    assert report.completed == 1
+    assert (by_name["paid"].state, by_name["paid"].output) == ("processed", {"raced": True})
+    assert by_name["b"].state == "pending"
 
 
 def test_an_event_sent_after_the_wait_opened_completes_it_at_once(engine: Engine) -> None:
@@ -291,13 +318,18 @@ def test_unmatched_events_are_listed_and_expire_after_their_retention(engine: En
             .where(inbound_events.c.event_id == "evt-old")
             .values(expires_at=func.now() - timedelta(seconds=1))
         )
-    run = _submit(engine, registry, "nobody")
-    _open_wait(engine, registry, run)
     with transaction(engine) as conn:
         listed = ingest.list_events(conn, unmatched=True)
     assert [e["event_id"] for e in listed] == ["evt-new", "evt-old"]
-    # An expired event is not matched even before it is deleted.
-    assert _match(engine, registry).matched == {listed[0]["id"]: _steps(engine, run)["paid"].id}
+    # An expired event is not matched even before it is deleted: the wait takes the other.
+    run = _submit(engine, registry, "nobody")
+    _open_wait(engine, registry, run)
+    with transaction(engine) as conn:
+        consumed = ingest.list_events(conn)
+    assert [(e["event_id"], e["step_id"]) for e in consumed] == [
+        ("evt-new", _steps(engine, run)["paid"].id),
+        ("evt-old", None),
+    ]
     with transaction(engine) as conn:
         assert match.expire(conn, batch=10) == 1
         assert ingest.list_events(conn, unmatched=True) == []

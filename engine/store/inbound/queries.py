@@ -99,6 +99,24 @@ def matches_of_event() -> Select[Any]:
 
 
 @cache
+def oldest_unmatched() -> Select[Any]:
+    """The oldest unmatched, unexpired event of :b_name and :b_correlation, locked, skipping one
+    another transaction holds (ix_inbound_events_unmatched)."""
+    return (
+        select(inbound_events.c.id, inbound_events.c.event_id, inbound_events.c.payload)
+        .where(
+            inbound_events.c.name == bindparam("b_name"),
+            inbound_events.c.correlation == bindparam("b_correlation"),
+            _unmatched,
+            inbound_events.c.expires_at > now(),
+        )
+        .order_by(inbound_events.c.received_at, inbound_events.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+
+
+@cache
 def complete_wait() -> Update:
     """Fenced: an open wait becomes processed with the event's payload (primary key)."""
     return (

@@ -93,7 +93,8 @@ class StartTimer:
 class OpenWait:
     """A waiting event wait (`Step.wait_for`) whose dependencies are processed opens: pending,
     with what it waits for as its input and its `correlation`, timing out `seconds` from now on
-    the database clock. The schedulers match it to a stored event (store.inbound)."""
+    the database clock. It takes the oldest stored event that matches as it opens
+    (store.inbound.consume); else its event's ingress or the schedulers match it later."""
 
     step: StepRecord
     input: Any
