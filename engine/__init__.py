@@ -30,6 +30,7 @@ from sasflow.policy import Backoff, BreakerPolicy, RetryPolicy, StepPolicy
 from sasflow.registry import ExternalAgent, Registry
 from sasflow.schedules.definition import Schedule
 from sasflow.schedules.timing import CatchUp
+from sasflow.waits import Default
 from sasflow.workflow import Step, StepContext, Workflow
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ __all__ = [
     "BrokerUnavailableError",
     "CatchUp",
     "ConfigurationError",
+    "Default",
     "DefinitionError",
     "ExternalAgent",
     "InvalidInputError",

@@ -196,3 +196,11 @@ class StaleStreamError(SasflowError):
 
 class SubscriberNotFoundError(SasflowError):
     """No subscriber with that id belongs to this token."""
+
+
+class InvalidEventError(SasflowError):
+    """An inbound event (for event waits) is malformed: the field named is missing or wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field

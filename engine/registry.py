@@ -64,7 +64,7 @@ class Registry:
 
     def _check_agents(self, workflow: Workflow) -> None:
         for step in workflow.steps:
-            if step.is_timer:
+            if step.is_timer or step.is_event_wait:
                 continue  # no agent runs it
             agent = self._agents.get(step.agent)
             where = f"workflow {workflow.name!r} v{workflow.version}, step {step.name!r}"

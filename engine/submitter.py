@@ -34,6 +34,7 @@ from sasflow.errors import (
     SchemaOutdatedError,
     UnknownWorkflowError,
 )
+from sasflow.event_ingress import EventIngress
 from sasflow.hooks import Hooks, guarded
 from sasflow.messages import DEFAULT_LIMITS, Limits, Submission, parse
 from sasflow.registry import Registry
@@ -113,6 +114,7 @@ class Submitter:
         """When to relay again after a pass that held events back (0.0: not due)."""
         self.stats = SubmitterStats()
         self.schema = SchemaWatch(engine, self.id)
+        self.events = EventIngress(engine, transport, registry, names, actor=self.id, limits=limits)
 
     @property
     def stop_event(self) -> threading.Event:
@@ -129,19 +131,22 @@ class Submitter:
 
     def _serve(self) -> None:
         self._held.clear()
+        self.events.held.clear()
         self._waiting.clear()  # unacked on the old connection: the broker has them back
         self._transport.connect()
         declare_common(self._transport, self._names)
         self._transport.consume(self._names.submit, self._on_delivery, prefetch=self._prefetch)
-        log.info("%s consuming %s", self.id, self._names.submit)
+        self.events.consume(self._prefetch)
+        log.info("%s consuming %s and %s", self.id, self._names.submit, self._names.events)
         retry, retry_at = Reconnect(), 0.0  # retry_at: while the schema is not at head
         while not self._stop.is_set():
-            wait = 0.0 if self._held else 0.5
+            wait = 0.0 if self._held or self.events.held else 0.5
             if retry_at:
                 wait = min(0.5, max(0.0, retry_at - time.monotonic()))
             if self._relay_again:
                 wait = min(wait, max(0.0, self._relay_again - time.monotonic()))
             self._transport.process(wait)
+            self.events.drain()
             if self._relay_again and time.monotonic() >= self._relay_again:
                 self._relay()
             if (self._held or self._waiting_due()) and time.monotonic() >= retry_at:
@@ -159,6 +164,7 @@ class Submitter:
         self._transport.process(0)
         if self._held:
             self._insert_held()
+        self.events.drain()
 
     def _on_delivery(self, delivery: Delivery) -> None:
         self._held.append(delivery)

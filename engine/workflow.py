@@ -16,6 +16,7 @@ from typing import Any, Literal
 from sasflow.errors import DefinitionError
 from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
 from sasflow.states import OnDeadline, OnExhausted, OnFailure
+from sasflow.waits import EVENT_AGENT, Default, WaitSpec
 
 JSON = Any
 """A value that json.dumps accepts."""
@@ -92,6 +93,8 @@ class Step:
     else the agent's shared queue."""
     sleep_s: float | None = None
     """A timer step's fixed sleep (`Step.sleep(name, seconds=...)`); None otherwise."""
+    wait: WaitSpec | None = None
+    """An event wait's definition (`Step.wait_for`); None otherwise."""
 
     @classmethod
     def sleep(
@@ -128,6 +131,33 @@ class Step:
             sleep_s=None if seconds is None else float(seconds),
         )
 
+    @classmethod
+    def wait_for(
+        cls,
+        name: str,
+        *,
+        event: str,
+        match: str,
+        timeout: float,
+        on_timeout: str | Default = "fail",
+        after: tuple[str, ...] | None = None,
+    ) -> Step:
+        """An event wait: no agent runs it; it becomes processed, with the event's payload as
+        its output, when an event named `event` arrives whose correlation equals the value at
+        `match` (`input.<field>...` or `steps.<step>.<field>...`, compared as text), whether the
+        event arrived before the wait opened (within its retention) or after. `timeout` seconds
+        after it opened (database clock), `on_timeout` applies: "fail" (the run's failure
+        policy), "compensate" (the run compensates) or `Default(value)` (the step completes
+        with `value`). Not a root step."""
+        check_name(f"event wait {name!r}: event", event)
+        spec = WaitSpec.of(name, event, match, timeout, on_timeout)
+        return cls(name, EVENT_AGENT, event, after=after, wait=spec)
+
+    @property
+    def is_event_wait(self) -> bool:
+        """True for an event wait (`Step.wait_for`): the schedulers, not an agent, process it."""
+        return self.agent == EVENT_AGENT
+
     @property
     def is_timer(self) -> bool:
         """True for a timer step (`Step.sleep`): the schedulers, not an agent, process it."""
@@ -150,6 +180,7 @@ class Step:
             "pool": self.pool,
             # Only a timer's: the fingerprints of versions recorded before timers stay the same.
             **({"sleep_s": self.sleep_s} if self.is_timer else {}),
+            **({"wait": self.wait.shape()} if self.wait is not None else {}),
         }
 
     @property
@@ -342,6 +373,11 @@ class Workflow:
                     f"workflow {self.name!r}: timer step {step.name!r} cannot be a root step "
                     "(submit the run with start_at to start it later)"
                 )
+            if step.is_event_wait and not deps[step.name]:
+                raise DefinitionError(
+                    f"workflow {self.name!r}: event wait {step.name!r} cannot be a root step "
+                    "(it opens when a step before it is processed)"
+                )
             previous = step.name
         for step_name, step_deps in deps.items():
             for dep in step_deps:
@@ -368,6 +404,21 @@ class Workflow:
                 f"workflow {self.name!r}: step {step.name!r}: agent {TIMER_AGENT!r} is "
                 "reserved for timer steps: declare them with Step.sleep (no compensate, no pool)"
             )
+        if step.is_event_wait != (step.wait is not None) or (
+            step.wait is not None
+            and (step.compensate is not None or step.pool is not None or not step.takes_run_input)
+        ):
+            raise DefinitionError(
+                f"workflow {self.name!r}: step {step.name!r}: agent {EVENT_AGENT!r} is "
+                "reserved for event waits: declare them with Step.wait_for (no compensate, no pool)"
+            )
+        if step.wait is not None and step.wait.match.source != "input":
+            source = step.wait.match.source
+            if source not in self.steps_by_name:
+                raise DefinitionError(
+                    f"workflow {self.name!r}: step {step.name!r}: match reads unknown step "
+                    f"{source!r}"
+                )
         if not step.is_timer and step.sleep_s is not None:
             raise DefinitionError(
                 f"workflow {self.name!r}: step {step.name!r}: sleep_s is for timer steps "

@@ -24,6 +24,7 @@ from sasflow.api.console import incidents as incident_pages
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import (
     alerts,
+    events,
     health,
     incidents,
     limits,
@@ -55,6 +56,7 @@ def routers() -> list[APIRouter]:
         limits.router,
         pause.router,
         park.router,
+        events.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,

@@ -97,6 +97,26 @@ class AgentPauseRequest(_Body):
     action: Name | None = Field(default=None, description="Only this action (none: every one).")
 
 
+class EventRequest(_Body):
+    """An inbound event for event waits (docs/protocol.md, "Events"): idempotent on (name,
+    id); it completes the open wait of its name whose correlation it carries, or waits for
+    one to open within `retention` seconds."""
+
+    name: str = Field(
+        min_length=1, max_length=100, pattern=NAME_PATTERN.pattern, examples=["payment_confirmed"]
+    )
+    correlation: str | int = Field(
+        description="The value the wait's `match` reads from its run (compared as text)."
+    )
+    id: str = Field(min_length=1, max_length=200, description="The sender's id of the event.")
+    payload: Any = Field(default=None, description="JSON: the waiting step's output.")
+    retention: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds an unmatched event is kept for a wait to open (default 7 days).",
+    )
+
+
 LIMIT_KEY = r"^(business_key|workflow|input(\.[A-Za-z0-9_-]{1,100})+)$"
 """What `KeyExpr.parse` reads (store/flow/model.py)."""
 
@@ -201,4 +221,16 @@ PARK_EXAMPLES = _examples(park=("With the reason", {"reason": "partner fixed the
 AGENT_PAUSE_EXAMPLES = _examples(
     agent=("The whole agent", {"reason": "gateway maintenance"}),
     action=("One action", {"reason": "bad deploy of refunds", "action": "refund"}),
+)
+
+EVENT_EXAMPLES = _examples(
+    payment=(
+        "A partner's payment confirmation for order A-1042",
+        {
+            "name": "payment_confirmed",
+            "correlation": "A-1042",
+            "id": "evt_3PqX9",
+            "payload": {"amount": 1200, "currency": "EUR"},
+        },
+    ),
 )

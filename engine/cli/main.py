@@ -17,6 +17,7 @@ COMMANDS = {
     "db": "sasflow.cli.db:db",
     "dead": "sasflow.cli.dead:dead",
     "demo": "sasflow.cli.demo:demo",
+    "events": "sasflow.cli.events:events",
     "limits": "sasflow.cli.limits:limits",
     "namespace": "sasflow.cli.namespace:namespace",
     "queues": "sasflow.cli.queues:queues",

@@ -34,6 +34,7 @@ from sasflow.scheduler.cluster.member import ClusterMember
 from sasflow.scheduler.context import Context, SchedulerStats
 from sasflow.scheduler.dispatch import Dispatcher
 from sasflow.scheduler.duty import INF, Duty, Periodic
+from sasflow.scheduler.event_waits import EventWaitDuty
 from sasflow.scheduler.fleet import FleetRecorder
 from sasflow.scheduler.flow import FlowDuty
 from sasflow.scheduler.inflight import InFlightCap
@@ -134,6 +135,8 @@ class Scheduler:
             # Before the claim: it reads the claim's wake-up without clearing it, and the steps
             # its timers make ready are claimed in the pass.
             TimerDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval),
+            # The same for event waits: matched, timed out (scheduler.event_waits).
+            EventWaitDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval),
             ClaimDuty(self.cluster, self._dispatcher, self._wake, rescan_interval=rescan_interval),
             self._outbox,
             Periodic(options.fleet_interval, self.fleet.poll),

@@ -128,9 +128,11 @@ runs = Table(
     ),
 )
 
-_PENDING_NOT_TIMER = "state = 'pending' AND agent <> 'sasflow.timer'"
+_PENDING_NOT_TIMER = "state = 'pending' AND agent <> 'sasflow.timer' AND agent <> 'sasflow.event'"
 _PENDING_TIMER = "state = 'pending' AND agent = 'sasflow.timer'"
-"""The partial indexes' predicates; 'sasflow.timer' is `workflow.TIMER_AGENT` (a test checks)."""
+_OPEN_WAIT = "state = 'pending' AND agent = 'sasflow.event'"
+"""The partial indexes' predicates; 'sasflow.timer' is `workflow.TIMER_AGENT` and
+'sasflow.event' `waits.EVENT_AGENT` (a test checks)."""
 
 steps = Table(
     "steps",
@@ -182,6 +184,8 @@ steps = Table(
     # answers a permanent error (Workflow.parks; docs/operations.md "Parked steps").
     Column("park_exhausted", Boolean, nullable=False, server_default=false()),
     Column("park_errors", Boolean, nullable=False, server_default=false()),
+    # An open event wait's correlation value (Step.wait_for), set when it opens; NULL otherwise.
+    Column("correlation", String(200), nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),
@@ -202,6 +206,22 @@ steps = Table(
         "id",
         postgresql_where=text(_PENDING_TIMER),
         sqlite_where=text(_PENDING_TIMER),
+    ),
+    # Serves matching an event to open waits (store.inbound.match): by event name and
+    # correlation; and their timeouts by deadline (`not_before`). Open waits are out of the claim.
+    Index(
+        "ix_steps_event_waits",
+        "action",
+        "correlation",
+        postgresql_where=text(_OPEN_WAIT),
+        sqlite_where=text(_OPEN_WAIT),
+    ),
+    Index(
+        "ix_steps_event_timeouts",
+        "not_before",
+        "id",
+        postgresql_where=text(_OPEN_WAIT),
+        sqlite_where=text(_OPEN_WAIT),
     ),
     # Serves the budgeted claim (flow limits): one agent's ready steps in claim order, so a
     # rate-limited agent's claim does not walk the other agents' backlogs.
@@ -687,4 +707,50 @@ workflow_versions = Table(
     Column("fingerprint", String(64), nullable=False),
     _ts("registered_at", nullable=False, default_now=True),
     Column("registered_by", String(200), nullable=False),
+)
+
+_UNMATCHED = "consumed_at IS NULL"
+
+inbound_events = Table(
+    "inbound_events",
+    metadata,
+    # Events sent to event waits (Step.wait_for), stored first and matched both ways
+    # (store.inbound): an event before its wait waits here until the wait opens, or until
+    # `expires_at`, when it is deleted.
+    Column("id", Id, Identity(), primary_key=True),
+    Column("name", String(100), nullable=False),
+    # The sender's id: a second event with the same name and id is the same event.
+    Column("event_id", String(200), nullable=False),
+    Column("correlation", String(200), nullable=False),
+    Column("payload", Json, nullable=True),
+    Column("source", String(20), nullable=False),
+    _ts("received_at", nullable=False, default_now=True),
+    _ts("expires_at", nullable=False),
+    Column("consumed_step_id", Id, ForeignKey("steps.id", ondelete="SET NULL"), nullable=True),
+    _ts("consumed_at"),
+    UniqueConstraint("name", "event_id"),
+    # Serves matching a wait that opens: unmatched events by name and correlation, oldest first.
+    Index(
+        "ix_inbound_events_unmatched",
+        "name",
+        "correlation",
+        "received_at",
+        postgresql_where=text(_UNMATCHED),
+        sqlite_where=text(_UNMATCHED),
+    ),
+    # Serves the expiry of unmatched events.
+    Index(
+        "ix_inbound_events_expiry",
+        "expires_at",
+        postgresql_where=text(_UNMATCHED),
+        sqlite_where=text(_UNMATCHED),
+    ),
+    # One event per wait, whatever races: the database refuses a second.
+    Index(
+        "ux_inbound_events_step",
+        "consumed_step_id",
+        unique=True,
+        postgresql_where=text("consumed_step_id IS NOT NULL"),
+        sqlite_where=text("consumed_step_id IS NOT NULL"),
+    ),
 )

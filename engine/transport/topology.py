@@ -90,6 +90,11 @@ class Names:
         return f"{self.namespace}.submit"
 
     @property
+    def events(self) -> str:
+        """Inbound events for event waits (consumed by the submitter role)."""
+        return f"{self.namespace}.events"
+
+    @property
     def replies(self) -> str:
         return f"{self.namespace}.replies"
 
@@ -151,6 +156,7 @@ class Names:
     def all_queues(self, agents: Iterable[str]) -> list[str]:
         return [
             self.submit,
+            self.events,
             self.replies,
             self.dead_letter_queue,
             self.dead_requests,
@@ -174,7 +180,7 @@ def declare_common(transport: Transport, names: Names) -> None:
     )
     transport.declare_exchange(names.status, "topic")
     transport.declare_exchange(names.alerts, "topic")
-    for queue in (names.submit, names.replies):
+    for queue in (names.submit, names.events, names.replies):
         transport.declare_queue(queue, dead_letter_exchange=names.dead_letter_exchange, work=True)
     transport.declare_exchange(names.fleet, "topic")
     # The relay publishes cancels here whether or not an agent listens (unrouted: dropped).

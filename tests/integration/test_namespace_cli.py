@@ -79,6 +79,7 @@ def test_dry_run_lists_refuses_while_consumed_then_deletes_with_yes(declared: Na
     queues = {q["queue"]: q["messages"] for q in listed["queues"]}
     assert queues == {
         names.submit: 0,
+        names.events: 0,
         names.replies: 0,
         names.dead_letter_queue: 0,
         names.dead_requests: 0,
@@ -102,7 +103,7 @@ def test_dry_run_lists_refuses_while_consumed_then_deletes_with_yes(declared: Na
         assert all(_exists(names).values()), "refused: nothing deleted"
 
     deleted = _delete(names, "--yes").output
-    assert f"namespace {names.namespace}: deleted 6 queue(s)" in deleted
+    assert f"namespace {names.namespace}: deleted 7 queue(s)" in deleted
     assert not any(_exists(names).values())
 
 

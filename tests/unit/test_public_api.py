@@ -18,6 +18,7 @@ PUBLIC = {
     "BrokerUnavailableError",
     "CatchUp",
     "ConfigurationError",
+    "Default",
     "DefinitionError",
     "ExternalAgent",
     "InvalidInputError",

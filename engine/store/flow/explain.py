@@ -1,7 +1,8 @@
-"""Why a pending step waits, computed when it is read (never written per step): backing off,
-no live agent instance, a breaker open, or the first budget that would refuse it now, in the
-words the claim uses ("rate-limited: payments 100/s", "concurrency: per-account 2 at once (key
-acct-7)"). It assumes the schedulers' default fleet bound (no capacity factor)."""
+"""Why a pending step waits, computed when it is read (never written per step): an open event
+wait's event, backing off, no live agent instance, a breaker open, or the first budget that
+would refuse it now, in the words the claim uses ("rate-limited: payments 100/s",
+"concurrency: per-account 2 at once (key acct-7)"). It assumes the schedulers' default fleet
+bound (no capacity factor)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sasflow.store.flow.pauses import all_pauses
 from sasflow.store.flow.plan import FlowPlan, make_plan
 from sasflow.store.schema import runs
 from sasflow.store.sqltime import now
+from sasflow.waits import EVENT_AGENT
 
 
 def waiting_reasons(conn: Connection, steps: Sequence[Mapping[Any, Any]]) -> dict[int, str]:
@@ -48,6 +50,14 @@ def _reason(
     cache: dict[str, Budgets],
 ) -> str | None:
     agent = str(step["agent"])
+    if agent == EVENT_AGENT:  # an open event wait (Step.wait_for): no agent, no budget
+        given = step.get("input")
+        wait: Mapping[str, Any] = given if isinstance(given, dict) else {}
+        until = step["not_before"].isoformat(timespec="seconds")
+        return (
+            f"waiting for event {step['action']} (correlation {wait.get('correlation')!r}) "
+            f"until {until}"
+        )
     if step["not_before"] > at:
         return f"backing off until {step['not_before'].isoformat(timespec='seconds')}"
     if agent in plan.paused:

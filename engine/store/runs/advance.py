@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Row
 from sasflow.errors import SasflowError
 from sasflow.registry import Registry
 from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
+from sasflow.store.inbound.consume import consume_at_open
 from sasflow.store.outbox.alerts import raise_alert
 from sasflow.store.runs import advance_queries, queries
 from sasflow.store.runs.decide import (
@@ -34,6 +35,7 @@ from sasflow.store.runs.decide import (
     MakeReady,
     NeedsAdvance,
     NotLoaded,
+    OpenWait,
     RaiseAlert,
     Release,
     Skip,
@@ -97,9 +99,11 @@ def advance_runs(
         transitions = decide(run, steps, workflow, made)
         while transitions:
             run, steps = applier.apply(run, steps, transitions)
-            if not isinstance(transitions[-1], StartCompensation):
+            # An opened wait that took its event at once is processed: its successors follow.
+            if not isinstance(transitions[-1], StartCompensation) and not applier.take_matched():
                 break
-            # Compensating now: decide again from the forward steps as the skips left them.
+            # Compensating now, or a wait matched: decide again from the forward steps as the
+            # transitions left them.
             steps = [s for s in steps if s.kind == StepKind.FORWARD]
             transitions = decide(run, steps, workflow, made)
     return applier.result
@@ -121,6 +125,14 @@ class _Applier:
         self.conn = conn
         self.actor = actor
         self.result = Advance()
+        self._matched: dict[int, Any] = {}
+        """Waits that took their event as they opened, this apply: step id -> its output."""
+        self._any_matched = False
+
+    def take_matched(self) -> bool:
+        """Whether a wait took its event as it opened since the last call."""
+        found, self._any_matched = self._any_matched, False
+        return found
 
     def apply(
         self, run: RunRecord, steps: Sequence[StepRecord], transitions: Sequence[Transition]
@@ -129,9 +141,13 @@ class _Applier:
         moved: dict[int, StepState] = {}
         for transition in transitions:
             match transition:
-                case MakeReady() | StartTimer():
+                case MakeReady() | StartTimer() | OpenWait():
                     self._make_ready(transition)
-                    moved[transition.step.id] = StepState.PENDING
+                    moved[transition.step.id] = (
+                        StepState.PROCESSED
+                        if transition.step.id in self._matched
+                        else StepState.PENDING
+                    )
                 case FailWaiting(step, error):
                     self.conn.execute(
                         advance_queries.fail_waiting(),
@@ -191,10 +207,56 @@ class _Applier:
                     alert_id = raise_alert(self.conn, alert)
                     if alert_id is not None:
                         self.result.alerts.append(alert_id)
-        current = [dataclasses.replace(s, state=moved[s.id]) if s.id in moved else s for s in steps]
-        return run, current
+        return run, self._current(steps, moved)
 
-    def _make_ready(self, ready: MakeReady | StartTimer) -> None:
+    def _current(
+        self, steps: Sequence[StepRecord], moved: Mapping[int, StepState]
+    ) -> list[StepRecord]:
+        """`steps` as the transitions left them: their states, and the outputs of the waits
+        that took their event as they opened."""
+        matched, self._matched = self._matched, {}
+        current = []
+        for s in steps:
+            if s.id in moved:
+                s = dataclasses.replace(s, state=moved[s.id])  # noqa: PLW2901 - the step, moved
+            if s.id in matched:
+                s = dataclasses.replace(s, output=matched[s.id])  # noqa: PLW2901
+            current.append(s)
+        return current
+
+    def _make_ready(self, ready: MakeReady | StartTimer | OpenWait) -> None:
+        if isinstance(ready, OpenWait):
+            self.conn.execute(
+                advance_queries.open_wait(),
+                {
+                    "b_id": ready.step.id,
+                    "b_input": ready.input,
+                    "b_correlation": ready.correlation,
+                    "b_seconds": ready.seconds,
+                },
+            )
+            self.result.ready += 1  # wakes the schedulers
+            self._step_event(ready.step, StepState.WAITING, StepState.PENDING, "event wait")
+            event = ready.input["event"]
+            taken = consume_at_open(self.conn, ready.step.id, event, ready.correlation)
+            if taken is not None:
+                self._matched[ready.step.id] = taken.payload
+                self._any_matched = True
+                self.result.events.append(
+                    step_event(
+                        ready.step,
+                        StepState.PENDING,
+                        StepState.PROCESSED,
+                        actor=self.actor,
+                        reason="event",
+                        detail={
+                            "event": event,
+                            "event_id": taken.event_id,
+                            "correlation": ready.correlation,
+                        },
+                    )
+                )
+            return
         if isinstance(ready, MakeReady):
             self.conn.execute(
                 advance_queries.make_ready(), {"b_id": ready.step.id, "b_input": ready.input}

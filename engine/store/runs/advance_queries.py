@@ -48,6 +48,23 @@ def start_timer() -> Update:
 
 
 @cache
+def open_wait() -> Update:
+    """A waiting event wait opens: pending with its input :b_input and :b_correlation, timing
+    out :b_seconds from now (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(
+            state=StepState.PENDING,
+            input=bindparam("b_input"),
+            correlation=bindparam("b_correlation"),
+            not_before=plus_seconds(now(), bindparam("b_seconds", type_=Float())),
+            updated_at=now(),
+        )
+    )
+
+
+@cache
 def start_timer_until() -> Update:
     """A waiting timer step becomes pending with its input :b_input, due at :b_until (primary
     key)."""

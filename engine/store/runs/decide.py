@@ -35,7 +35,8 @@ from sasflow.states import (
 from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
 from sasflow.store.runs.compensation import chain
 from sasflow.store.runs.records import RunRecord, StepRecord
-from sasflow.workflow import Workflow
+from sasflow.waits import MAX_CORRELATION, WaitSpec
+from sasflow.workflow import Step, Workflow
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,19 @@ class StartTimer:
     input: Any
     seconds: float | None = None
     until: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenWait:
+    """A waiting event wait (`Step.wait_for`) whose dependencies are processed opens: pending,
+    with what it waits for as its input and its `correlation`, timing out `seconds` from now on
+    the database clock. It takes the oldest stored event that matches as it opens
+    (store.inbound.consume); else its event's ingress or the schedulers match it later."""
+
+    step: StepRecord
+    input: Any
+    correlation: str
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +173,7 @@ class RaiseAlert:
 Transition = (
     MakeReady
     | StartTimer
+    | OpenWait
     | FailWaiting
     | Skip
     | Release
@@ -207,7 +222,7 @@ def _forward(
         if not isinstance(workflow, Workflow):
             unready = True
             continue
-        made = _ready(run, step, workflow, built)
+        made = _ready(run, step, workflow, built, steps)
         if made is None:
             to_build.append(step.name)
             continue
@@ -248,8 +263,12 @@ def outputs_of(steps: Sequence[StepRecord]) -> dict[str, Any]:
 
 
 def _ready(
-    run: RunRecord, step: StepRecord, workflow: Workflow, built: Built
-) -> MakeReady | StartTimer | FailWaiting | None:
+    run: RunRecord,
+    step: StepRecord,
+    workflow: Workflow,
+    built: Built,
+    steps: Sequence[StepRecord],
+) -> MakeReady | StartTimer | OpenWait | FailWaiting | None:
     """A ready waiting step with its input: the run's (the default builder), or what the advance
     duty built; None when its builder must run first. A timer step starts its sleep: a fixed
     one at once, one `until` a time once the advance duty computed that time."""
@@ -261,10 +280,8 @@ def _ready(
             "definition changed without a new version",
         )
         return FailWaiting(step, missing)
-    if definition.takes_run_input:  # a fixed sleep's timer too: it builds nothing
-        if definition.is_timer:
-            return StartTimer(step, {"sleep_s": definition.sleep_s}, seconds=definition.sleep_s)
-        return MakeReady(step, run.input)
+    if definition.takes_run_input:  # a fixed sleep's timer and an event wait too
+        return _without_builder(run, step, definition, steps)
     if step.name not in built.inputs:
         return None
     value = built.inputs[step.name]
@@ -276,6 +293,34 @@ def _ready(
         if definition.is_timer
         else MakeReady(step, value)
     )
+
+
+def _without_builder(
+    run: RunRecord, step: StepRecord, definition: Step, steps: Sequence[StepRecord]
+) -> MakeReady | StartTimer | OpenWait | FailWaiting:
+    """A ready step that builds nothing: a fixed sleep, an event wait, or a step taking the
+    run's input as it is."""
+    if definition.wait is not None:
+        return _open_wait(run, step, definition.wait, outputs_of(steps))
+    if definition.is_timer:
+        return StartTimer(step, {"sleep_s": definition.sleep_s}, seconds=definition.sleep_s)
+    return MakeReady(step, run.input)
+
+
+def _open_wait(
+    run: RunRecord, step: StepRecord, wait: WaitSpec, outputs: Mapping[str, Any]
+) -> OpenWait | FailWaiting:
+    """An event wait opens with its correlation read from the run's data (a path, not user
+    code); a path that leads to no value fails it."""
+    correlation = wait.match.read(run.input, outputs)
+    if correlation is None or len(correlation) > MAX_CORRELATION:
+        missing = StoredError(
+            "CorrelationMissingError",
+            f"event wait {step.name!r}: {wait.match} has no value (a string, number or boolean "
+            f"of at most {MAX_CORRELATION} characters) to match {wait.event!r} events by",
+        )
+        return FailWaiting(step, missing)
+    return OpenWait(step, wait.input(correlation), correlation, wait.timeout)
 
 
 def _complete(  # noqa: PLR0917 - the run's rows and what decide() holds of them
@@ -310,7 +355,10 @@ def _failed(
 ) -> list[Transition]:
     """The run's failure policy: compensation, or error and an alert. `step`: the step that
     failed, None for a failure of the run itself."""
-    compensating = run.on_failure == OnFailure.COMPENSATE
+    # An event wait timed out with on_timeout="compensate" (store.inbound) compensates the run
+    # whatever its failure policy.
+    forced = isinstance(error.error, dict) and error.error.get("compensate") is True
+    compensating = run.on_failure == OnFailure.COMPENSATE or forced
     decided: list[Transition] = []
     for s in steps:
         current = state[s.name]

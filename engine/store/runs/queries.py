@@ -14,6 +14,7 @@ from sqlalchemy import (
     CTE,
     BigInteger,
     ColumnElement,
+    FromClause,
     Integer,
     Select,
     Text,
@@ -42,6 +43,7 @@ from sasflow.store.dialect import is_false, joined_value, least, one_of
 from sasflow.store.schema import agent_pauses, events, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 from sasflow.store.types import Timestamp
+from sasflow.waits import EVENT_AGENT
 from sasflow.workflow import TIMER_AGENT
 
 _processing_with_attempt = and_(
@@ -71,11 +73,15 @@ _run_columns = (
 """What advancing a run reads of it (and whether ending it writes a callback)."""
 
 
-def not_timer() -> ColumnElement[bool]:
-    """Not a timer step (`Step.sleep`): no agent claims those (store.runs.timers). Inlined, so
-    the planner can match ix_steps_ready's predicate, which leaves timers out: sleeping timers
-    cost the claim nothing."""
-    return steps.c.agent != literal_column(f"'{TIMER_AGENT}'")
+def not_timer(table: FromClause = steps) -> ColumnElement[bool]:
+    """Not an agent-less step: a timer (`Step.sleep`, store.runs.timers) or an event wait
+    (`Step.wait_for`, store.inbound); no agent claims those. Inlined, so the planner can match
+    ix_steps_ready's predicate, which leaves them out: sleeping timers and open waits cost the
+    claim nothing."""
+    return and_(
+        table.c.agent != literal_column(f"'{TIMER_AGENT}'"),
+        table.c.agent != literal_column(f"'{EVENT_AGENT}'"),
+    )
 
 
 def not_paused_agent() -> ColumnElement[bool]:
@@ -281,7 +287,7 @@ def _next_due() -> Select[Any]:
     return select(func.min(backing_off.c.not_before)).where(
         backing_off.c.state == StepState.PENDING,
         backing_off.c.not_before > now(),
-        backing_off.c.agent != literal_column(f"'{TIMER_AGENT}'"),
+        not_timer(backing_off),
     )
 
 
