@@ -541,3 +541,37 @@ class LimitListResponse(_Response):
 class LimitDeletedResponse(_Response):
     name: str
     deleted: bool
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+class EventSentResponse(_Response):
+    """An inbound event sent (`POST /v1/events`): stored now or before, and what it completed."""
+
+    id: int = Field(description="The stored event's row id.")
+    duplicate: bool = Field(description="The same (name, id) was stored before: unchanged.")
+    matched: bool = Field(description="A wait consumed it (now or before).")
+    step_id: int | None = Field(description="The wait step it completed, if any.")
+    run_id: int | None = Field(description="That step's run.")
+
+
+class InboundEventResponse(_Response):
+    """A stored inbound event (`GET /v1/events`)."""
+
+    id: int
+    name: str
+    event_id: str = Field(description="The sender's id of the event.")
+    correlation: str
+    payload: Any
+    source: str = Field(description="`api`, `amqp` or `cli`.")
+    received_at: datetime
+    expires_at: datetime
+    consumed_at: datetime | None
+    step_id: int | None
+    run_id: int | None
+    step: str | None
+
+
+class EventListResponse(_Response):
+    events: list[InboundEventResponse] = Field(description="Newest first.")

@@ -168,7 +168,7 @@ def test_post_v1_events_stores_once_names_a_bad_field_and_needs_the_submit_scope
             "invalid_input",
             "correlation",
         )
-        listed = http.get("/v1/events", params={"unmatched": "true"}).json()
+        listed = http.get("/v1/events", params={"unmatched": "true"}).json()["events"]
         assert [(e["event_id"], e["correlation"], e["source"]) for e in listed] == [
             ("evt-9", "42", "api")
         ]

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
+from sasflow.api import responses
 from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
@@ -25,9 +26,13 @@ Context = Annotated[ApiContext, Depends(get_context)]
 @router.post(
     "",
     status_code=201,
+    response_model=responses.EventSentResponse,
     responses={
         201: {"description": "the event, stored (and `matched` when a wait took it at once)"},
-        200: {"description": "an event with this name and id was stored before: unchanged"},
+        200: {
+            "model": responses.EventSentResponse,
+            "description": "an event with this name and id was stored before: unchanged",
+        },
         **answers("invalid_input", body=True),
     },
 )
@@ -66,15 +71,16 @@ def send_event(
     return done
 
 
-@router.get("", responses=answers())
+@router.get("", response_model=responses.EventListResponse, responses=answers())
 def list_events(
     ctx: Context,
     _: Annotated[Principal, Depends(require("read"))],
     unmatched: bool = False,
     limit: Annotated[int, Query(ge=1, le=event_ops.MAX_LISTED)] = 100,
-) -> list[Any]:
+) -> dict[str, Any]:
     """Stored events, newest first, with the step and run each completed;
     `unmatched=true`: only those waiting for their wait to open."""
-    return ctx.transaction(
+    found = ctx.transaction(
         lambda conn: event_ops.list_events(conn, unmatched=unmatched, limit=limit)
     )
+    return {"events": found}
