@@ -60,6 +60,10 @@ def _summary_table(result: DemoResult) -> Table:
     table.add_row("expired steps recovered", str(summary.expired_recovered))
     table.add_row("compensating steps run", str(summary.compensations_processed))
     table.add_row("alerts raised", str(summary.alerts_raised))
+    table.add_row("payment confirmations matched", str(summary.events_matched))
+    table.add_row("  stored before their wait opened", str(summary.events_before_wait))
+    table.add_row("payment waits timed out", str(summary.event_timeouts))
+    table.add_row("cool-off timers fired", str(summary.timers_fired))
     for kind, count in result.agent_counts.items():
         table.add_row(f"agent side: {kind}", str(count))
     return table

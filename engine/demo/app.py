@@ -1,6 +1,8 @@
 """The demo's e-commerce app: the order workflows and the inventory, payments, shipping agents.
 
-An order reserves stock, charges the customer, then ships. A retail `order` that fails is
+An order reserves stock, charges the customer, waits for the payment provider's
+`payment_confirmed` event (matched on the order's id), cools off for a second (a timer), then
+ships. A retail `order` that fails is
 compensated (the charge refunded, the stock released); a `b2b-order` that fails goes to
 `error` with an operator alert instead, since business customers are handled by a person.
 Timeouts, backoffs and breaker windows are short so the whole demo takes seconds.
@@ -20,6 +22,7 @@ from typing import Any
 from sasflow import (
     Backoff,
     BreakerPolicy,
+    Default,
     Registry,
     RetryPolicy,
     Step,
@@ -28,6 +31,7 @@ from sasflow import (
     Workflow,
 )
 from sasflow.agents import Agent, Call
+from sasflow.demo.provider import EVENT, ChargeHook
 from sasflow.demo.scenario import AGENT_CRASH, Scenario
 from sasflow.demo.services import Happenings, RemoteServices
 from sasflow.states import OnFailure
@@ -40,6 +44,10 @@ STEP_POLICY = StepPolicy(
 """Short deadlines: an expired step is found by the supervisor within a couple of seconds."""
 AGENT_RETRY = RetryPolicy(initial=0.02, maximum=0.2, max_attempts=3)
 WAREHOUSE_BREAKER = BreakerPolicy(fail_max=3, reset_timeout=1.0)
+PAYMENT_WAIT_S = 30.0
+"""How long an order waits for its payment confirmation before `on_timeout` applies."""
+COOL_OFF_S = 1.0
+"""The timer between the confirmed payment and the shipment."""
 
 CrashHook = Callable[[], None]
 """Called by a shipping agent instance when it 'crashes'; the demo stops that instance."""
@@ -63,18 +71,24 @@ def inventory_agent(services: RemoteServices) -> Agent:
     return agent
 
 
-def payments_agent(services: RemoteServices) -> Agent:
+def payments_agent(services: RemoteServices, on_charged: ChargeHook | None = None) -> Agent:
+    """The payments agent; `on_charged` (the demo's payment provider) is told of each charge,
+    as a real gateway would go on to confirm it (in separate processes nobody is: the partner
+    sends the confirmations, examples/orders/confirm_payments.py)."""
     agent = Agent("payments", retry=AGENT_RETRY)
 
     @agent.handler("charge")
     def charge(call: Call) -> dict[str, Any]:
-        return services.charge(
+        charged = services.charge(
             call.idempotency_key,
             call.input["amount"],
             call.input["card"],
             call.input.get("trouble"),
             call.remaining(),
         )
+        if on_charged is not None and call.input.get("order_id"):
+            on_charged(call.input["order_id"], call.input["amount"])
+        return charged
 
     @agent.handler("refund")
     def refund(call: Call) -> dict[str, Any]:
@@ -120,6 +134,7 @@ def _charge_input(ctx: StepContext) -> dict[str, Any]:
         "card": order["card"],
         "reservation": ctx.outputs["reserve"]["reservation"],
         "trouble": order["trouble"],
+        "order_id": order.get("order_id"),
     }
 
 
@@ -132,7 +147,7 @@ def _ship_input(ctx: StepContext) -> dict[str, Any]:
     }
 
 
-def _steps() -> list[Step]:
+def _steps(on_payment_timeout: str | Default) -> list[Step]:
     return [
         Step(
             "reserve",
@@ -150,23 +165,36 @@ def _steps() -> list[Step]:
             policy=STEP_POLICY,
             compensate="refund",
         ),
+        Step.wait_for(
+            EVENT,
+            event=EVENT,
+            match="input.order_id",
+            timeout=PAYMENT_WAIT_S,
+            on_timeout=on_payment_timeout,
+        ),
+        Step.sleep("cool_off", seconds=COOL_OFF_S),
         Step("ship", "shipping", "ship", input=_ship_input, policy=STEP_POLICY),
     ]
 
 
 def workflows() -> list[Workflow]:
     return [
-        Workflow("order", _steps(), on_failure="compensate"),
-        Workflow("b2b-order", _steps(), on_failure=OnFailure.ERROR),
+        # An unconfirmed retail payment is refunded; a business customer's goes to a person.
+        Workflow("order", _steps("compensate"), on_failure="compensate"),
+        Workflow("b2b-order", _steps("fail"), on_failure=OnFailure.ERROR),
     ]
 
 
-def build_registry(services: RemoteServices, on_crash: CrashHook | None = None) -> Registry:
+def build_registry(
+    services: RemoteServices,
+    on_crash: CrashHook | None = None,
+    on_charged: ChargeHook | None = None,
+) -> Registry:
     return Registry(
         workflows=workflows(),
         agents=[
             inventory_agent(services),
-            payments_agent(services),
+            payments_agent(services, on_charged),
             shipping_agent(services, on_crash),
         ],
     )

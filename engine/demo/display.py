@@ -18,6 +18,7 @@ from rich.text import Text
 
 from sasflow.demo.feed import News
 from sasflow.states import TERMINAL_RUN_STATES, RunState
+from sasflow.store.operator.waiting import Waiting
 
 STATE_ORDER = (
     RunState.PENDING,
@@ -38,19 +39,27 @@ STYLES = {
     "compensation": "cyan",
     "error": "red",
     "alert": "bold red",
+    "event": "green",
 }
 RECENT = 12
 PLAIN_PROGRESS_SECONDS = 2.0
 
 
 class Display(Protocol):
-    def update(self, states: dict[str, int], news: list[News]) -> None: ...
+    def update(self, states: dict[str, int], news: list[News], waits: list[Waiting]) -> None: ...
 
     def close(self) -> None: ...
 
 
 def _finished(states: dict[str, int]) -> int:
     return sum(n for s, n in states.items() if s in TERMINAL_RUN_STATES)
+
+
+def describe(waiting: Waiting) -> str:
+    """`3 waiting for payment_confirmed` or `2 sleeping until 12:00:01.500` (UTC)."""
+    if waiting.kind == "event":
+        return f"{waiting.count} waiting for {waiting.event}"
+    return f"{waiting.count} sleeping until {waiting.next_due:%H:%M:%S.%f}"[:-3]
 
 
 def _ordered(states: dict[str, int]) -> list[tuple[str, int]]:
@@ -66,6 +75,7 @@ class LiveDisplay:
         self._orders = orders
         self._recent: collections.deque[News] = collections.deque(maxlen=RECENT)
         self._states: dict[str, int] = {}
+        self._waits: list[Waiting] = []
         self._started = time.monotonic()
         self._live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
         self._live.start()
@@ -81,16 +91,26 @@ class LiveDisplay:
         states.add_column("count", justify="right")
         for state, count in _ordered(self._states):
             states.add_row(state, str(count))
+        waits = Table(show_header=True, header_style="bold", box=None)
+        waits.add_column("step")
+        waits.add_column("waiting now")
+        for waiting in self._waits:
+            waits.add_row(waiting.step, describe(waiting))
         news = Table(show_header=True, header_style="bold", box=None)
         news.add_column("what just happened")
         for item in self._recent:
             news.add_row(Text(item.text, style=STYLES.get(item.kind, "")))
         return Group(
-            header, ProgressBar(total=self._orders, completed=finished, width=50), states, news
+            header,
+            ProgressBar(total=self._orders, completed=finished, width=50),
+            states,
+            waits,
+            news,
         )
 
-    def update(self, states: dict[str, int], news: list[News]) -> None:
+    def update(self, states: dict[str, int], news: list[News], waits: list[Waiting]) -> None:
         self._states = states
+        self._waits = waits
         self._recent.extend(news)
         self._live.update(self._render())
 
@@ -99,7 +119,8 @@ class LiveDisplay:
 
 
 class PlainDisplay:
-    """One line per piece of news, and a progress line when the counts changed."""
+    """One line per piece of news, and a progress line (with the steps sleeping or waiting for
+    an event) when the counts changed."""
 
     def __init__(self, console: Console, orders: int) -> None:
         self._console = console
@@ -108,7 +129,7 @@ class PlainDisplay:
         self._last_at = 0.0
         self._started = time.monotonic()
 
-    def update(self, states: dict[str, int], news: list[News]) -> None:
+    def update(self, states: dict[str, int], news: list[News], waits: list[Waiting]) -> None:
         elapsed = time.monotonic() - self._started
         for item in news:
             self._console.print(
@@ -121,9 +142,10 @@ class PlainDisplay:
         if states != self._last and now - self._last_at >= PLAIN_PROGRESS_SECONDS:
             self._last, self._last_at = dict(states), now
             counts = ", ".join(f"{s} {n}" for s, n in _ordered(states))
+            waiting = "".join(f"; {w.step}: {describe(w)}" for w in waits)
             self._console.print(
                 f"[{elapsed:5.1f}s] progress: {_finished(states)}/"
-                f"{self._orders} finished ({counts})",
+                f"{self._orders} finished ({counts}){waiting}",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -136,7 +158,7 @@ class PlainDisplay:
 class QuietDisplay:
     """Shows nothing (for --json)."""
 
-    def update(self, states: dict[str, int], news: list[News]) -> None:  # noqa: ARG002
+    def update(self, states: dict[str, int], news: list[News], waits: list[Waiting]) -> None:  # noqa: ARG002
         return None
 
     def close(self) -> None:

@@ -21,13 +21,18 @@ RUN_NEWS = {
     RunState.ERROR: "ended in error",
     RunState.COMPENSATION_FAILED: "compensation failed",
 }
+WAIT_NEWS = {
+    "event wait": "waiting for their payment confirmation (payment_confirmed)",
+    "timer": "cooling off before shipping (a timer)",
+}
+"""Steps that wait on the schedulers, not an agent: one line per poll for each reason."""
 FAILED_RUN_STATES = frozenset({RunState.ERROR, RunState.COMPENSATION_FAILED})
 
 
 @dataclass(frozen=True)
 class News:
     kind: str
-    """retry, breaker, expiry, compensation, error, alert, outage, crash, transient."""
+    """retry, breaker, expiry, compensation, error, alert, outage, crash, transient, event."""
     text: str
 
 
@@ -65,12 +70,16 @@ class StoreFeed:
                 self._prefix,
                 after=self._last_event,
                 up_to=top,
-                step_reasons=[*STEP_NEWS, "deferred"],
+                step_reasons=[*STEP_NEWS, "deferred", *WAIT_NEWS],
                 run_states=list(RUN_NEWS),
             )
             deferred: list[str] = []
+            waiting: dict[str, list[str]] = {reason: [] for reason in WAIT_NEWS}
             for row in rows:
                 order = _order(row.business_key)
+                if row.entity == "step" and row.reason in WAIT_NEWS:
+                    waiting[row.reason].append(order)
+                    continue
                 if row.entity == "step" and row.reason == "deferred":
                     deferred.append(order)  # many at once while a breaker is open: one line
                     continue
@@ -100,6 +109,11 @@ class StoreFeed:
                         f"open (orders {_short(deferred)})",
                     )
                 )
+            for reason, orders in waiting.items():
+                if orders:
+                    news.append(
+                        News("event", f"{_orders(orders)} {WAIT_NEWS[reason]}: {_short(orders)}")
+                    )
             self._last_event = top
             for alert in inspect.prefix_alerts(conn, self._prefix, after=self._last_alert):
                 self._last_alert = alert.id
@@ -111,6 +125,10 @@ class StoreFeed:
 
 def _order(business_key: str) -> str:
     return business_key.rsplit("-", 1)[-1].lstrip("0") or "0"
+
+
+def _orders(orders: list[str]) -> str:
+    return "1 order" if len(orders) == 1 else f"{len(orders)} orders"
 
 
 def _short(items: list[str], limit: int = 8) -> str:

@@ -14,9 +14,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from sasflow.agents.worker import AgentWorker
 from sasflow.demo.app import build_registry, inventory_agent, payments_agent, shipping_agent
 from sasflow.demo.feed import News, StoreFeed
+from sasflow.demo.provider import EVENT, PaymentProvider, confirmation
 from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, Scenario
 from sasflow.demo.services import Happenings, RemoteServices
 from sasflow.demo.summary import Summary, missing_phenomena, summarize
@@ -27,6 +30,8 @@ from sasflow.scheduler import SchedulerOptions
 from sasflow.states import TERMINAL_RUN_STATES
 from sasflow.store.db import Engine
 from sasflow.store.operator.inspect import runs_by_state
+from sasflow.store.operator.waiting import Waiting, open_waits
+from sasflow.store.schema import inbound_events
 from sasflow.supervisor.service import SupervisorOptions
 from sasflow.supervisor.sinks import LogSink
 from sasflow.transport.base import Outgoing
@@ -36,8 +41,12 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 
-Tick = Callable[[dict[str, int], list[News]], None]
-"""Receives the demo's run counts by state and the news since the last tick."""
+EARLY_EVENT_SECONDS = 10.0
+"""How long the demo waits for the early payment confirmation to be stored."""
+
+Tick = Callable[[dict[str, int], list[News], list[Waiting]], None]
+"""Receives the demo's run counts by state, the news since the last tick, and the steps
+sleeping or waiting for an event now."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,16 @@ class DemoResult:
     """What the simulated services saw (transient errors retried inside the agents, ...)."""
 
 
+def order_id(key_prefix: str, number: int) -> str:
+    """The id (and business key) of order `number` placed with `key_prefix`."""
+    return f"{key_prefix}{number:05d}"
+
+
 def place_orders(
     transports: TransportFactory, names: Names, scenario: Scenario, key_prefix: str
 ) -> None:
-    """Publish every order of `scenario` to `<ns>.submit`, as a shop front would."""
+    """Publish every order of `scenario` to `<ns>.submit`, as a shop front would. An order's
+    id (`order_id`, what its payment confirmation is matched on) is its business key."""
     transport = transports("demo-shop")
     transport.connect()
     try:
@@ -75,8 +90,8 @@ def place_orders(
                 names.submit,
                 Submission(
                     workflow=scenario.workflow(n),
-                    input=scenario.order(n),
-                    key=f"{key_prefix}{n:05d}",
+                    input={**scenario.order(n), "order_id": order_id(key_prefix, n)},
+                    key=order_id(key_prefix, n),
                 ).encode(),
                 mandatory=True,
             )
@@ -110,10 +125,11 @@ class Demo:
         self.key_prefix = f"demo-{uuid.uuid4().hex[:8]}-"
         self.happenings = Happenings()
 
-    def _runner(self) -> LocalRunner:
+    def _runner(self, provider: PaymentProvider) -> LocalRunner:
         services = RemoteServices(self.scenario, self.happenings)
         registry = build_registry(services)
         runner = LocalRunner()
+        runner.add("payment-provider", provider)
         options = LocalOptions(
             schedulers=self.options.schedulers,
             agent_concurrency=4,
@@ -129,7 +145,7 @@ class Demo:
             database_url=self._database_url,
             options=options,
             sinks=[LogSink()],
-            agents=[inventory_agent(services), payments_agent(services)],
+            agents=[inventory_agent(services), payments_agent(services, provider.confirm)],
         )
         for number in range(1, self.options.shipping_instances + 1):
             # Each instance has its own Agent object so the one that crashes stops itself.
@@ -147,6 +163,25 @@ class Demo:
             )
         return runner
 
+    def _confirm_early(self, provider: PaymentProvider, runner: LocalRunner) -> bool:
+        """Have the provider confirm the scenario's early order before it is placed, and wait
+        until the submitter stored that event (unmatched: no wait is open yet)."""
+        number = self.scenario.early
+        order = self.scenario.order(number)
+        early = confirmation(order_id(self.key_prefix, number), order["qty"] * order["unit_price"])
+        provider.confirm(early["correlation"], early["payload"]["amount"], delay=0.0)
+        query = select(inbound_events.c.id).where(
+            inbound_events.c.name == EVENT, inbound_events.c.event_id == early["id"]
+        )
+        deadline = time.monotonic() + EARLY_EVENT_SECONDS
+        while time.monotonic() < deadline:
+            runner.check()
+            with self._engine.connect() as conn:
+                if conn.execute(query).first() is not None:
+                    return True
+            time.sleep(0.05)
+        return False
+
     def run(self, tick: Tick, stop: threading.Event | None = None) -> DemoResult:
         """Run the demo to its end (or `timeout`, or `stop`); raises RoleCrashedError when a
         role crashed."""
@@ -155,15 +190,31 @@ class Demo:
         feed = StoreFeed(self._engine, self.key_prefix, self.happenings)
         started = time.monotonic()
         problems: list[str] = []
-        runner = self._runner()
+        provider = PaymentProvider(
+            self._transports("demo-payment-provider"), self._names, self.options.seed
+        )
+        runner = self._runner(provider)
         with runner.running():
+            if not self._confirm_early(provider, runner):
+                problems.append(
+                    f"the early payment confirmation was not stored within {EARLY_EVENT_SECONDS:g}s"
+                )
             place_orders(self._transports, self._names, self.scenario, self.key_prefix)
+            news = [
+                News(
+                    "event",
+                    f"the payment provider confirmed order {self.scenario.early} before it was "
+                    f"placed: the event is stored, unmatched, until the order's wait opens",
+                )
+            ]
             deadline = started + self.options.timeout
             while True:
                 runner.check()
                 with self._engine.connect() as conn:
                     states = runs_by_state(conn, self.key_prefix)
-                tick(states, feed.poll())
+                    waits = open_waits(conn, self.key_prefix)
+                tick(states, [*news, *feed.poll()], waits)
+                news = []
                 finished = sum(n for s, n in states.items() if s in TERMINAL_RUN_STATES)
                 if finished >= self.scenario.orders:
                     break
@@ -180,7 +231,8 @@ class Demo:
         summary = summarize(self._engine, self.key_prefix)
         with self._engine.connect() as conn:
             states = runs_by_state(conn, self.key_prefix)
-        tick(states, feed.poll())  # one connection at a time: SQLite locks on BEGIN
+            waits = open_waits(conn, self.key_prefix)
+        tick(states, feed.poll(), waits)  # one connection at a time: SQLite locks on BEGIN
         if not problems:
             problems = missing_phenomena(summary, self.scenario.orders)
         return DemoResult(

@@ -53,6 +53,9 @@ class Scenario:
     """Orders placed as `b2b-order` (failures go to an operator instead of compensation)."""
     outage_at: int
     """The warehouse goes down at this reservation call (of the agent process)."""
+    early: int = 0
+    """An order without trouble whose payment is confirmed before it is placed: the event is
+    stored unmatched and completes the order's wait when it opens."""
     outage_seconds: float = 2.0
 
     @classmethod
@@ -63,6 +66,9 @@ class Scenario:
         declined, undeliverable, crash, flaky = rng.sample(range(1, orders + 1), 4)
         b2b = {n for n in range(1, orders + 1) if rng.random() < 0.2} | {declined}
         b2b -= {undeliverable}
+        # Its own generator: the troubles above stay where they were before it existed.
+        untroubled = sorted(set(range(1, orders + 1)) - {declined, undeliverable, crash, flaky})
+        early = random.Random(f"{seed}:early").choice(untroubled)  # noqa: S311 - simulation
         return cls(
             orders=orders,
             seed=seed,
@@ -72,6 +78,7 @@ class Scenario:
             flaky=flaky,
             b2b=frozenset(b2b),
             outage_at=max(2, orders // 3),
+            early=early,
         )
 
     def workflow(self, number: int) -> str:

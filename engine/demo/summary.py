@@ -11,12 +11,17 @@ from typing import Any
 
 from sasflow.states import TERMINAL_RUN_STATES, RunState
 from sasflow.store.db import Engine
-from sasflow.store.operator import inspect
+from sasflow.store.operator import inspect, waiting
 
 
 @dataclass(frozen=True)
 class Summary(inspect.PrefixCounts):
     """Counts of the demo's runs, steps, events and alerts, as the store holds them."""
+
+    timers_fired: int
+    events_matched: int
+    events_before_wait: int
+    event_timeouts: int
 
     @property
     def orders(self) -> int:
@@ -38,7 +43,8 @@ def summarize(engine: Engine, prefix: str) -> Summary:
     read (the demo calls it once every role has stopped)."""
     with engine.connect() as conn:
         counts = inspect.count_prefix(conn, prefix)
-    fields = asdict(counts)
+        waits = waiting.count_waits(conn, prefix)
+    fields = {**asdict(counts), **asdict(waits)}
     fields["runs_by_state"] = dict(sorted(counts.runs_by_state.items()))
     return Summary(**fields)
 
@@ -55,6 +61,13 @@ def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:
         RunState.ERROR: 1,
         RunState.COMPENSATED: 1,
     }
+    # Every order that got past its charge waited for its confirmation and cooled off; the
+    # declined one never did. The provider confirms every charge: no wait times out.
+    if summary.events_matched != expected_orders - 1:
+        problems.append(
+            f"expected {expected_orders - 1} payment confirmations matched, "
+            f"found {summary.events_matched}"
+        )
     for state, count in expected_states.items():
         if summary.state(state) != count:
             problems.append(f"expected {count} {state} runs, found {summary.state(state)}")
@@ -64,6 +77,8 @@ def missing_phenomena(summary: Summary, expected_orders: int) -> list[str]:
         ("an expired step recovered by the supervisor", summary.expired_recovered),
         ("a compensation", summary.compensations_processed),
         ("an alert", summary.alerts_raised),
+        ("a timer fired", summary.timers_fired),
+        ("a payment confirmation stored before its wait opened", summary.events_before_wait),
     ):
         if value < 1:
             problems.append(f"no {what}")
