@@ -1,12 +1,15 @@
-"""The demo's shop front as a separate process: place the scenario's orders on `<ns>.submit`
-of a real broker (examples/orders drives it)."""
+"""The demo's shop front and payment provider as separate processes: place the scenario's
+orders on `<ns>.submit` of a real broker, confirm their payments on `<ns>.events`
+(examples/orders drives them)."""
 
 from __future__ import annotations
 
 import uuid
 
-from sasflow.demo.run import place_orders
+from sasflow.demo.provider import confirmation, publish_confirmations
+from sasflow.demo.run import order_id, place_orders
 from sasflow.demo.scenario import Scenario
+from sasflow.errors import PublishError
 from sasflow.settings import Settings
 from sasflow.transport.base import Transport
 from sasflow.transport.factory import broker_options, make_transport
@@ -25,3 +28,28 @@ def place_scenario_orders(settings: Settings, orders: int, seed: int) -> str:
     prefix = f"shop-{uuid.uuid4().hex[:8]}-"
     place_orders(transports, Names(settings.namespace), Scenario.build(orders, seed), prefix)
     return prefix
+
+
+def confirm_scenario_payments(settings: Settings, key_prefix: str, orders: int, seed: int) -> int:
+    """Publish, as the payment provider would, the `payment_confirmed` event of every order
+    placed with `key_prefix` but the declined one; returns how many were sent."""
+    scenario = Scenario.build(orders, seed)
+    bodies = []
+    for number in range(1, orders + 1):
+        if number == scenario.declined:
+            continue  # a declined card is never confirmed
+        order = scenario.order(number)
+        bodies.append(
+            confirmation(order_id(key_prefix, number), order["qty"] * order["unit_price"])
+        )
+    transport = make_transport(
+        settings.broker_url, process_name="orders-payments", options=broker_options(settings)
+    )
+    transport.connect()
+    try:
+        refused = publish_confirmations(transport, Names(settings.namespace), bodies)
+    finally:
+        transport.close()
+    if refused:
+        raise PublishError(f"{refused} payment confirmations refused by the broker")
+    return len(bodies)

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, func, select
 
 from sasflow.demo.scenario import Scenario
 from sasflow.store.db import make_engine
-from sasflow.store.schema import alerts, events, runs, steps
+from sasflow.store.schema import alerts, events, inbound_events, runs, steps
 from sasflow.transport.topology import Names
 from tests.acceptance.processes import processes
 
@@ -55,6 +55,25 @@ def _store_counts(engine: Engine) -> dict[str, Any]:
                 steps, steps.c.kind == "compensation", steps.c.state == "processed"
             ),
             "alerts_raised": count(alerts),
+            "timers_fired": count(
+                events, events.c.reason == "timer", events.c.to_state == "processed"
+            ),
+            "events_matched": count(
+                events, events.c.reason == "event", events.c.to_state == "processed"
+            ),
+            "events_before_wait": int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(inbound_events)
+                    .join(
+                        events,
+                        (events.c.step_id == inbound_events.c.consumed_step_id)
+                        & (events.c.reason == "event wait"),
+                    )
+                    .where(inbound_events.c.received_at < events.c.created_at)
+                ).scalar_one()
+            ),
+            "event_timeouts": count(events, events.c.reason == "event timeout"),
             "error_runs": list(
                 conn.execute(
                     select(runs.c.id).where(runs.c.state == "error").order_by(runs.c.id)
@@ -66,6 +85,48 @@ def _store_counts(engine: Engine) -> dict[str, Any]:
                 ).scalars()
             ),
         }
+
+
+def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
+    """Every order past its charge (all but the declined one) waited for its payment
+    confirmation, got the provider's payload as the step's output, and cooled off; the early
+    confirmation was stored before its wait opened, and matched."""
+    scenario = Scenario.build(ORDERS)
+    assert expected["events_matched"] == expected["timers_fired"] == ORDERS - 1
+    assert (expected["events_before_wait"], expected["event_timeouts"]) == (1, 0)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(runs.c.business_key, runs.c.input, runs.c.state, steps.c.name, steps.c.output)
+            .join(steps, steps.c.run_id == runs.c.id)
+            .where(
+                steps.c.name.in_(("payment_confirmed", "cool_off")),
+                steps.c.state == "processed",
+            )
+        ).all()
+        early = conn.execute(
+            select(inbound_events, runs.c.input)
+            .join(steps, steps.c.id == inbound_events.c.consumed_step_id)
+            .join(runs, runs.c.id == steps.c.run_id)
+            .join(
+                events,
+                (events.c.step_id == steps.c.id) & (events.c.reason == "event wait"),
+            )
+            .where(inbound_events.c.received_at < events.c.created_at)
+        ).one()
+    confirmed = {r.business_key: r for r in rows if r.name == "payment_confirmed"}
+    cooled = {r.business_key for r in rows if r.name == "cool_off"}
+    assert len(confirmed) == ORDERS - 1
+    assert cooled == set(confirmed)
+    for key, row in confirmed.items():
+        assert row.input["order_id"] == key
+        assert row.output == {
+            "order_id": key,
+            "amount": row.input["qty"] * row.input["unit_price"],
+            "status": "confirmed",
+        }
+    assert all(r.state in ("completed", "compensated") for r in confirmed.values())
+    assert early.input["order"] == scenario.early
+    assert (early.name, early.correlation) == ("payment_confirmed", early.input["order_id"])
 
 
 def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
@@ -90,6 +151,7 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
     assert expected["alerts_raised"] == 1
     assert summary["problems"] == []
     assert summary["namespace"] == names.namespace
+    _assert_waited_and_slept(engine, expected)
 
     scenario = Scenario.build(ORDERS)
     with engine.connect() as conn:
@@ -154,6 +216,11 @@ def test_demo_by_default_runs_on_a_fresh_sqlite_file_and_the_in_process_bus(
     assert expected["runs_by_state"] == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
     assert min(expected["steps_retried"], expected["deferred"], expected["expired_recovered"]) >= 1
     assert (expected["compensations_processed"], expected["alerts_raised"]) == (2, 1)
+    engine = make_engine(f"sqlite:///{database}")
+    try:
+        _assert_waited_and_slept(engine, expected)
+    finally:
+        engine.dispose()
     failed = expected["error_runs"][0]
     assert f"sasflow --database-url sqlite:///sasflow-demo.db runs show {failed}" in result.stdout
 

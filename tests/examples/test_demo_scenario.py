@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sasflow.agents import PermanentError
-from sasflow.demo.app import build_registry
+from sasflow.demo.app import COOL_OFF_S, PAYMENT_WAIT_S, build_registry
 from sasflow.demo.scenario import (
     AGENT_CRASH,
     DECLINED_CARD,
@@ -35,6 +35,8 @@ def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int,
     ]
     assert [n for n, i in inputs.items() if i["trouble"] == AGENT_CRASH] == [scenario.crash]
     assert [n for n, i in inputs.items() if i["trouble"] == GATEWAY_TIMEOUTS] == [scenario.flaky]
+    assert 1 <= scenario.early <= orders
+    assert scenario.early not in troubled
 
 
 def test_the_same_seed_gives_the_same_orders_and_another_seed_other_ones() -> None:
@@ -108,3 +110,20 @@ def test_the_demo_registry_validates_and_holds_both_workflows() -> None:
         ("b2b-order", "error"),
     }
     assert sorted(a.name for a in registry.agents) == ["inventory", "payments", "shipping"]
+    for workflow in registry.workflows:
+        assert [s.name for s in workflow.steps] == [
+            "reserve",
+            "charge",
+            "payment_confirmed",
+            "cool_off",
+            "ship",
+        ]
+        wait, timer = workflow.steps[2], workflow.steps[3]
+        assert wait.is_event_wait
+        assert wait.action == "payment_confirmed"
+        assert wait.wait is not None
+        assert (str(wait.wait.match), wait.wait.timeout) == ("input.order_id", PAYMENT_WAIT_S)
+        # A retail order whose payment is never confirmed is refunded; a b2b one goes to a person.
+        expected = "compensate" if workflow.name == "order" else "fail"
+        assert wait.wait.on_timeout == expected
+        assert (timer.is_timer, timer.sleep_s) == (True, COOL_OFF_S)

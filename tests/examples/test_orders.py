@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -81,6 +82,27 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
             check=False,
         )
         assert placed.returncode == 0, placed.stderr
+        prefix = json.loads(placed.stdout)["key_prefix"]
+        # The partner confirms the payments: most events arrive before their waits open.
+        confirming = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "examples.orders.confirm_payments",
+                "--key-prefix",
+                prefix,
+                "--orders",
+                str(ORDERS),
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert confirming.returncode == 0, confirming.stderr
+        assert json.loads(confirming.stdout) == {"confirmed": ORDERS - 1, "key_prefix": prefix}
         harness.wait_for(
             harness.all_runs_in(engine, {"completed", "error", "compensated"}, ORDERS),
             timeout=60,
@@ -122,6 +144,22 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
             .join(runs, runs.c.id == steps.c.run_id)
             .where(runs.c.business_key.endswith(f"-{scenario.crash:05d}"), steps.c.name == "ship")
         ).one()
+        waited = conn.execute(
+            select(runs.c.business_key, runs.c.input, steps.c.name, steps.c.output)
+            .join(steps, steps.c.run_id == runs.c.id)
+            .where(
+                steps.c.name.in_(("payment_confirmed", "cool_off")),
+                steps.c.state == "processed",
+            )
+        ).all()
+    confirmed = {r.business_key: r for r in waited if r.name == "payment_confirmed"}
+    assert set(confirmed) == {f"{prefix}{n:05d}" for n in range(1, ORDERS + 1)} - {
+        f"{prefix}{scenario.declined:05d}"
+    }
+    assert {r.business_key for r in waited if r.name == "cool_off"} == set(confirmed)
+    for key, row in confirmed.items():
+        amount = row.input["qty"] * row.input["unit_price"]
+        assert row.output == {"order_id": key, "amount": amount, "status": "confirmed"}
     assert states == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
     assert failed.input["order"] == scenario.declined
     assert compensated.input["order"] == scenario.undeliverable
