@@ -93,7 +93,10 @@ def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
     confirmation was stored before its wait opened, and matched."""
     scenario = Scenario.build(ORDERS)
     assert expected["events_matched"] == expected["timers_fired"] == ORDERS - 1
-    assert (expected["events_before_wait"], expected["event_timeouts"]) == (1, 0)
+    # The early one at least; a confirmation sent 0.1 s after its charge may beat the wait too
+    # on a loaded machine (its charge's reply not yet processed).
+    assert expected["events_before_wait"] >= 1
+    assert expected["event_timeouts"] == 0
     with engine.connect() as conn:
         rows = conn.execute(
             select(runs.c.business_key, runs.c.input, runs.c.state, steps.c.name, steps.c.output)
@@ -103,7 +106,7 @@ def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
                 steps.c.state == "processed",
             )
         ).all()
-        early = conn.execute(
+        stored_first = conn.execute(
             select(inbound_events, runs.c.input)
             .join(steps, steps.c.id == inbound_events.c.consumed_step_id)
             .join(runs, runs.c.id == steps.c.run_id)
@@ -112,7 +115,7 @@ def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
                 (events.c.step_id == steps.c.id) & (events.c.reason == "event wait"),
             )
             .where(inbound_events.c.received_at < events.c.created_at)
-        ).one()
+        ).all()
     confirmed = {r.business_key: r for r in rows if r.name == "payment_confirmed"}
     cooled = {r.business_key for r in rows if r.name == "cool_off"}
     assert len(confirmed) == ORDERS - 1
@@ -125,8 +128,13 @@ def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
             "status": "confirmed",
         }
     assert all(r.state in ("completed", "compensated") for r in confirmed.values())
-    assert early.input["order"] == scenario.early
-    assert (early.name, early.correlation) == ("payment_confirmed", early.input["order_id"])
+    assert len(stored_first) == expected["events_before_wait"]
+    early = [r for r in stored_first if r.input["order"] == scenario.early]
+    assert len(early) == 1
+    assert (early[0].name, early[0].correlation) == (
+        "payment_confirmed",
+        early[0].input["order_id"],
+    )
 
 
 def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
