@@ -132,12 +132,14 @@ def demo(
     as_json: bool,
     summary_file: Path | None,
 ) -> None:
-    """Run the e-commerce example: orders reserve stock, charge and ship, through simulated
+    """Run the e-commerce example: orders reserve stock, charge, wait for the payment
+    provider's confirmation (an event), cool off (a timer) and ship, through simulated
     services that are slow, fail now and then, go down, and crash.
 
-    Submitter, schedulers, agents and supervisor run as threads of this process. Retries,
-    an open circuit breaker, a recovered expired step, a compensated order and an order in
-    error with an alert all happen; the summary is read from the state store.
+    Submitter, schedulers, agents, supervisor and the payment provider run as threads of this
+    process. Retries, an open circuit breaker, a recovered expired step, a compensated order,
+    an order in error with an alert, and a confirmation stored before its order's wait opened
+    all happen; the summary is read from the state store.
 
     By default the state store is ./sasflow-demo.db (a SQLite file, recreated on each run, kept
     afterwards for `sasflow --database-url sqlite:///sasflow-demo.db runs ...`) and the bus is
