@@ -14,8 +14,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
 from sasflow.agents.worker import AgentWorker
 from sasflow.demo.app import build_registry, inventory_agent, payments_agent, shipping_agent
 from sasflow.demo.feed import News, StoreFeed
@@ -29,9 +27,9 @@ from sasflow.messages import Submission
 from sasflow.scheduler import SchedulerOptions
 from sasflow.states import TERMINAL_RUN_STATES
 from sasflow.store.db import Engine
+from sasflow.store.inbound.ingest import is_stored
 from sasflow.store.operator.inspect import runs_by_state
 from sasflow.store.operator.waiting import Waiting, open_waits
-from sasflow.store.schema import inbound_events
 from sasflow.supervisor.service import SupervisorOptions
 from sasflow.supervisor.sinks import LogSink
 from sasflow.transport.base import Outgoing
@@ -170,14 +168,11 @@ class Demo:
         order = self.scenario.order(number)
         early = confirmation(order_id(self.key_prefix, number), order["qty"] * order["unit_price"])
         provider.confirm(early["correlation"], early["payload"]["amount"], delay=0.0)
-        query = select(inbound_events.c.id).where(
-            inbound_events.c.name == EVENT, inbound_events.c.event_id == early["id"]
-        )
         deadline = time.monotonic() + EARLY_EVENT_SECONDS
         while time.monotonic() < deadline:
             runner.check()
             with self._engine.connect() as conn:
-                if conn.execute(query).first() is not None:
+                if is_stored(conn, EVENT, early["id"]):
                     return True
             time.sleep(0.05)
         return False

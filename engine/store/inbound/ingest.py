@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from sasflow.errors import InvalidEventError
 from sasflow.registry import Registry
@@ -128,6 +128,16 @@ def store_event(
         queries.event_by_sender_id(), {"b_name": event.name, "b_event_id": event.event_id}
     ).one()
     return Stored(row.id, inserted is not None, row.consumed_step_id, row.run_id)
+
+
+def is_stored(conn: Connection, name: str, event_id: str) -> bool:
+    """Whether the event (`name`, sender's `event_id`) is stored (consumed or not)."""
+    found = conn.execute(
+        select(inbound_events.c.id).where(
+            inbound_events.c.name == name, inbound_events.c.event_id == event_id
+        )
+    ).first()
+    return found is not None
 
 
 def list_events(conn: Connection, *, unmatched: bool = False, limit: int = 100) -> list[Any]:
