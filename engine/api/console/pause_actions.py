@@ -6,6 +6,7 @@ reason, an ended run), the confirmation page comes back with what was typed and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
@@ -14,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from sasflow.api.auth import Principal
 from sasflow.api.console import forms
+from sasflow.api.console.run_actions import RunAction, act_on_run, confirm_page
 from sasflow.api.console.run_view import Typed
 from sasflow.api.console.views import (
     PREFIX,
@@ -28,7 +30,6 @@ from sasflow.api.console.views import (
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.validation import RowId
 from sasflow.ops import pause as pause_ops
-from sasflow.ops import runs as run_ops
 from sasflow.store.db import Connection
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -39,11 +40,6 @@ Reader = Annotated[Visitor, Depends(reader)]
 Action = Literal["pause", "resume"]
 Reason = Annotated[str, Form()]
 
-_RUN_EFFECT = {
-    "pause": "Nothing new is dispatched for it: its steps in flight finish and their replies are "
-    "applied, its next steps wait pending with their deadlines not started.",
-    "resume": "Its ready steps are dispatched again.",
-}
 _AGENT_EFFECT = {
     "pause": "No scheduler dispatches its steps: they wait pending with their deadlines not "
     "started (steps in flight finish).",
@@ -52,73 +48,54 @@ _AGENT_EFFECT = {
 _DONE = {"pause": "paused", "resume": "resumed"}
 
 
-def _run_confirm(run: dict[str, Any], action: str) -> dict[str, Any]:
-    return {
-        "title": f"{action.capitalize()} run {run['id']}?",
-        "facts": {
-            "Workflow": f"{run['workflow']} v{run['version']}",
-            "State": run["state"] + (", paused" if run["paused"] else ""),
-        },
-        "effect": _RUN_EFFECT[action],
-        "target": f"{PREFIX}/runs/{run['id']}/{action}",
-        "back": f"{PREFIX}/runs/{run['id']}",
-        "reason_label": f"Reason for {'pausing' if action == 'pause' else 'resuming'}",
-        "button": f"Confirm: {action} run {run['id']}",
-    }
+def _pause_run(paused: bool) -> Callable[[Connection, int, str, str, ApiContext], dict[str, Any]]:
+    def perform(
+        conn: Connection, run_id: int, actor: str, reason: str, ctx: ApiContext
+    ) -> dict[str, Any]:
+        done = pause_ops.pause_run(conn, run_id, actor=actor, reason=reason, paused=paused)
+        if not paused:
+            pause_ops.wake(conn, ctx.namespace)
+        return done
+
+    return perform
 
 
-def _run_page(
-    request: Request,
-    who: Visitor,
-    ctx: ApiContext,
-    run_id: int,
-    *,
-    action: str,
-    typed: Typed | None = None,
-) -> HTMLResponse:
-    run = act(ctx, lambda conn: run_ops.show_run(conn, run_id))["run"]
-    values = {**_run_confirm(run, action), "typed": typed}
-    return render(request, who, "confirm.html", values, status=typed.status if typed else 200)
+def _said(action: str) -> Callable[[int, dict[str, Any]], str]:
+    def message(run_id: int, done: dict[str, Any]) -> str:
+        return f"Run {run_id} {_DONE[action]}" + ("" if done["changed"] else " already")
+
+    return message
+
+
+_RUN_ACTIONS = {
+    "pause": RunAction(
+        "pause",
+        "pausing",
+        "Nothing new is dispatched for it: its steps in flight finish and their replies are "
+        "applied, its next steps wait pending with their deadlines not started.",
+        _pause_run(paused=True),
+        _said("pause"),
+    ),
+    "resume": RunAction(
+        "resume",
+        "resuming",
+        "Its ready steps are dispatched again.",
+        _pause_run(paused=False),
+        _said("resume"),
+    ),
+}
 
 
 @router.get("/runs/{run_id}/pause")
 def confirm_run_pause(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTMLResponse:
     """The confirmation page of a run's pause."""
-    return _run_page(request, who, ctx, run_id, action="pause")
+    return confirm_page(request, who, ctx, run_id, action=_RUN_ACTIONS["pause"])
 
 
 @router.get("/runs/{run_id}/resume")
 def confirm_run_resume(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTMLResponse:
     """The confirmation page of a run's resume."""
-    return _run_page(request, who, ctx, run_id, action="resume")
-
-
-def _act_on_run(
-    request: Request,
-    acting: tuple[Visitor, Principal],
-    ctx: ApiContext,
-    run_id: int,
-    *,
-    action: str,
-    reason: str,
-) -> HTMLResponse | RedirectResponse:
-    who, principal = acting
-    paused = action == "pause"
-
-    def work(conn: Connection) -> dict[str, Any]:
-        done = pause_ops.pause_run(conn, run_id, actor=principal.name, reason=why, paused=paused)
-        if not paused:
-            pause_ops.wake(conn, ctx.namespace)
-        return done
-
-    try:
-        why = forms.reason(reason)
-        done = act(ctx, work)
-    except ConsoleError as exc:
-        typed = Typed("confirm", {"reason": reason}, forms.errors_of(exc), exc.status)
-        return _run_page(request, who, ctx, run_id, action=action, typed=typed)
-    message = f"Run {run_id} {_DONE[action]}" + ("" if done["changed"] else " already")
-    return redirect(request, who, f"{PREFIX}/runs/{run_id}", flash=message)
+    return confirm_page(request, who, ctx, run_id, action=_RUN_ACTIONS["resume"])
 
 
 @router.post("/runs/{run_id}/pause", response_model=None)
@@ -126,7 +103,7 @@ def pause_run(
     request: Request, acting: Operator, ctx: Context, run_id: RowId, reason: Reason = ""
 ) -> HTMLResponse | RedirectResponse:
     """Pause the run; back to its page (refused: the confirmation page again)."""
-    return _act_on_run(request, acting, ctx, run_id, action="pause", reason=reason)
+    return act_on_run(request, acting, ctx, run_id, action=_RUN_ACTIONS["pause"], reason=reason)
 
 
 @router.post("/runs/{run_id}/resume", response_model=None)
@@ -134,7 +111,7 @@ def resume_run(
     request: Request, acting: Operator, ctx: Context, run_id: RowId, reason: Reason = ""
 ) -> HTMLResponse | RedirectResponse:
     """Resume the run; back to its page (refused: the confirmation page again)."""
-    return _act_on_run(request, acting, ctx, run_id, action="resume", reason=reason)
+    return act_on_run(request, acting, ctx, run_id, action=_RUN_ACTIONS["resume"], reason=reason)
 
 
 def _agent_confirm(name: str, action: str, of: str) -> dict[str, Any]:
