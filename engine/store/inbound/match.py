@@ -18,17 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row
 
 from sasflow.commands import FinishedRun, StoredError
 from sasflow.registry import Registry
 from sasflow.states import StepState
 from sasflow.store.inbound import queries
-from sasflow.store.notify import notify_ready
 from sasflow.store.runs import events
 from sasflow.store.runs import queries as run_queries
-from sasflow.store.runs.advance import advance_runs
-from sasflow.store.schema import runs
+from sasflow.store.runs.completed import advance_completed
 from sasflow.waits import OnTimeout
 
 
@@ -96,7 +94,7 @@ def match(
             )
         )
     report.completed = len(report.matched)
-    _advance(
+    advance_completed(
         conn,
         registry,
         {r.run_id for r in pairs if r.step_id in report.matched.values()},
@@ -154,7 +152,7 @@ def time_out(
             )
         )
     report.completed = len(recorded)
-    _advance(conn, registry, ended, recorded, report, namespace=namespace, actor=actor)
+    advance_completed(conn, registry, ended, recorded, report, namespace=namespace, actor=actor)
     return report
 
 
@@ -176,27 +174,3 @@ def seconds_until_next_timeout(conn: Connection) -> float | None:
 def _lock_runs(conn: Connection, rows: Sequence[Row[Any]]) -> set[int]:
     ids = sorted({r.run_id for r in rows})
     return set(conn.execute(run_queries.lock_runs(skip_locked=True), {"b_run_ids": ids}).scalars())
-
-
-def _advance(
-    conn: Connection,
-    registry: Registry | None,
-    run_ids: set[int],
-    recorded: list[events.Event],
-    report: MatchReport,
-    *,
-    namespace: str,
-    actor: str,
-) -> None:
-    if not run_ids:
-        return
-    advanced = advance_runs(conn, registry, run_ids, actor=actor)
-    callbacks = conn.execute(
-        select(runs.c.id).where(runs.c.id.in_(run_ids), runs.c.callback_url.is_not(None))
-    ).scalars()
-    events.record(conn, [*recorded, *advanced.events], with_callback=set(callbacks))
-    report.ready = advanced.ready
-    report.deferred = advanced.deferred
-    report.finished = events.finished_runs(advanced.events)
-    if advanced.ready:
-        notify_ready(conn, namespace)

@@ -19,9 +19,8 @@ from sqlalchemy import Connection, Select, Update, bindparam, func, select, upda
 from sasflow.commands import FinishedRun
 from sasflow.registry import Registry
 from sasflow.states import ACTIVE_RUN_STATES, StepState
-from sasflow.store.notify import notify_ready
 from sasflow.store.runs import events, queries
-from sasflow.store.runs.advance import advance_runs
+from sasflow.store.runs.completed import advance_completed
 from sasflow.store.schema import runs, steps
 from sasflow.store.sqltime import now
 from sasflow.workflow import TIMER_AGENT
@@ -126,18 +125,9 @@ def fire_due(
                 detail={"slept_until": slept_until},
             )
         )
-    if not fired_runs:
-        return report
-    advanced = advance_runs(conn, registry, fired_runs, actor=actor)
-    callbacks = conn.execute(
-        select(runs.c.id).where(runs.c.id.in_(fired_runs), runs.c.callback_url.is_not(None))
-    ).scalars()
-    events.record(conn, [*recorded, *advanced.events], with_callback=set(callbacks))
-    report.ready = advanced.ready
-    report.deferred = advanced.deferred
-    report.finished = events.finished_runs(advanced.events)
-    if advanced.ready:
-        notify_ready(conn, namespace)
+    advance_completed(
+        conn, registry, fired_runs, recorded, report, namespace=namespace, actor=actor
+    )
     return report
 
 
