@@ -28,6 +28,9 @@ MAX_CORRELATION = 200
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
+MISSING: Any = object()
+"""What `MatchPath.value` returns when its path leads nowhere."""
+
 
 class OnTimeout(StrEnum):
     """What an event wait does when its timeout passes without its event."""
@@ -59,29 +62,37 @@ class MatchPath:
     path: tuple[str, ...]
 
     @staticmethod
-    def parse(text: str) -> MatchPath:
+    def parse(text: str, *, what: str = "match") -> MatchPath:
         parts = text.split(".")
         if parts[0] == "input" and len(parts) >= 2 and all(map(_SEGMENT.fullmatch, parts[1:])):
             return MatchPath("input", tuple(parts[1:]))
         if parts[0] == "steps" and len(parts) >= 3 and all(map(_SEGMENT.fullmatch, parts[1:])):
             return MatchPath(parts[1], tuple(parts[2:]))
         raise DefinitionError(
-            f"match {text!r} must be `input.<field>[.<field>...]` or "
+            f"{what} {text!r} must be `input.<field>[.<field>...]` or "
             "`steps.<step>.<field>[.<field>...]` (fields of letters, digits, '_', '-')"
         )
 
     def read(self, run_input: Any, outputs: Mapping[str, Any]) -> str | None:
         """The correlation value as text, or None when the path leads nowhere (or to null)."""
-        value = run_input if self.source == "input" else outputs.get(self.source)
-        for segment in self.path:
-            if not isinstance(value, dict) or segment not in value:
-                return None
-            value = value[segment]
-        if value is None or isinstance(value, dict | list):
+        value = self.value(run_input, outputs)
+        if value is MISSING or value is None or isinstance(value, dict | list):
             return None
         if isinstance(value, bool):
             return "true" if value else "false"
         return str(value)
+
+    def value(self, run_input: Any, outputs: Mapping[str, Any]) -> Any:
+        """The JSON value at the path, or MISSING when it leads nowhere (a step without an
+        output in `outputs`, a field not there)."""
+        if self.source != "input" and self.source not in outputs:
+            return MISSING
+        value = run_input if self.source == "input" else outputs[self.source]
+        for segment in self.path:
+            if not isinstance(value, dict) or segment not in value:
+                return MISSING
+            value = value[segment]
+        return value
 
     def __str__(self) -> str:
         head = "input" if self.source == "input" else f"steps.{self.source}"

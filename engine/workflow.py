@@ -17,6 +17,8 @@ from sasflow.errors import DefinitionError
 from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
 from sasflow.states import OnDeadline, OnExhausted, OnFailure
 from sasflow.waits import EVENT_AGENT, Default, WaitSpec
+from sasflow.when import All, Cond, Condition, Not
+from sasflow.when import Any as AnyOf
 
 JSON = Any
 """A value that json.dumps accepts."""
@@ -29,6 +31,8 @@ FailurePolicy = Literal["error", "compensate"]
 """The values of `OnFailure` as a definition may spell them."""
 DeadlinePolicy = Literal["alert", "cancel", "compensate"]
 """The values of `OnDeadline` as a definition may spell them."""
+IfSkipped = Literal["skip", "run"]
+"""What a step whose dependencies were all skipped does (`Step(if_skipped=...)`)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,13 @@ class Step:
     """A timer step's fixed sleep (`Step.sleep(name, seconds=...)`); None otherwise."""
     wait: WaitSpec | None = None
     """An event wait's definition (`Step.wait_for`); None otherwise."""
+    when: Condition | None = None
+    """It runs only when this condition (sasflow.when) holds over the run's input and the
+    outputs of the steps it depends on, directly or not; otherwise it is skipped
+    (docs/concepts.md, "Conditions"). None: always."""
+    if_skipped: IfSkipped = "skip"
+    """When every step it depends on was skipped: "skip" it too, or "run" it (its condition,
+    if any, still decides). A step with one processed dependency runs either way."""
 
     @classmethod
     def sleep(
@@ -181,6 +192,9 @@ class Step:
             # Only a timer's: the fingerprints of versions recorded before timers stay the same.
             **({"sleep_s": self.sleep_s} if self.is_timer else {}),
             **({"wait": self.wait.shape()} if self.wait is not None else {}),
+            # Only when set: the fingerprints of versions recorded before conditions stay.
+            **({"when": self.when.shape()} if self.when is not None else {}),
+            **({"if_skipped": self.if_skipped} if self.if_skipped != "skip" else {}),
         }
 
     @property
@@ -291,6 +305,13 @@ class Workflow:
         self.terminal_steps: tuple[str, ...] = tuple(
             n for n in self.order if not self.successors[n]
         )
+        self.ancestors: dict[str, frozenset[str]] = {}
+        """The steps each step depends on, directly or not."""
+        for step_name in self.order:
+            deps = self.dependencies[step_name]
+            self.ancestors[step_name] = frozenset(deps).union(*(self.ancestors[d] for d in deps))
+        for step in self.steps:
+            self._check_condition(step)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
@@ -312,7 +333,7 @@ class Workflow:
     @cached_property
     def fingerprint(self) -> str:
         """A stable hash (SHA-256, hex) of what runs of this version depend on: the steps (names,
-        agents, actions, dependencies, policies, compensations, pools), the builders by
+        agents, actions, dependencies, policies, compensations, pools, conditions), the builders by
         qualified name (not their code: a builder's body may change without the version, as
         long as it reads the same steps), the failure and deadline policies and the output
         builder, and the parking options when they are not the defaults (the fingerprints of
@@ -424,6 +445,31 @@ class Workflow:
                 f"workflow {self.name!r}: step {step.name!r}: sleep_s is for timer steps "
                 "(Step.sleep)"
             )
+
+    def _check_condition(self, step: Step) -> None:
+        """A condition is `sasflow.when` data reading the input or the steps `step` depends on
+        (directly or not): only their outputs exist when it is decided."""
+        where = f"workflow {self.name!r}: step {step.name!r}"
+        if step.if_skipped not in {"skip", "run"}:
+            raise DefinitionError(f"{where}: if_skipped must be 'skip' or 'run'")
+        if step.when is None:
+            return
+        if not isinstance(step.when, Cond | All | AnyOf | Not):
+            raise DefinitionError(
+                f"{where}: when must be a condition (sasflow.when: Cond, All, Any, Not), "
+                f"not {step.when!r}"
+            )
+        if not self.dependencies[step.name]:
+            raise DefinitionError(
+                f"{where}: a root step cannot have a condition (it is ready as the run is "
+                "submitted: decide before submitting, or put it after a step)"
+            )
+        for path in step.when.paths():
+            if path.source != "input" and path.source not in self.ancestors[step.name]:
+                raise DefinitionError(
+                    f"{where}: its condition reads {path}, but {path.source!r} is not a step "
+                    "it depends on (directly or not)"
+                )
 
     def _topological_order(self) -> tuple[str, ...]:
         # Kahn's algorithm, stable in declaration order; what is left over depends on a cycle.

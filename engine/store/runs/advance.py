@@ -155,8 +155,8 @@ class _Applier:
                     )
                     moved[step.id] = StepState.ERROR
                     self._step_event(step, StepState.WAITING, StepState.ERROR, error.message)
-                case Skip(step, from_state, reason):
-                    moved[step.id] = self._skip(step, from_state, reason)
+                case Skip(step, from_state, reason, detail):
+                    moved[step.id] = self._skip(step, from_state, reason, detail)
                 case Release(step):
                     self.conn.execute(advance_queries.release_waiting(), {"b_id": step.id})
                     moved[step.id] = StepState.PENDING
@@ -300,12 +300,18 @@ class _Applier:
             )
         self.result.ready += 1  # the chain's first step
 
-    def _skip(self, step: StepRecord, from_state: StepState, reason: str) -> StepState:
+    def _skip(
+        self, step: StepRecord, from_state: StepState, reason: str, detail: Any = None
+    ) -> StepState:
         """Skip a step not started; its state now (processing: claimed meanwhile, in flight).
         A parked step's alert is closed: nobody need unpark or fail it now."""
         if self.conn.execute(advance_queries.skip(), {"b_id": step.id}).rowcount != 1:
             return StepState.PROCESSING
-        self._step_event(step, from_state, StepState.SKIPPED, reason)
+        self.result.events.append(
+            step_event(
+                step, from_state, StepState.SKIPPED, actor=self.actor, reason=reason, detail=detail
+            )
+        )
         if from_state == StepState.PARKED:
             resolve_parked_alert(self.conn, step.id, actor=self.actor, reason=reason)
         return StepState.SKIPPED

@@ -1,8 +1,10 @@
 """What advancing a run does, decided from its rows alone: `decide(run, steps, workflow)` returns
 the transitions, and `store.advance` applies them in its transaction.
 
-An active run: waiting steps whose dependencies are processed become pending with their input:
-the run's input for the default builder, decided here. User code never runs here (it would run
+An active run: waiting steps whose dependencies are done become pending with their input: the
+run's input for the default builder, decided here; or they are skipped, when their condition
+(`Step(when=...)`, declarative data) does not hold or every dependency was skipped, and what
+depends on them is decided in the same pass. User code never runs here (it would run
 inside the store's transaction, on the scheduler's loop): a step with an input builder of its
 own, or a run output built by `Workflow.output`, is left for the scheduler's advance duty
 (`NeedsAdvance`), which runs that code off the loop with a time budget and decides again with
@@ -36,6 +38,7 @@ from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
 from sasflow.store.runs.compensation import chain
 from sasflow.store.runs.records import RunRecord, StepRecord
 from sasflow.waits import MAX_CORRELATION, WaitSpec
+from sasflow.when import ConditionError, evaluate
 from sasflow.workflow import Step, Workflow
 
 
@@ -113,11 +116,19 @@ class FailWaiting:
 @dataclass(frozen=True, slots=True)
 class Skip:
     """A step not started (in `from_state`) is skipped, unless a scheduler claimed it
-    meanwhile: then it is in flight."""
+    meanwhile: then it is in flight. `detail`: what its event records (a condition and the
+    values it read)."""
 
     step: StepRecord
     from_state: StepState
     reason: str
+    detail: Any = None
+
+
+CONDITION_FALSE = "condition false"
+"""The reason of a step skipped because its condition (`Step(when=...)`) does not hold."""
+DEPENDENCIES_SKIPPED = "dependencies skipped"
+"""The reason of a step skipped because every step it depends on was skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,27 +222,7 @@ def _forward(
     # ready or failed.
     state = {s.name: s.state for s in steps}
     errors = {s.name: s.error for s in steps}
-    decided: list[Transition] = []
-    to_build: list[str] = []
-    unready = False  # a waiting step is ready, but the definition to make it so is not here
-    for step in steps:
-        if step.state != StepState.WAITING or not all(
-            state.get(d) == StepState.PROCESSED for d in step.depends_on
-        ):
-            continue
-        if not isinstance(workflow, Workflow):
-            unready = True
-            continue
-        made = _ready(run, step, workflow, built, steps)
-        if made is None:
-            to_build.append(step.name)
-            continue
-        decided.append(made)
-        if isinstance(made, FailWaiting):
-            state[step.name] = StepState.ERROR
-            errors[step.name] = made.error.to_json()
-        else:
-            state[step.name] = StepState.PENDING
+    decided, to_build, unready = _decide_waiting(run, steps, workflow, built, state, errors)
 
     failed = [s for s in steps if state[s.name] == StepState.ERROR]
     if failed:
@@ -251,6 +242,89 @@ def _forward(
     elif done:
         decided += _complete(run, steps, state, workflow, outputs_of(steps), built)
     return decided
+
+
+def _decide_waiting(  # noqa: PLR0917 - the run's rows and what _forward holds of them
+    run: RunRecord,
+    steps: Sequence[StepRecord],
+    workflow: Definition,
+    built: Built,
+    state: dict[str, StepState],
+    errors: dict[str, Any],
+) -> tuple[list[Transition], list[str], bool]:
+    """The waiting steps whose dependencies are done, made ready, failed or skipped (`state`
+    and `errors` updated to match); the steps whose input builder must run first; whether a
+    step is ready but the definition to make it so is not here."""
+    decided: list[Transition] = []
+    to_build: list[str] = []
+    unready = False
+    seen: set[str] = set()
+    # A step skipped may decide its successors in turn: go over the steps until none moves.
+    moved = True
+    while moved:
+        moved = False
+        for step in steps:
+            if step.name in seen or not _decidable(step, state):
+                continue
+            seen.add(step.name)
+            if not isinstance(workflow, Workflow):
+                unready = True
+                continue
+            made = _skipped(run, step, workflow, steps, state) or _ready(
+                run, step, workflow, built, steps
+            )
+            if made is None:
+                to_build.append(step.name)
+                continue
+            decided.append(made)
+            moved = True
+            if isinstance(made, FailWaiting):
+                state[step.name] = StepState.ERROR
+                errors[step.name] = made.error.to_json()
+            else:
+                state[step.name] = (
+                    StepState.SKIPPED if isinstance(made, Skip) else StepState.PENDING
+                )
+    return decided, to_build, unready
+
+
+def _decidable(step: StepRecord, state: Mapping[str, StepState]) -> bool:
+    """A waiting step whose dependencies are done (processed or skipped): it becomes ready, or
+    is skipped."""
+    return state[step.name] == StepState.WAITING and all(
+        state.get(d) in DONE_STEP_STATES for d in step.depends_on
+    )
+
+
+def _skipped(
+    run: RunRecord,
+    step: StepRecord,
+    workflow: Workflow,
+    steps: Sequence[StepRecord],
+    state: Mapping[str, StepState],
+) -> Skip | FailWaiting | None:
+    """A decidable step skipped: every dependency was skipped (unless it runs then,
+    `if_skipped="run"`), or its condition does not hold; its condition failing to compare is
+    its failure. None: it runs (its input next)."""
+    definition = workflow.steps_by_name.get(step.name)
+    if definition is None:
+        return None  # _ready fails it
+    deps = step.depends_on
+    if (
+        deps
+        and definition.if_skipped == "skip"
+        and all(state[d] == StepState.SKIPPED for d in deps)
+    ):
+        return Skip(step, StepState.WAITING, DEPENDENCIES_SKIPPED, {"skipped": list(deps)})
+    if definition.when is None:
+        return None
+    try:
+        decision = evaluate(definition.when, run.input, outputs_of(steps))
+    except ConditionError as exc:
+        return FailWaiting(step, StoredError("ConditionError", f"step {step.name!r}: {exc}"))
+    if decision.holds:
+        return None
+    return Skip(step, StepState.WAITING, CONDITION_FALSE, decision.detail(definition.when))
 
 
 def outputs_of(steps: Sequence[StepRecord]) -> dict[str, Any]:
