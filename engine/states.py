@@ -48,7 +48,9 @@ class StepState(StrEnum):
     (`on_exhausted="park"`): no claim takes it; the run waits until an operator unparks it
     (pending again, a fresh failure budget) or fails it (error, and the run's failure policy)."""
     SKIPPED = "skipped"
-    """Not run: its run failed or its compensation chain stopped first."""
+    """Not run: its run failed or its compensation chain stopped first, or its condition did not
+    hold or every step it depends on was skipped (docs/concepts.md, "Conditions"): its event's
+    reason says which."""
     CANCELLED = "cancelled"
 
 

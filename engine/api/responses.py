@@ -115,6 +115,12 @@ class StepResponse(_Response):
         "payments 100/s`), a breaker, no live agent instance (docs/flow-control.md); null when "
         "it is not held.",
     )
+    skipped: str | None = Field(
+        default=None,
+        description="Why a skipped step was skipped: `run failed`, `dependencies skipped: "
+        "refund`, or `condition false: steps.charge.captured == True; read "
+        "steps.charge.captured=false` (docs/concepts.md, Conditions); null otherwise.",
+    )
 
 
 class EventResponse(_Response):

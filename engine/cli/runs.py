@@ -243,6 +243,8 @@ def show_command(obj: CliContext, run_id: int, tracebacks: bool, output: str) ->
     for step in detail["steps"]:
         if step.get("waiting"):
             click.echo(f"step {step['name']} waits: {step['waiting']}")
+        if step.get("skipped"):
+            click.echo(f"step {step['name']} skipped: {step['skipped']}")
     if detail["failures"]:
         # One line each, not a table: the error is what matters and must not be cut.
         click.echo("failures (every attempt that did not succeed, kept across resubmissions):")

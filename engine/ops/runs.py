@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "overview",
     "runs_page",
     "show_run",
+    "skip_reasons",
 ]
 
 
@@ -51,7 +53,8 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     """The run, its steps (forward then compensation) and its whole event timeline. Each step
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
     breaker, no live agent instance, a paused run or agent; docs/flow-control.md), or is parked,
-    else None; the run says which of its steps are `parked`."""
+    else None, and why it was `skipped` (`skip_reasons`), else None; the run says which of its
+    steps are `parked`."""
     detail = inspect.run_detail(conn, run_id)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
@@ -66,7 +69,30 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
             step["waiting"] = "parked: an operator unparks or fails it"
     detail["run"]["parked"] = [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
     detail["failures"] = failures(detail["events"])
+    why = skip_reasons(detail["events"])
+    for step in detail["steps"]:
+        step["skipped"] = why.get(step["id"]) if step["state"] == StepState.SKIPPED else None
     return detail
+
+
+def skip_reasons(timeline: list[dict[str, Any]]) -> dict[int, str]:
+    """Why each skipped step was skipped, by step id, from its last skip event: the reason,
+    and for a condition that did not hold the condition and the values it read
+    (`condition false: steps.charge.captured == True; read steps.charge.captured=false`)."""
+    found: dict[int, str] = {}
+    for event in timeline:
+        if event["entity"] != "step" or event["to_state"] != StepState.SKIPPED:
+            continue
+        text = event["reason"] or "skipped"
+        detail = event["detail"]
+        if isinstance(detail, dict) and "condition" in detail:
+            values = detail.get("values") or {}
+            read = ", ".join(f"{path}={json.dumps(v)}" for path, v in values.items())
+            text = f"{text}: {detail['condition']}; read {read or 'nothing'}"
+        elif isinstance(detail, dict) and "skipped" in detail:
+            text = f"{text}: {', '.join(map(str, detail['skipped']))}"
+        found[event["step_id"]] = text
+    return found
 
 
 def failures(timeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
