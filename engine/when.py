@@ -15,6 +15,7 @@ import operator
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sasflow.errors import DefinitionError
 from sasflow.waits import MISSING, MatchPath
@@ -127,51 +128,44 @@ class Cond:
 
 
 @dataclass(frozen=True, init=False)
-class All:
+class _Group:
+    """Conditions read in order (`All`, `Any`)."""
+
+    conditions: tuple[Condition, ...]
+    _joiner: ClassVar[str]
+
+    def __init__(self, *conditions: Condition) -> None:
+        object.__setattr__(self, "conditions", _operands(type(self).__name__, conditions))
+
+    def shape(self) -> JSON:
+        return {type(self).__name__.lower(): [c.shape() for c in self.conditions]}
+
+    def paths(self) -> Iterator[MatchPath]:
+        for c in self.conditions:
+            yield from c.paths()
+
+    def __str__(self) -> str:
+        return "(" + f" {self._joiner} ".join(map(str, self.conditions)) + ")"
+
+
+class All(_Group):
     """Holds when every one of its conditions holds (read in order, stopping at the first that
     does not: `All(Cond(p, "exists"), Cond(p, ">", 3))` never orders a missing value)."""
 
-    conditions: tuple[Condition, ...]
-
-    def __init__(self, *conditions: Condition) -> None:
-        object.__setattr__(self, "conditions", _operands("All", conditions))
+    _joiner = "and"
 
     def evaluate(self, run_input: JSON, outputs: Mapping[str, JSON], read: Values) -> bool:
         return all(c.evaluate(run_input, outputs, read) for c in self.conditions)
 
-    def shape(self) -> JSON:
-        return {"all": [c.shape() for c in self.conditions]}
 
-    def paths(self) -> Iterator[MatchPath]:
-        for c in self.conditions:
-            yield from c.paths()
-
-    def __str__(self) -> str:
-        return "(" + " and ".join(map(str, self.conditions)) + ")"
-
-
-@dataclass(frozen=True, init=False)
-class Any:
+class Any(_Group):
     """Holds when one of its conditions holds (read in order, stopping at the first that
     does)."""
 
-    conditions: tuple[Condition, ...]
-
-    def __init__(self, *conditions: Condition) -> None:
-        object.__setattr__(self, "conditions", _operands("Any", conditions))
+    _joiner = "or"
 
     def evaluate(self, run_input: JSON, outputs: Mapping[str, JSON], read: Values) -> bool:
         return any(c.evaluate(run_input, outputs, read) for c in self.conditions)
-
-    def shape(self) -> JSON:
-        return {"any": [c.shape() for c in self.conditions]}
-
-    def paths(self) -> Iterator[MatchPath]:
-        for c in self.conditions:
-            yield from c.paths()
-
-    def __str__(self) -> str:
-        return "(" + " or ".join(map(str, self.conditions)) + ")"
 
 
 @dataclass(frozen=True)
