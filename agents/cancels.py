@@ -4,13 +4,14 @@ arrives after its cancel (it waited in the queue) is never run.
 
 Every instance of the agent receives each cancel, on a queue of its own bound to `<ns>.control`
 with the agent's name, kept for the process's lifetime: a cancel published while the process
-reconnects waits there and is acted on once it is back (if back within the queue's expiry). Fenced: a cancel acts only on a job running exactly its (step id,
-attempt); a stale one (an earlier attempt) or one for another instance's attempt changes
-nothing here. Acting means: `call.cancelled` is set (retries stop, handlers that poll it
-return), `call.aborted` too (the programs of `Call.run` get SIGTERM, then SIGKILL after their
-grace; an `async def` handler's task is cancelled), and the job is `revoked`: whatever its
-handler returns, no reply is sent (the database ended the attempt `cancelled` when the cancel
-was made; a reply would be fenced out anyway) and its request is acknowledged.
+reconnects waits there and is acted on once it is back (if back within the queue's expiry).
+Fenced: a cancel acts only on a job running exactly its (step id, attempt); a stale one (an
+earlier attempt) or one for another instance's attempt changes nothing here. Acting means:
+`call.cancelled` is set (retries stop, handlers that poll it return), `call.aborted` too (the
+programs of `Call.run` get SIGTERM, then SIGKILL after their grace; an `async def` handler's
+task is cancelled), and the job is `revoked`: whatever its handler returns, no reply is sent
+(the database ended the attempt `cancelled` when the cancel was made; a reply would be fenced
+out anyway) and its request is acknowledged.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""A cancel reaches the agent holding the step, on the real services: the run's cancel records
-the step `cancelled` and the relay sends a fenced `Cancel` to the agent's instances; the one
-running that attempt tells its handler (`call.cancelled`), stops its programs (SIGTERM, SIGKILL
-after the grace) and sends no reply; no failure is counted. A cancel of an earlier attempt
-changes nothing, and a cancel made while no relay could publish it goes out later, and one published while the
-agent process reconnects reaches it once it is back."""
+"""A cancel reaches the agent holding the step, on the real services: the run's cancel records the
+step `cancelled` and the relay sends a fenced `Cancel` to the agent's instances; the one running
+that attempt tells its handler (`call.cancelled`), stops its programs (SIGTERM, SIGKILL after
+the grace) and sends no reply; no failure is counted. A cancel of an earlier attempt changes
+nothing, and a cancel made while no relay could publish it goes out later, and one published
+while the agent process reconnects reaches it once it is back."""
 
 from __future__ import annotations
 
