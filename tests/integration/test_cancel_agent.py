@@ -8,13 +8,12 @@ while the agent process reconnects reaches it once it is back."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import Engine, select, update
@@ -29,7 +28,7 @@ from sasflow.store.schema import events, runs, steps
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import harness, services
-from tests.proxy import Proxy
+from tests.proxy import Proxy, closed_port, url_through
 
 pytestmark = pytest.mark.integration
 
@@ -265,18 +264,6 @@ def test_a_cancel_made_while_no_relay_could_publish_it_reaches_the_agent_later(
     assert (_step(engine, run_id).state, _step(engine, run_id).failure_count) == ("cancelled", 0)
 
 
-def _through(proxy: Proxy) -> str:
-    parts = urlsplit(services.broker_url())
-    credentials = parts.netloc.rpartition("@")[0]
-    netloc = f"{credentials}@127.0.0.1:{proxy.port}" if credentials else f"127.0.0.1:{proxy.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def _closed_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        return int(listener.getsockname()[1])
-
-
 def _published(engine: Engine, run_id: int) -> bool:
     """Whether the relay published the step's `cancelled` event (and so its `Cancel`)."""
     with engine.connect() as conn:
@@ -300,14 +287,16 @@ def test_a_cancel_published_while_the_agent_reconnects_reaches_it_once_it_is_bac
     with Proxy(broker_port) as proxy:
         worker = AgentWorker(
             agent,
-            RabbitMQTransport(_through(proxy), process_name="test-agent-reconnects"),
+            RabbitMQTransport(
+                url_through(services.broker_url(), proxy.port), process_name="test-agent-reconnects"
+            ),
             names,
             options=AgentOptions(children=ChildProcesses(tmp_path)),
         )
         queue = names.agent("worker")
         with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
             pid = _program_pid(tmp_path)
-            proxy.backend = _closed_port()  # the agent cannot come back yet
+            proxy.backend = closed_port()  # the agent cannot come back yet
             proxy.cut()
             harness.wait_for(
                 lambda: (services.queue_figure(queue, "consumers") or 0) == 0,
