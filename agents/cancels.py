@@ -3,13 +3,15 @@ which attempt a cancel stops here, and the attempts cancelled lately, so a reque
 arrives after its cancel (it waited in the queue) is never run.
 
 Every instance of the agent receives each cancel, on a queue of its own bound to `<ns>.control`
-with the agent's name. Fenced: a cancel acts only on a job running exactly its (step id,
-attempt); a stale one (an earlier attempt) or one for another instance's attempt changes
-nothing here. Acting means: `call.cancelled` is set (retries stop, handlers that poll it
-return), `call.aborted` too (the programs of `Call.run` get SIGTERM, then SIGKILL after their
-grace; an `async def` handler's task is cancelled), and the job is `revoked`: whatever its
-handler returns, no reply is sent (the database ended the attempt `cancelled` when the cancel
-was made; a reply would be fenced out anyway) and its request is acknowledged.
+with the agent's name, kept for the process's lifetime: a cancel published while the process
+reconnects waits there and is acted on once it is back (if back within the queue's expiry).
+Fenced: a cancel acts only on a job running exactly its (step id, attempt); a stale one (an
+earlier attempt) or one for another instance's attempt changes nothing here. Acting means:
+`call.cancelled` is set (retries stop, handlers that poll it return), `call.aborted` too (the
+programs of `Call.run` get SIGTERM, then SIGKILL after their grace; an `async def` handler's
+task is cancelled), and the job is `revoked`: whatever its handler returns, no reply is sent
+(the database ended the attempt `cancelled` when the cancel was made; a reply would be fenced
+out anyway) and its request is acknowledged.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 from sasflow.agents.jobs import AgentStats, Job
-from sasflow.errors import InvalidMessageError
+from sasflow.errors import BrokerUnavailableError, InvalidMessageError
 from sasflow.messages import Cancel, Request, parse
 from sasflow.transport.base import Delivery, Transport
 from sasflow.transport.topology import Names, declare_control_queue
@@ -63,11 +65,27 @@ class Cancels:
         self._connections = 0
 
     def connected(self) -> None:
-        """After each (re)connection: consume a control queue of this connection's own (as for
-        the breakers, sasflow.agents.fleet: the broker deletes the earlier one once unused)."""
+        """After each (re)connection: consume this process's control queue, the same one for
+        its lifetime, so a cancel published while it was between connections waits there for
+        it (the broker deletes the queue only once unused for CONTROL_QUEUE_EXPIRES_MS). If
+        that queue cannot be declared again (on a cluster, a classic queue whose node is down),
+        a queue of this connection's own is consumed instead, as the breakers do
+        (sasflow.agents.fleet): cancels published before it are then lost to this process."""
         self._connections += 1
-        suffix = f"{self._instance_id.rpartition(':')[2]}-{self._connections}"
-        queue = declare_control_queue(self._transport, self._names, self._agent, suffix)
+        process = self._instance_id.rpartition(":")[2]
+        try:
+            queue = declare_control_queue(self._transport, self._names, self._agent, process)
+        except BrokerUnavailableError as exc:
+            if self._connections == 1:
+                raise
+            log.warning(
+                "control queue of %s cannot be declared again (%s): using one of this "
+                "connection's own; cancels sent while disconnected are lost here",
+                self._instance_id,
+                exc,
+            )
+            suffix = f"{process}-{self._connections}"
+            queue = declare_control_queue(self._transport, self._names, self._agent, suffix)
         self._transport.consume(queue, self.on_cancel, prefetch=CONTROL_PREFETCH)
 
     def on_cancel(self, delivery: Delivery) -> None:

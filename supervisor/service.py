@@ -215,6 +215,7 @@ class Supervisor:
                 collect_ids=False,
             )
             report.pruned += done.pruned
+            report.inbound_pruned += done.inbound_pruned
             complete = done.complete
         growth = options.growth
         if growth.audit_keep_s is not None:

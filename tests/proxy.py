@@ -11,6 +11,23 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (point a proxy's backend at it to keep clients
+    out)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        return int(listener.getsockname()[1])
+
+
+def url_through(url: str, port: int) -> str:
+    """`url` (credentials, path and query kept) with its host and port replaced by 127.0.0.1 and
+    `port`: the same service, reached through a proxy."""
+    parts = urlsplit(url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials}@127.0.0.1:{port}" if credentials else f"127.0.0.1:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class Proxy:

@@ -145,8 +145,8 @@ def check(obj: CliContext) -> None:
     "--export",
     "export_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Append each pruned run (with its steps, events and alerts) to FILE as one JSON line, "
-    "fsynced before its batch is deleted.",
+    help="Append each pruned run (with its steps, events, alerts and consumed inbound events) to "
+    "FILE as one JSON line, fsynced before its batch is deleted.",
 )
 @click.option(
     "--batch",
@@ -179,9 +179,9 @@ def prune(
     actor: str,
     output: str,
 ) -> None:
-    """Delete finished runs past their retention (their steps, events and alerts go with
-    them), in batches that skip runs in use; a run with an open alert is kept. Preview with
-    --dry-run, act with --yes."""
+    """Delete finished runs past their retention (their steps, events, alerts and the inbound
+    events their waits consumed go with them), in batches that skip runs in use; a run with an
+    open alert is kept. Preview with --dry-run, act with --yes."""
     if dry_run == yes:
         raise click.UsageError("give --dry-run to preview or --yes to delete")
     if states and older_than is None:
@@ -221,6 +221,7 @@ def prune(
                 {
                     "dry_run": dry_run,
                     "count": report.pruned,
+                    "inbound_events": report.inbound_pruned,
                     "batches": report.batches,
                     "run_ids": report.run_ids,
                     "audit_id": report.audit_id,
@@ -231,6 +232,7 @@ def prune(
     verb = "would prune" if dry_run else "pruned"
     click.echo(
         f"{verb} {report.pruned} finished run(s)"
+        + ("" if dry_run else f" and {report.inbound_pruned} consumed inbound event(s)")
         + ("" if dry_run else f" in {report.batches} batch(es)")
         + (f"; exported to {export_path}" if export_path is not None and not dry_run else "")
     )

@@ -350,7 +350,8 @@ class SupervisorMetrics(_RunsFinished):
         self.removed = Counter(
             "sasflow_retention_removed",
             "What the supervisor's retention removed, by what: runs (finished, with their "
-            "steps, events and alerts), audit_records, subscribers (expired), stream_updates "
+            "steps, events and alerts), inbound_events (consumed by those runs' waits), "
+            "audit_records, subscribers (expired), stream_updates "
             "(of expired subscribers), dead_letters (from <ns>.dead, each audited).",
             ["what"],
             registry=registry,
@@ -372,6 +373,7 @@ class SupervisorMetrics(_RunsFinished):
             self.last_sweep.swept(time.time())
             for what, count in (
                 ("runs", report.pruned),
+                ("inbound_events", report.inbound_pruned),
                 ("audit_records", report.audit_pruned),
                 ("subscribers", report.subscribers_expired),
                 ("stream_updates", report.updates_deleted),

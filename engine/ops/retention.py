@@ -1,5 +1,6 @@
 """History retention: delete finished runs past their retention, in small batches, optionally
-archiving each one (with its steps, events and alerts) as a JSON line first; and the audit
+archiving each one (with its steps, events, alerts and the inbound events its waits consumed,
+which are deleted with it) as a JSON line first; and the audit
 trail's retention (`prune_audit`). `GrowthRetention` says how long the other things that grow
 are kept (audit records, away subscribers, dead letters): the supervisor's retention pass
 enforces it all, docs/operations.md#retention.
@@ -134,7 +135,8 @@ class GrowthRetention:
 @dataclass(frozen=True)
 class PruneOptions:
     batch: int = 500
-    """Runs deleted per transaction (their steps, events and alerts go with them)."""
+    """Runs deleted per transaction (their steps, events, alerts and consumed inbound events go
+    with them)."""
     budget: float | None = None
     """Seconds the prune may take; what is left is pruned next time (None: until done)."""
 
@@ -142,6 +144,8 @@ class PruneOptions:
 @dataclass
 class PruneReport:
     pruned: int = 0
+    inbound_pruned: int = 0
+    """Inbound events the pruned runs' waits had consumed, deleted with them."""
     batches: int = 0
     run_ids: list[int] = field(default_factory=list)
     """The runs deleted (or, with dry_run, that would be)."""
@@ -184,17 +188,19 @@ def prune(
     deadline = None if options.budget is None else time.monotonic() + options.budget
     exported: set[int] = set()
 
-    def one_batch(conn: Connection, rule: RetentionRule) -> tuple[list[int], int | None]:
+    def one_batch(conn: Connection, rule: RetentionRule) -> tuple[list[int], int, int | None]:
         if check is not None:
             check(conn)
         ids = retention.lock_prunable(conn, rule, batch=options.batch)
         if not ids:
-            return ids, report.audit_id
+            return ids, 0, report.audit_id
         if export is not None:
             _write(export, [r for r in retention.archive(conn, ids) if r["id"] not in exported])
+        consumed = retention.delete_consumed_events(conn, ids)
         retention.delete_runs(conn, ids)
         detail = {
             "pruned": report.pruned + len(ids),
+            "inbound_events": report.inbound_pruned + consumed,
             "batches": report.batches + 1,
             "policy": policy.describe(),
             "export": getattr(export, "name", None) if export is not None else None,
@@ -206,17 +212,20 @@ def prune(
             )
         else:
             audit.update_detail(conn, audit_id, detail)
-        return ids, audit_id
+        return ids, consumed, audit_id
 
     for rule in policy.rules:
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 report.complete = False
                 return report
-            ids, report.audit_id = run_transaction(engine, functools.partial(one_batch, rule=rule))
+            ids, consumed, report.audit_id = run_transaction(
+                engine, functools.partial(one_batch, rule=rule)
+            )
             if export is not None:
                 exported.update(ids)
             report.pruned += len(ids)
+            report.inbound_pruned += consumed
             report.batches += 1 if ids else 0
             if collect_ids:
                 report.run_ids.extend(ids)
@@ -224,7 +233,11 @@ def prune(
                 break  # a short batch: this rule has nothing more (or only locked runs)
     if report.pruned:
         log.info(
-            "%s pruned %d finished run(s) in %d batch(es)", actor, report.pruned, report.batches
+            "%s pruned %d finished run(s) (and %d consumed inbound event(s)) in %d batch(es)",
+            actor,
+            report.pruned,
+            report.inbound_pruned,
+            report.batches,
         )
     return report
 

@@ -716,7 +716,8 @@ inbound_events = Table(
     metadata,
     # Events sent to event waits (Step.wait_for), stored first and matched both ways
     # (store.inbound): an event before its wait waits here until the wait opens, or until
-    # `expires_at`, when it is deleted.
+    # `expires_at`, when it is deleted; a consumed one is deleted with its run
+    # (store.operator.retention), its id deduplicated until then.
     Column("id", Id, Identity(), primary_key=True),
     Column("name", String(100), nullable=False),
     # The sender's id: a second event with the same name and id is the same event.

@@ -27,8 +27,9 @@ BREAKER_QUEUE_MAX = 1_000
 BREAKER_QUEUE_EXPIRES_MS = 60_000
 """An agent instance's breaker queue is deleted by the broker once unused this long."""
 CONTROL_QUEUE_MAX = 1_000
-CONTROL_QUEUE_EXPIRES_MS = 60_000
-"""An agent instance's control queue is deleted by the broker once unused this long."""
+CONTROL_QUEUE_EXPIRES_MS = 300_000
+"""An agent process's control queue is deleted by the broker once unused this long: a cancel
+published while the process reconnects waits this long for it (agents.cancels)."""
 REASON_LIMIT = 4000
 """Characters of a dead-letter reason kept in its header."""
 

@@ -1,8 +1,9 @@
-"""A cancel reaches the agent holding the step, on the real services: the run's cancel records
-the step `cancelled` and the relay sends a fenced `Cancel` to the agent's instances; the one
-running that attempt tells its handler (`call.cancelled`), stops its programs (SIGTERM, SIGKILL
-after the grace) and sends no reply; no failure is counted. A cancel of an earlier attempt
-changes nothing, and a cancel made while no relay could publish it goes out later."""
+"""A cancel reaches the agent holding the step, on the real services: the run's cancel records the
+step `cancelled` and the relay sends a fenced `Cancel` to the agent's instances; the one running
+that attempt tells its handler (`call.cancelled`), stops its programs (SIGTERM, SIGKILL after
+the grace) and sends no reply; no failure is counted. A cancel of an earlier attempt changes
+nothing, and a cancel made while no relay could publish it goes out later, and one published
+while the agent process reconnects reaches it once it is back."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import Engine, select, update
@@ -23,8 +25,10 @@ from sasflow.agents.worker import AgentOptions, AgentWorker
 from sasflow.messages import Cancel
 from sasflow.ops.cancel import cancel
 from sasflow.store.schema import events, runs, steps
+from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import harness, services
+from tests.proxy import Proxy, closed_port, url_through
 
 pytestmark = pytest.mark.integration
 
@@ -217,7 +221,7 @@ def test_a_cancel_of_an_earlier_attempt_is_ignored(
         assert step.attempt == 2
         stale = Cancel(step_id=step.id, run_id=run_id, attempt=1, agent="worker", reason="old")
         harness.publish_to_exchange(names.control, "worker", stale.encode())
-        queue = names.control_queue("worker", f"{worker.id.rpartition(':')[2]}-1")
+        queue = names.control_queue("worker", worker.id.rpartition(":")[2])
         harness.wait_for(
             lambda: (
                 services.queue_figure(queue, "messages") == 0
@@ -258,3 +262,66 @@ def test_a_cancel_made_while_no_relay_could_publish_it_reaches_the_agent_later(
             harness.wait_for(seen.returned.is_set, timeout=GRACE, what="the handler returned")
     assert worker.stats.cancelled == 1
     assert (_step(engine, run_id).state, _step(engine, run_id).failure_count) == ("cancelled", 0)
+
+
+def _published(engine: Engine, run_id: int) -> bool:
+    """Whether the relay published the step's `cancelled` event (and so its `Cancel`)."""
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                select(events.c.published).where(
+                    events.c.run_id == run_id,
+                    events.c.entity == "step",
+                    events.c.to_state == "cancelled",
+                )
+            ).scalar_one_or_none()
+        )
+
+
+def test_a_cancel_published_while_the_agent_reconnects_reaches_it_once_it_is_back(
+    engine: Engine, database_url: str, names: Names, seen: Seen, tmp_path: Path
+) -> None:
+    registry, agent = _registry(seen)
+    run_id = _submit(engine, registry, names, "prog")
+    broker_port = int(urlsplit(services.broker_url()).port or 5672)
+    with Proxy(broker_port) as proxy:
+        worker = AgentWorker(
+            agent,
+            RabbitMQTransport(
+                url_through(services.broker_url(), proxy.port), process_name="test-agent-reconnects"
+            ),
+            names,
+            options=AgentOptions(children=ChildProcesses(tmp_path)),
+        )
+        queue = names.agent("worker")
+        with harness.running(harness.scheduler(engine, database_url, registry, names), worker):
+            pid = _program_pid(tmp_path)
+            proxy.backend = closed_port()  # the agent cannot come back yet
+            proxy.cut()
+            harness.wait_for(
+                lambda: (services.queue_figure(queue, "consumers") or 0) == 0,
+                what="the agent disconnected",
+                interval=0.2,
+            )
+            _cancel(engine, names, run_id)
+            harness.wait_for(lambda: _published(engine, run_id), what="the cancel published")
+            assert _alive(pid)
+            proxy.backend = broker_port
+            back_at = time.monotonic()
+            harness.wait_for(
+                lambda: (services.queue_figure(queue, "consumers") or 0) == 1,
+                what="the agent reconnected",
+                interval=0.2,
+            )
+            harness.wait_for(
+                lambda: not _alive(pid), timeout=GRACE + 10, what="the program stopped"
+            )
+            stopped_after = time.monotonic() - back_at
+            harness.wait_for(seen.returned.is_set, timeout=GRACE, what="the handler returned")
+    print(f"program stopped {stopped_after:.3f}s after the broker was reachable again")
+    assert seen.raised == ["ChildKilledError"]
+    assert worker.stats.cancelled == 1
+    assert worker.stats.replied_ok + worker.stats.replied_error + worker.stats.replied_failed == 0
+    step = _step(engine, run_id)
+    assert (step.state, step.failure_count, step.output) == ("cancelled", 0, None)
+    assert _run_state(engine, run_id) == "cancelled"

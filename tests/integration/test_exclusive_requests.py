@@ -8,12 +8,11 @@ next one)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 from sqlalchemy import Engine
@@ -30,7 +29,7 @@ from sasflow.transport.base import Outgoing
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names
 from tests import harness, services
-from tests.proxy import Proxy
+from tests.proxy import Proxy, closed_port, url_through
 
 pytestmark = pytest.mark.integration
 
@@ -75,13 +74,6 @@ def _consumers(queue: str) -> int:
     return services.queue_figure(queue, "consumers") or 0
 
 
-def _through(proxy: Proxy) -> str:
-    parts = urlsplit(services.broker_url())
-    credentials = parts.netloc.rpartition("@")[0]
-    netloc = f"{credentials}@127.0.0.1:{proxy.port}" if credentials else f"127.0.0.1:{proxy.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 class UnconfirmedOnce(RabbitMQTransport):
     """A scheduler's transport whose first batch of requests reaches the queue, but the
     connection fails before the broker's confirms come back (as in a broker restart)."""
@@ -115,11 +107,6 @@ def _limited(engine: Engine, names: Names, registry: Registry) -> int:
         ).run_id
 
 
-def _closed_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        return int(listener.getsockname()[1])
-
-
 def _step(engine: Engine) -> Any:
     (step,) = harness.step_rows(engine)
     return step
@@ -145,7 +132,12 @@ def test_a_limited_step_is_not_run_again_beside_itself_when_its_agents_connectio
     queue = names.agent("acct")
     with Proxy(int(urlsplit(services.broker_url()).port or 5672)) as proxy:
         agent_x = AgentWorker(
-            x, RabbitMQTransport(_through(proxy), process_name="test-agent-x"), names, concurrency=1
+            x,
+            RabbitMQTransport(
+                url_through(services.broker_url(), proxy.port), process_name="test-agent-x"
+            ),
+            names,
+            concurrency=1,
         )
         scheduler = harness.scheduler(engine, database_url, registry, names, rescan_interval=0.1)
         with harness.running(scheduler, supervisor, agent_x):
@@ -154,7 +146,7 @@ def test_a_limited_step_is_not_run_again_beside_itself_when_its_agents_connectio
                 harness.wait_for(
                     lambda: _consumers(queue) == 2, what="Y consuming too", interval=0.2
                 )
-                proxy.backend = _closed_port()  # X cannot come back
+                proxy.backend = closed_port()  # X cannot come back
                 proxy.cut()  # X's connection is cut
                 harness.wait_for(lambda: _consumers(queue) == 1, what="X gone", interval=0.2)
                 # X's handler runs to its deadline; then the step is expired and run again.

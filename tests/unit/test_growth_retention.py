@@ -85,6 +85,7 @@ def test_the_supervisor_counts_what_retention_removed_by_kind() -> None:
     hooks.sweep_finished(
         SweepReport(
             pruned=4,
+            inbound_pruned=2,
             audit_pruned=3,
             subscribers_expired=1,
             updates_deleted=50,
@@ -95,10 +96,18 @@ def test_the_supervisor_counts_what_retention_removed_by_kind() -> None:
     hooks.sweep_finished(None)  # standby: nothing counted
     removed = {
         what: registry.get_sample_value("sasflow_retention_removed_total", {"what": what})
-        for what in ("runs", "audit_records", "subscribers", "stream_updates", "dead_letters")
+        for what in (
+            "runs",
+            "inbound_events",
+            "audit_records",
+            "subscribers",
+            "stream_updates",
+            "dead_letters",
+        )
     }
     assert removed == {
         "runs": 4,
+        "inbound_events": 2,
         "audit_records": 3,
         "subscribers": 1,
         "stream_updates": 50,

@@ -1,6 +1,7 @@
-"""The statements of history retention: find finished runs past their retention, read them for
-the archive, delete them (steps, events and alerts go with them: ON DELETE CASCADE); and the
-marks of when the retention next needs to look at what it cannot query by age."""
+"""The statements of history retention: find finished runs past their retention, read them for the
+archive, delete them (steps, events and alerts go with them: ON DELETE CASCADE; the inbound
+events their waits consumed are deleted just before, in the same transaction); and the marks of
+when the retention next needs to look at what it cannot query by age."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sqlalchemy import ColumnElement, Connection, delete, exists, literal, selec
 
 from sasflow.states import RunState
 from sasflow.store.dialect import upsert_insert
-from sasflow.store.schema import alerts, events, retention_marks, runs, steps
+from sasflow.store.schema import alerts, events, inbound_events, retention_marks, runs, steps
 from sasflow.store.sqltime import now, plus_seconds
 
 
@@ -60,17 +61,39 @@ def prunable_ids(conn: Connection, rule: RetentionRule) -> list[int]:
 
 
 def archive(conn: Connection, run_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Each run with its steps, events and alerts, in `run_ids` order (primary key,
-    uq_steps_run_id_kind_name, ix_events_run_id_id, ix_alerts_run_id)."""
+    """Each run with its steps, events, alerts and the inbound events its waits consumed, in
+    `run_ids` order (primary key, uq_steps_run_id_kind_name, ix_events_run_id_id,
+    ix_alerts_run_id, ux_inbound_events_step)."""
     ids = list(run_ids)
     found = {r.id: dict(r._mapping) for r in conn.execute(select(runs).where(runs.c.id.in_(ids)))}
     for run in found.values():
-        run["steps"], run["events"], run["alerts"] = [], [], []
+        run["steps"], run["events"], run["alerts"], run["inbound_events"] = [], [], [], []
     for key, table in (("steps", steps), ("events", events), ("alerts", alerts)):
         rows = conn.execute(select(table).where(table.c.run_id.in_(ids)).order_by(table.c.id))
         for row in rows:
             found[row.run_id][key].append(dict(row._mapping))
+    consumed = (
+        select(inbound_events, steps.c.run_id)
+        .join(steps, steps.c.id == inbound_events.c.consumed_step_id)
+        .where(steps.c.run_id.in_(ids))
+        .order_by(inbound_events.c.id)
+    )
+    for row in conn.execute(consumed):
+        event = dict(row._mapping)
+        found[event.pop("run_id")]["inbound_events"].append(event)
     return [found[i] for i in ids if i in found]
+
+
+def delete_consumed_events(conn: Connection, run_ids: Sequence[int]) -> int:
+    """Delete the inbound events the waits of the runs (locked by the caller) consumed: they
+    go with their run, and with them the deduplication of their ids. Returns how many
+    (uq_steps_run_id_kind_name, then ux_inbound_events_step)."""
+    if not run_ids:
+        return 0
+    their_steps = select(steps.c.id).where(steps.c.run_id.in_(list(run_ids)))
+    return conn.execute(
+        delete(inbound_events).where(inbound_events.c.consumed_step_id.in_(their_steps))
+    ).rowcount
 
 
 def delete_runs(conn: Connection, run_ids: Sequence[int]) -> int:

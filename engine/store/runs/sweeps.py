@@ -186,6 +186,8 @@ class SweepReport:
     """Dead-lettered requests counted as failures before their deadline."""
     pruned: int = 0
     """Finished runs deleted past their retention."""
+    inbound_pruned: int = 0
+    """Inbound events consumed by the waits of those runs, deleted with them."""
     audit_pruned: int = 0
     """Audit records deleted past their retention."""
     subscribers_expired: int = 0
@@ -216,6 +218,7 @@ class SweepReport:
         }
         retention = {  # shown when something was done
             "parked": self.parked,
+            "inbound_pruned": self.inbound_pruned,
             "audit_pruned": self.audit_pruned,
             "subscribers_expired": self.subscribers_expired,
             "updates_deleted": self.updates_deleted,
