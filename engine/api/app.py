@@ -24,6 +24,7 @@ from sasflow.api.console import incidents as incident_pages
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import (
     alerts,
+    approvals,
     events,
     health,
     incidents,
@@ -57,6 +58,7 @@ def routers() -> list[APIRouter]:
         pause.router,
         park.router,
         events.router,
+        approvals.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,

@@ -66,6 +66,7 @@ _SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], str], ...] = (
     (errors.IncidentNotFoundError, "incident_not_found"),
     (errors.UnknownWorkflowError, "unknown_workflow"),
     (errors.TokenNotFoundError, "token_not_found"),
+    (errors.ApprovalNotFoundError, "approval_not_found"),
     (errors.ScheduleNotFoundError, "schedule_not_found"),
     (errors.SchedulerNotFoundError, "scheduler_not_found"),
     (errors.LimitNotFoundError, "limit_not_found"),
