@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from sasflow.api import body, errors, openapi
 from sasflow.api.console import (
     actions,
+    approval_actions,
     bulk,
     live,
     pages,
@@ -67,6 +68,7 @@ def routers() -> list[APIRouter]:
         schedule_actions.router,
         pause_actions.router,
         park_actions.router,
+        approval_actions.router,
         workflow_pages.router,
         bulk.router,
     ]

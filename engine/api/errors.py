@@ -73,6 +73,8 @@ _SASFLOW_ERRORS: tuple[tuple[type[errors.SasflowError], str], ...] = (
     (errors.AlertAlreadyAcknowledgedError, "already_acknowledged"),
     (errors.IncidentAlreadyAcknowledgedError, "already_acknowledged"),
     (errors.InvalidActionError, "invalid_action"),
+    (errors.ApprovalForbiddenError, "forbidden"),
+    (errors.InvalidFormError, "validation_error"),
     (errors.InvalidInputError, "invalid_input"),
     (errors.InvalidAcknowledgementError, "invalid_input"),
     (errors.InvalidTokenError, "invalid_input"),

@@ -242,6 +242,7 @@ APPROVE_EXAMPLES = _examples(
         {"fields": {"amount": 120, "channel": "card"}, "comment": "customer is right"},
     ),
 )
+REJECT_EXAMPLES = _examples(reject=("With the reason", {"reason": "refund already paid by hand"}))
 EVENT_EXAMPLES = _examples(
     payment=(
         "A partner's payment confirmation for order A-1042",

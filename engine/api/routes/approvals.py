@@ -15,10 +15,10 @@ from sasflow.api import responses
 from sasflow.api.auth import Principal, authenticated, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
-from sasflow.api.models import APPROVE_EXAMPLES, ApproveRequest, RejectRequest
+from sasflow.api.models import APPROVE_EXAMPLES, REJECT_EXAMPLES, ApproveRequest, RejectRequest
 from sasflow.api.openapi import answers
 from sasflow.api.validation import RowId
-from sasflow.errors import ApprovalForbiddenError, InvalidFormError
+from sasflow.errors import InvalidFormError
 from sasflow.ops import approvals as approval_ops
 from sasflow.store.db import Connection
 
@@ -84,7 +84,7 @@ def approve(
 def reject(
     run_id: RowId,
     step: StepName,
-    body: RejectRequest,
+    body: Annotated[RejectRequest, Body(openapi_examples=REJECT_EXAMPLES)],
     ctx: Context,
     who: Approver,
 ) -> dict[str, Any]:
@@ -108,8 +108,6 @@ def reject(
 def _decide(ctx: ApiContext, work: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
     try:
         done: dict[str, Any] = ctx.transaction(work)
-    except ApprovalForbiddenError as exc:
-        raise ApiError(403, "forbidden", str(exc)) from exc
     except InvalidFormError as exc:
         raise ApiError(
             422,
