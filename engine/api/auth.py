@@ -70,30 +70,6 @@ def authenticate(request: Request, ctx: ApiContext) -> Principal:
     return Principal(int(found["id"]), str(found["name"]), frozenset(found["scopes"]))
 
 
-def require(scope: str) -> Callable[[Request, ApiContext], Principal]:
-    """A dependency that authenticates the request and checks that its token has `scope`."""
-    if scope not in tokens.SCOPES:
-        raise ValueError(f"unknown scope {scope!r}")
-
-    def dependency(
-        request: Request,
-        ctx: Annotated[ApiContext, Depends(get_context)],
-        # A default, not Annotated: the annotation is read as a string, where `scope` is unknown.
-        _: HTTPAuthorizationCredentials | None = Security(BEARER, scopes=[scope]),  # noqa: B008
-    ) -> Principal:
-        principal = authenticate(request, ctx)
-        if not principal.may(scope):
-            held = ", ".join(sorted(principal.scopes))
-            raise ApiError(
-                403,
-                "forbidden",
-                f"token {principal.name!r} lacks the {scope!r} scope (it has: {held})",
-            )
-        return principal
-
-    return dependency
-
-
 def authenticated(scope: str) -> Callable[[Request, ApiContext], Principal]:
     """A dependency that authenticates the request and leaves the scope to the service: the
     resource says which it needs (an approval's group: `approve` or `approve:<group>`).
@@ -107,5 +83,23 @@ def authenticated(scope: str) -> Callable[[Request, ApiContext], Principal]:
         _: HTTPAuthorizationCredentials | None = Security(BEARER, scopes=[scope]),  # noqa: B008
     ) -> Principal:
         return authenticate(request, ctx)
+
+    return dependency
+
+
+def require(scope: str) -> Callable[[Principal], Principal]:
+    """A dependency that authenticates the request and checks that its token has `scope`."""
+    authenticated_ = authenticated(scope)
+
+    # A default, not Annotated: the annotation is read as a string, where it is unknown.
+    def dependency(principal: Principal = Depends(authenticated_)) -> Principal:  # noqa: B008
+        if not principal.may(scope):
+            held = ", ".join(sorted(principal.scopes))
+            raise ApiError(
+                403,
+                "forbidden",
+                f"token {principal.name!r} lacks the {scope!r} scope (it has: {held})",
+            )
+        return principal
 
     return dependency

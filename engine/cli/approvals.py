@@ -72,6 +72,22 @@ def _fields(values: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
+def _decide(
+    obj: CliContext, at: tuple[int, str], decision: approval_ops.Decision, actor: str, output: str
+) -> None:
+    done = obj.in_transaction(
+        lambda conn: approval_ops.decide(
+            conn,
+            *at,
+            decision,
+            actor=actor,
+            scopes=_CLI_SCOPES,
+            namespace=obj.settings.namespace,
+        )
+    )
+    _echo(done, output)
+
+
 def _echo(done: dict[str, Any], output: str) -> None:
     if output == "json":
         click.echo(to_json(done))
@@ -101,20 +117,8 @@ def approve_command(
 ) -> None:
     """Approve run RUN_ID's open approval STEP with its form's fields: the step is processed
     with them (and decision, by, at, comment) as its output, and the run goes on."""
-    fields = _fields(values)
-    done = obj.in_transaction(
-        lambda conn: approval_ops.approve(
-            conn,
-            run_id,
-            step,
-            actor=actor,
-            scopes=_CLI_SCOPES,
-            fields=fields,
-            comment=comment,
-            namespace=obj.settings.namespace,
-        )
-    )
-    _echo(done, output)
+    decision = approval_ops.Decision("approve", fields=_fields(values), comment=comment)
+    _decide(obj, (run_id, step), decision, actor, output)
 
 
 @approvals.command("reject")
@@ -129,15 +133,4 @@ def reject_command(
 ) -> None:
     """Reject run RUN_ID's open approval STEP: the step fails (or parks, if its policy parks
     permanent errors) and the run follows its failure policy."""
-    done = obj.in_transaction(
-        lambda conn: approval_ops.reject(
-            conn,
-            run_id,
-            step,
-            actor=actor,
-            scopes=_CLI_SCOPES,
-            reason=reason,
-            namespace=obj.settings.namespace,
-        )
-    )
-    _echo(done, output)
+    _decide(obj, (run_id, step), approval_ops.Decision("reject", reason=reason), actor, output)

@@ -14,6 +14,7 @@ step in the run's timeline and a record of the audit trail (`approvals.approve`,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sasflow.approvals import APPROVAL_EVENT, DEFAULT_GROUP, MAX_TEXT, scope_of, validate_form
@@ -144,6 +145,55 @@ def reject(
     if state == StepState.PARKED:
         raise_parked_alerts(conn, [row.id], actor=actor)
     return _advance(conn, row, done, state, decision, actor, namespace, registry)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a person decides: `approve` with the form's `fields` and a `comment`, or `reject`
+    with a `reason`."""
+
+    verb: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    comment: str | None = None
+    reason: str = ""
+
+
+def decide(
+    conn: Connection,
+    run_id: int,
+    step: str,
+    decision: Decision,
+    *,
+    actor: str,
+    scopes: Iterable[str],
+    namespace: str,
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """`approve` or `reject` as `decision` says (the doors' one call)."""
+    if decision.verb == "approve":
+        return approve(
+            conn,
+            run_id,
+            step,
+            fields=decision.fields,
+            comment=decision.comment,
+            actor=actor,
+            scopes=scopes,
+            namespace=namespace,
+            registry=registry,
+        )
+    if decision.verb == "reject":
+        return reject(
+            conn,
+            run_id,
+            step,
+            reason=decision.reason,
+            actor=actor,
+            scopes=scopes,
+            namespace=namespace,
+            registry=registry,
+        )
+    raise InvalidActionError(f"unknown decision {decision.verb!r}: approve or reject")
 
 
 def _open_for(conn: Connection, run_id: int, step: str, scopes: Iterable[str]) -> Any:

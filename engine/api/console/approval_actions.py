@@ -133,37 +133,26 @@ def _decide(
     run_id, step = target.run_id, target.step
     fields = {k.removeprefix(_FIELD): v for k, v in posted.items() if k.startswith(_FIELD)}
     comment = posted.get("comment", "").strip() or None
+    if target.verb == "approve":
+        decision = approval_ops.Decision("approve", fields=fields, comment=comment)
+    else:
+        decision = approval_ops.Decision("reject", reason=posted.get("reason", "").strip())
     try:
-        if target.verb == "approve":
-            done = _act(
-                ctx,
-                lambda conn: approval_ops.approve(
-                    conn,
-                    run_id,
-                    step,
-                    actor=principal.name,
-                    scopes=principal.scopes,
-                    fields=fields,
-                    comment=comment,
-                    namespace=ctx.namespace,
-                    registry=ctx.registry,
-                ),
-            )
-        else:
-            why = forms.reason(posted.get("reason", ""))
-            done = _act(
-                ctx,
-                lambda conn: approval_ops.reject(
-                    conn,
-                    run_id,
-                    step,
-                    actor=principal.name,
-                    scopes=principal.scopes,
-                    reason=why,
-                    namespace=ctx.namespace,
-                    registry=ctx.registry,
-                ),
-            )
+        if target.verb == "reject":
+            forms.reason(decision.reason)
+        done = _act(
+            ctx,
+            lambda conn: approval_ops.decide(
+                conn,
+                run_id,
+                step,
+                decision,
+                actor=principal.name,
+                scopes=principal.scopes,
+                namespace=ctx.namespace,
+                registry=ctx.registry,
+            ),
+        )
     except RefusedFormError as exc:
         typed = Typed("confirm", posted, exc.errors, exc.status)
         return _confirm(request, who, ctx, target, typed)

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query
@@ -60,20 +59,8 @@ def approve(
 ) -> dict[str, Any]:
     """Approve an open approval with its form's fields: the step is processed with them and
     `{decision, by, at, comment}` as its output, and the run goes on."""
-    return _decide(
-        ctx,
-        lambda conn: approval_ops.approve(
-            conn,
-            run_id,
-            step,
-            actor=who.name,
-            scopes=who.scopes,
-            fields=body.fields,
-            comment=body.comment,
-            namespace=ctx.namespace,
-            registry=ctx.registry,
-        ),
-    )
+    decision = approval_ops.Decision("approve", fields=body.fields, comment=body.comment)
+    return _decide(ctx, who, (run_id, step), decision)
 
 
 @router.post(
@@ -90,22 +77,23 @@ def reject(
 ) -> dict[str, Any]:
     """Reject an open approval with a reason: the step fails (or parks, when its policy parks
     permanent errors) and the run follows its failure policy."""
-    return _decide(
-        ctx,
-        lambda conn: approval_ops.reject(
+    return _decide(ctx, who, (run_id, step), approval_ops.Decision("reject", reason=body.reason))
+
+
+def _decide(
+    ctx: ApiContext, who: Principal, at: tuple[int, str], decision: approval_ops.Decision
+) -> dict[str, Any]:
+    def work(conn: Connection) -> dict[str, Any]:
+        return approval_ops.decide(
             conn,
-            run_id,
-            step,
+            *at,
+            decision,
             actor=who.name,
             scopes=who.scopes,
-            reason=body.reason,
             namespace=ctx.namespace,
             registry=ctx.registry,
-        ),
-    )
+        )
 
-
-def _decide(ctx: ApiContext, work: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
     try:
         done: dict[str, Any] = ctx.transaction(work)
     except InvalidFormError as exc:
