@@ -266,3 +266,12 @@ def test_an_undecided_approval_raises_one_overdue_alert_after_escalate_after(
     assert len(_overdue(module_engine, run_id)) == 1
     sasflow("approvals", "approve", str(run_id), "sign", "--comment", "late")
     harness.wait_for(lambda: _run_state(module_engine, run_id) == "completed", what="Q-1")
+
+
+def test_tokens_take_approver_group_scopes_and_refuse_a_bad_group(sasflow: Any) -> None:
+    made = sasflow("tokens", "create", "--name", "gus", "--scope", "approve:refunds")
+    assert "(approve:refunds) created" in made.output
+    bad = sasflow("tokens", "create", "--name", "hal", "--scope", "approve:re funds", exit_code=1)
+    assert "unknown scopes ['approve:re funds']" in bad.output
+    bad = sasflow("tokens", "create", "--name", "hal", "--scope", "approver", exit_code=1)
+    assert "unknown scopes ['approver']" in bad.output
