@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from sasflow.approvals import FieldSpec
 from sasflow.commands import SubmitResult
 from sasflow.errors import (
     AppLoadError,
@@ -63,6 +64,7 @@ __all__ = [
     "Default",
     "DefinitionError",
     "ExternalAgent",
+    "FieldSpec",
     "InvalidInputError",
     "InvalidMessageError",
     "InvalidScheduleError",

@@ -204,3 +204,19 @@ class InvalidEventError(SasflowError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ApprovalNotFoundError(SasflowError):
+    """The run has no approval step of that name."""
+
+
+class ApprovalForbiddenError(SasflowError):
+    """The token lacks the scope the approval's group of approvers needs."""
+
+
+class InvalidFormError(SasflowError):
+    """An approval's form was refused: `fields` names each field with its reason."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(fields.items())))
+        self.fields = fields

@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
+from sasflow.approvals import APPROVAL_EVENT, RESERVED_EVENT_PREFIX, ApprovalSpec, FieldSpec
 from sasflow.errors import DefinitionError
 from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
 from sasflow.states import OnDeadline, OnExhausted, OnFailure
@@ -98,7 +99,7 @@ class Step:
     sleep_s: float | None = None
     """A timer step's fixed sleep (`Step.sleep(name, seconds=...)`); None otherwise."""
     wait: WaitSpec | None = None
-    """An event wait's definition (`Step.wait_for`); None otherwise."""
+    """An event wait's definition (`Step.wait_for`, `Step.approval`); None otherwise."""
     when: Condition | None = None
     """It runs only when this condition (sasflow.when) holds over the run's input and the
     outputs of the steps it depends on, directly or not; otherwise it is skipped
@@ -106,6 +107,8 @@ class Step:
     if_skipped: IfSkipped = "skip"
     """When every step it depends on was skipped: "skip" it too, or "run" it (its condition,
     if any, still decides). A step with one processed dependency runs either way."""
+    approval_spec: ApprovalSpec | None = None
+    """An approval's definition (`Step.approval`); None otherwise."""
 
     @classmethod
     def sleep(
@@ -161,8 +164,43 @@ class Step:
         policy), "compensate" (the run compensates) or `Default(value)` (the step completes
         with `value`). Not a root step."""
         check_name(f"event wait {name!r}: event", event)
+        if event.startswith(RESERVED_EVENT_PREFIX):
+            raise DefinitionError(
+                f"event wait {name!r}: event names starting with {RESERVED_EVENT_PREFIX!r} are "
+                "reserved (an approval is Step.approval)"
+            )
         spec = WaitSpec.of(name, event, match, timeout, on_timeout)
         return cls(name, EVENT_AGENT, event, after=after, wait=spec)
+
+    @classmethod
+    def approval(
+        cls,
+        name: str,
+        *,
+        approvers: str = "approve",
+        form: Mapping[str, FieldSpec | type | Sequence[str]] | None = None,
+        timeout: float,
+        on_timeout: str | Default = "fail",
+        escalate_after: float | None = None,
+        after: tuple[str, ...] | None = None,
+    ) -> Step:
+        """An approval: an event wait whose event is a person's decision (docs/concepts.md,
+        "Approvals"). A token with the scope `approve` (`approvers="approve"`, the default) or
+        `approve:<approvers>` (a named group), or `admin`, approves it with the `form`'s fields
+        (field -> `str`, `int`, `float`, `bool`, a list of choices, or a `FieldSpec`), which
+        become its output with `decision`, `by`, `at` and `comment`; or rejects it with a
+        reason: it fails (the run's failure policy, or parking, applies). `timeout` and
+        `on_timeout` as for `wait_for`; `escalate_after` seconds after it opened with no
+        decision, one `approval_overdue` alert. Not a root step."""
+        check_name("approval", name)
+        wait = WaitSpec.of(name, APPROVAL_EVENT, "input.approval", timeout, on_timeout)
+        spec = ApprovalSpec.of(name, approvers, form, escalate_after)
+        return cls(name, EVENT_AGENT, APPROVAL_EVENT, after=after, wait=wait, approval_spec=spec)
+
+    @property
+    def is_approval(self) -> bool:
+        """True for an approval (`Step.approval`), an event wait decided by a person."""
+        return self.approval_spec is not None
 
     @property
     def is_event_wait(self) -> bool:
@@ -195,6 +233,7 @@ class Step:
             # Only when set: the fingerprints of versions recorded before conditions stay.
             **({"when": self.when.shape()} if self.when is not None else {}),
             **({"if_skipped": self.if_skipped} if self.if_skipped != "skip" else {}),
+            **({"approval": self.approval_spec.shape()} if self.approval_spec else {}),
         }
 
     @property
@@ -396,7 +435,8 @@ class Workflow:
                 )
             if step.is_event_wait and not deps[step.name]:
                 raise DefinitionError(
-                    f"workflow {self.name!r}: event wait {step.name!r} cannot be a root step "
+                    f"workflow {self.name!r}: {'approval' if step.is_approval else 'event wait'} "
+                    f"{step.name!r} cannot be a root step "
                     "(it opens when a step before it is processed)"
                 )
             previous = step.name
@@ -432,6 +472,11 @@ class Workflow:
             raise DefinitionError(
                 f"workflow {self.name!r}: step {step.name!r}: agent {EVENT_AGENT!r} is "
                 "reserved for event waits: declare them with Step.wait_for (no compensate, no pool)"
+            )
+        if step.is_approval != (step.wait is not None and step.wait.event == APPROVAL_EVENT):
+            raise DefinitionError(
+                f"workflow {self.name!r}: step {step.name!r}: event {APPROVAL_EVENT!r} is "
+                "reserved for approvals: declare them with Step.approval"
             )
         if step.wait is not None and step.wait.match.source != "input":
             source = step.wait.match.source

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from sasflow.api import body, errors, openapi
 from sasflow.api.console import (
     actions,
+    approval_actions,
     bulk,
     live,
     pages,
@@ -24,6 +25,7 @@ from sasflow.api.console import incidents as incident_pages
 from sasflow.api.context import ApiContext
 from sasflow.api.routes import (
     alerts,
+    approvals,
     events,
     health,
     incidents,
@@ -57,6 +59,7 @@ def routers() -> list[APIRouter]:
         pause.router,
         park.router,
         events.router,
+        approvals.router,
         stream.router,
         live.router,  # before pages: /ui/runs/live is not a run's page
         pages.router,
@@ -65,6 +68,7 @@ def routers() -> list[APIRouter]:
         schedule_actions.router,
         pause_actions.router,
         park_actions.router,
+        approval_actions.router,
         workflow_pages.router,
         bulk.router,
     ]

@@ -29,7 +29,8 @@ BEARER = HTTPBearer(
     description="A token from `sasflow tokens create --name NAME --scope SCOPE`. Its scopes: "
     "`read` (GET runs, alerts, schedules, schedulers, agents, limits; the subscription "
     "stream), `submit` (POST /v1/runs), `operate` (cancel, resubmit, acknowledge, pause, "
-    "resume, trigger, drain, undrain, change limits), `admin` (every scope). An operation "
+    "resume, trigger, drain, undrain, change limits), `approve` (decide approvals; "
+    "`approve:<group>` those of a named group of approvers), `admin` (every scope). An operation "
     "names the scope it needs.",
     auto_error=False,  # `authenticate` says what is wrong, in the API's error shape
 )
@@ -69,18 +70,29 @@ def authenticate(request: Request, ctx: ApiContext) -> Principal:
     return Principal(int(found["id"]), str(found["name"]), frozenset(found["scopes"]))
 
 
-def require(scope: str) -> Callable[[Request, ApiContext], Principal]:
-    """A dependency that authenticates the request and checks that its token has `scope`."""
+def authenticated(scope: str) -> Callable[[Request, ApiContext], Principal]:
+    """A dependency that authenticates the request and leaves the scope to the service: the
+    resource says which it needs (an approval's group: `approve` or `approve:<group>`).
+    `scope` is what the OpenAPI document names."""
     if scope not in tokens.SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
 
     def dependency(
         request: Request,
         ctx: Annotated[ApiContext, Depends(get_context)],
-        # A default, not Annotated: the annotation is read as a string, where `scope` is unknown.
         _: HTTPAuthorizationCredentials | None = Security(BEARER, scopes=[scope]),  # noqa: B008
     ) -> Principal:
-        principal = authenticate(request, ctx)
+        return authenticate(request, ctx)
+
+    return dependency
+
+
+def require(scope: str) -> Callable[[Principal], Principal]:
+    """A dependency that authenticates the request and checks that its token has `scope`."""
+    authenticated_ = authenticated(scope)
+
+    # A default, not Annotated: the annotation is read as a string, where it is unknown.
+    def dependency(principal: Principal = Depends(authenticated_)) -> Principal:  # noqa: B008
         if not principal.may(scope):
             held = ", ".join(sorted(principal.scopes))
             raise ApiError(

@@ -83,6 +83,9 @@ CODES: dict[str, Code] = {
         "no subscriber of this token with that id (subscription stream)",
         "no subscriber 4f1c... of token 'shop'",
     ),
+    "approval_not_found": Code(
+        404, "the run has no approval step of that name", "run 7 has no approval step 'refund'"
+    ),
     "token_not_found": Code(404, "no live token of that name", "no live token named 'shop'"),
     "method_not_allowed": Code(
         405, "the path has no such method; header `Allow` lists its methods", "Method Not Allowed"

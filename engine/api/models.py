@@ -68,6 +68,19 @@ class AcknowledgeRequest(_Body):
     reason: Reason
 
 
+class ApproveRequest(_Body):
+    """An approval's approval: its form's fields (validated against the form) and a comment."""
+
+    fields: dict[str, Any] = Field(
+        default_factory=dict, description="The form's fields by name (see GET /v1/approvals)."
+    )
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class RejectRequest(_Body):
+    reason: Reason
+
+
 class OperatorActionRequest(_Body):
     """An operator action on a schedule or a scheduler; the reason goes into the audit."""
 
@@ -223,6 +236,13 @@ AGENT_PAUSE_EXAMPLES = _examples(
     action=("One action", {"reason": "bad deploy of refunds", "action": "refund"}),
 )
 
+APPROVE_EXAMPLES = _examples(
+    refund=(
+        "Approve a refund with the form's amount",
+        {"fields": {"amount": 120, "channel": "card"}, "comment": "customer is right"},
+    ),
+)
+REJECT_EXAMPLES = _examples(reject=("With the reason", {"reason": "refund already paid by hand"}))
 EVENT_EXAMPLES = _examples(
     payment=(
         "A partner's payment confirmation for order A-1042",

@@ -581,3 +581,40 @@ class InboundEventResponse(_Response):
 
 class EventListResponse(_Response):
     events: list[InboundEventResponse] = Field(description="Newest first.")
+
+
+class ApprovalResponse(_Response):
+    """An open approval (`GET /v1/approvals`)."""
+
+    run_id: int
+    step: str
+    workflow: str
+    version: int
+    business_key: str
+    group: str = Field(description="The approvers' group: `approve` is the default group.")
+    scope: str = Field(description="The scope deciding it needs: `approve` or `approve:<group>`.")
+    form: dict[str, Any] = Field(
+        description="Field -> `{type: str|int|float|bool|choice, required, choices?}`."
+    )
+    opened_at: datetime
+    times_out_at: datetime | None
+    escalate_at: datetime | None = Field(
+        description="When it becomes overdue (`approval_overdue` alert); null: no escalation "
+        "or already raised."
+    )
+
+
+class ApprovalListResponse(_Response):
+    approvals: list[ApprovalResponse] = Field(description="Oldest first.")
+
+
+class ApprovalDecisionResponse(_Response):
+    """What a decision did."""
+
+    run_id: int
+    step: str
+    decision: str = Field(description="`approved` or `rejected`.")
+    by: str = Field(description="The token's name.")
+    at: datetime = Field(description="The database's time of the decision.")
+    step_state: str = Field(description="`processed`, or `error` / `parked` when rejected.")
+    run_state: str = Field(description="The run's state after it advanced.")

@@ -11,6 +11,7 @@ COMMANDS = {
     "agent": "sasflow.cli.roles:agent",
     "agents": "sasflow.cli.agents:agents",
     "alerts": "sasflow.cli.alerts:alerts",
+    "approvals": "sasflow.cli.approvals:approvals",
     "api": "sasflow.cli.api:api_command",
     "audit": "sasflow.cli.audit:audit",
     "config": "sasflow.cli.config:config",

@@ -21,8 +21,8 @@ def tokens() -> None:
     "scopes",
     multiple=True,
     required=True,
-    type=click.Choice(token_ops.SCOPES),
-    help="What it may do (repeat): submit, read, operate, admin (all of them).",
+    help="What it may do (repeat): submit, read, operate, approve, approve:GROUP (approvals "
+    "of that group of approvers only), admin (all of them).",
 )
 @click.option("--actor", default=None, help="Who creates it [default: $USER@hostname].")
 @OUTPUT_OPTION

@@ -2,8 +2,9 @@
 
 A token is `sft_` and 43 random URL-safe characters (256 bits). Only its SHA-256 is stored:
 a slow password hash buys nothing against a secret of that entropy and would cost every
-request a few milliseconds. Scopes: `submit`, `read`, `operate`, `admin`; `admin` implies
-the other three.
+request a few milliseconds. Scopes: `submit`, `read`, `operate`, `approve`, `admin`, and
+`approve:<group>` for a named group of approvers (`Step.approval(approvers=...)`); `admin`
+implies every other.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sasflow.approvals import is_group_scope
 from sasflow.errors import InvalidTokenError, TokenNotFoundError
 from sasflow.store.db import Connection
 from sasflow.store.operator import audit, tokens
 
-SCOPES = ("submit", "read", "operate", "admin")
+SCOPES = ("submit", "read", "operate", "approve", "admin")
 """submit: POST runs; read: GET runs and alerts; operate: cancel, resubmit, acknowledge;
+approve: decide approvals of the default group (`approve:<group>`: of that group only);
 admin: all of them."""
 ADMIN = "admin"
 PREFIX = "sft_"
@@ -48,12 +51,13 @@ def grants(scopes: Iterable[str], scope: str) -> bool:
 def create(conn: Connection, *, name: str, scopes: Iterable[str], actor: str) -> NewToken:
     """A new token named `name` with `scopes` (audited as `tokens.create`)."""
     chosen = sorted(set(scopes))
-    unknown = [s for s in chosen if s not in SCOPES]
+    unknown = [s for s in chosen if s not in SCOPES and not is_group_scope(s)]
     if not NAME_PATTERN.fullmatch(name) or not chosen or unknown:
         detail = f"unknown scopes {unknown}; " if unknown else ""
         raise InvalidTokenError(
             f"{detail}a token needs a name matching {NAME_PATTERN.pattern} and one or more "
-            f"scopes of {', '.join(SCOPES)}"
+            f"scopes of {', '.join(SCOPES)}, or approve:<group> (group: letters, digits, '_', "
+            "'-'; at most 50)"
         )
     if tokens.live_name_taken(conn, name):
         raise InvalidTokenError(f"a live token named {name!r} exists: revoke it first")

@@ -1,6 +1,7 @@
 """The event-wait duty: stored events matched to open waits (`Step.wait_for`) that neither side
 matched itself, waits past their timeout ended by their `on_timeout`, and unmatched events past
-their retention deleted (store.inbound.match).
+their retention deleted (store.inbound.match), and approvals past their `escalate_after` given
+their one `approval_overdue` alert (store.inbound.approvals).
 
 Most matches happen without it: an event stored while its wait is open completes it at once
 (store.inbound.ingest), and a wait that opens takes its stored event at once
@@ -20,7 +21,7 @@ from sasflow.scheduler.context import Context, Part
 from sasflow.scheduler.duty import INF, Duty
 from sasflow.scheduler.outbox import RelayDuty
 from sasflow.store.db import transaction
-from sasflow.store.inbound import match
+from sasflow.store.inbound import approvals, match
 
 EVENT_BATCH = 200
 """Matches (and timeouts) in one transaction; a full batch runs the next at once."""
@@ -59,9 +60,11 @@ class EventWaitDuty(Part, Duty):
                 conn, self._registry, batch=batch, namespace=namespace, actor=actor
             )
             match.expire(conn, batch=self._batch)
+            approvals.escalate(conn, batch=batch, actor=actor)
             for report in (matched, timed_out):
                 self._hooks.runs_finished(conn, report.finished)
-            following = match.seconds_until_next_timeout(conn)
+            due = (match.seconds_until_next_timeout(conn), approvals.next_escalation(conn))
+            following = min((d for d in due if d is not None), default=None)
         if matched.completed or timed_out.completed:
             self._outbox.recorded()
         if matched.ready or timed_out.ready:

@@ -186,6 +186,9 @@ steps = Table(
     Column("park_errors", Boolean, nullable=False, server_default=false()),
     # An open event wait's correlation value (Step.wait_for), set when it opens; NULL otherwise.
     Column("correlation", String(200), nullable=True),
+    # When an open approval (Step.approval) with `escalate_after` becomes overdue; NULL once its
+    # `approval_overdue` alert is raised, or it is decided or timed out (store.approvals).
+    _ts("escalate_at"),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),
@@ -222,6 +225,13 @@ steps = Table(
         "id",
         postgresql_where=text(_OPEN_WAIT),
         sqlite_where=text(_OPEN_WAIT),
+    ),
+    # Serves the approvals' escalation (store.approvals.overdue): the approvals not yet overdue.
+    Index(
+        "ix_steps_escalations",
+        "escalate_at",
+        postgresql_where=text("escalate_at IS NOT NULL"),
+        sqlite_where=text("escalate_at IS NOT NULL"),
     ),
     # Serves the budgeted claim (flow limits): one agent's ready steps in claim order, so a
     # rate-limited agent's claim does not walk the other agents' backlogs.

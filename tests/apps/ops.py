@@ -119,4 +119,14 @@ heartbeating = Workflow(
     ],
 )
 
-registry = Registry([ops, killable, heartbeating], [remote])
+signed = Workflow(
+    "signed",
+    [
+        Step("a", "remote", "call", policy=StepPolicy(timeout=10)),
+        Step.approval("sign", approvers="refunds", form={"amount": int}, timeout=3600),
+        Step("b", "remote", "call", policy=StepPolicy(timeout=10)),
+    ],
+)
+"""A run that waits, after `a`, for an approval of the `refunds` group with an amount."""
+
+registry = Registry([ops, killable, heartbeating, signed], [remote])

@@ -74,3 +74,9 @@ def test_parked_steps_of_one_cause_are_one_incident_as_failures_are() -> None:
     first = cause_of("step_parked", "17", "order", detail)
     assert first.text == "step_parked in order at step 'charge': ConnectionError: down <n>"
     assert first.key == cause_of("step_parked", "18", "order", detail).key
+
+
+def test_overdue_approvals_of_one_step_are_one_cause() -> None:
+    first = cause_of("approval_overdue", "17", "refund", {"step": "review"})
+    assert first.text == "approval_overdue in refund at step 'review'"
+    assert first.key == cause_of("approval_overdue", "18", "refund", {"step": "review"}).key

@@ -21,6 +21,7 @@ PUBLIC = {
     "Default",
     "DefinitionError",
     "ExternalAgent",
+    "FieldSpec",
     "InvalidInputError",
     "InvalidMessageError",
     "InvalidScheduleError",

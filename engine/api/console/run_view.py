@@ -12,6 +12,7 @@ from sasflow.api.console import dag, timeline
 from sasflow.api.console.views import PAGE, RunQuery, act
 from sasflow.api.context import ApiContext
 from sasflow.errors import SasflowError
+from sasflow.ops import approvals as approval_ops
 from sasflow.ops import runs as run_ops
 from sasflow.states import (
     CANCELLABLE_RUN_STATES,
@@ -38,11 +39,11 @@ class Typed:
 def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict[str, Any]:
     """The run page's values (a 404 page for an unknown run)."""
 
-    def read(conn: Connection) -> tuple[dict[str, Any], Any]:
+    def read(conn: Connection) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
         detail = run_ops.show_run(conn, run_id)
-        return detail, run_ops.database_now(conn)
+        return detail, run_ops.database_now(conn), approval_ops.list_open(conn, run_id=run_id)
 
-    detail, db_now = act(ctx, read)
+    detail, db_now, approvals = act(ctx, read)
     run = detail["run"]
     forward = [s for s in detail["steps"] if s["kind"] == StepKind.FORWARD]
     try:
@@ -66,6 +67,7 @@ def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict
         "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
         "can_pause": run["state"] not in TERMINAL_RUN_STATES or bool(run.get("paused")),
         "can_unpark": bool(run.get("parked")),
+        "approvals": approvals,
         "can_resubmit": run["state"] in RESUBMITTABLE_RUN_STATES
         or run["state"] == RunState.COMPLETED,
         "resubmit_choices": resubmit_choices(run["state"], forward),

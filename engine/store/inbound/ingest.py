@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from sasflow.approvals import RESERVED_EVENT_PREFIX
 from sasflow.errors import InvalidEventError
 from sasflow.registry import Registry
 from sasflow.store.inbound import match, queries
@@ -44,6 +45,10 @@ class InboundEvent:
         name = body.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
             raise InvalidEventError("name", f"name must match {NAME_PATTERN.pattern}, got {name!r}")
+        if name.startswith(RESERVED_EVENT_PREFIX):
+            raise InvalidEventError(
+                "name", f"names starting with {RESERVED_EVENT_PREFIX!r} are reserved (approvals)"
+            )
         correlation = body.get("correlation")
         if isinstance(correlation, int | float) and not isinstance(correlation, bool):
             correlation = str(correlation)

@@ -130,11 +130,13 @@ def time_out(
             values |= {"b_state": StepState.PROCESSED, "b_output": wait.get("default")}
         else:
             extra = {"compensate": True} if action == OnTimeout.COMPENSATE else {}
+            missing = (
+                f"no decision on approval {row.name!r}"
+                if "approval" in wait
+                else f"no {wait.get('event')!r} event for correlation {wait.get('correlation')!r}"
+            )
             error = StoredError(
-                "EventTimeoutError",
-                f"no {wait.get('event')!r} event for correlation {wait.get('correlation')!r} "
-                f"within {wait.get('timeout_s')} s",
-                extra,
+                "EventTimeoutError", f"{missing} within {wait.get('timeout_s')} s", extra
             )
             values |= {"b_state": StepState.ERROR, "b_error": error.to_json()}
         done = conn.execute(queries.time_out(), values).one_or_none()

@@ -126,6 +126,7 @@ def complete_wait() -> Update:
             state=StepState.PROCESSED,
             output=bindparam("b_output"),
             correlation=None,
+            escalate_at=None,
             updated_at=now(),
         )
         .returning(steps.c.id, steps.c.run_id, steps.c.name)
@@ -174,6 +175,7 @@ def time_out() -> Update:
             output=bindparam("b_output"),
             error=bindparam("b_error"),
             correlation=None,
+            escalate_at=None,
             updated_at=now(),
         )
         .returning(steps.c.id, steps.c.run_id, steps.c.name)

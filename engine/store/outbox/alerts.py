@@ -60,6 +60,10 @@ class AlertKind(StrEnum):
     """A step's failures ran out (or it answered a permanent error) and its policy parks it:
     the run waits for an operator to unpark or fail it (store.runs.parked); resolved when one
     does."""
+    APPROVAL_OVERDUE = "approval_overdue"
+    """An approval (`Step.approval`) waited `escalate_after` seconds without a decision: raised
+    once per approval by the schedulers' event-wait duty (store.inbound.approvals), resolved
+    when it is decided."""
     VERSION_MISSING = "version_missing"
     """Runs of a workflow version have waited for a while and no live scheduler has that
     version loaded (scheduler.advancing; docs/howto/upgrade.md)."""

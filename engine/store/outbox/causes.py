@@ -79,6 +79,8 @@ def cause_of(kind: str, subject: str, workflow: str | None, detail: Any) -> Caus
     elif kind == "callback_failed" and isinstance(detail, dict) and detail.get("url"):
         parts = urllib.parse.urlsplit(str(detail["url"]))
         text = f"{kind} to {parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+    elif kind == "approval_overdue" and workflow is not None and isinstance(detail, dict):
+        text = f"{kind} in {workflow} at step {detail.get('step')!r}"
     elif kind == "run_deadline" and workflow is not None:
         text = f"{kind} in {workflow}"
     else:  # its own subject: one agent, one scheduler, one subscriber, the broker (and a

@@ -236,6 +236,14 @@ class _Applier:
                 },
             )
             self.result.ready += 1  # wakes the schedulers
+            if "approval" in ready.input:  # decided by a person, no stored event takes it
+                if ready.escalate_after is not None:
+                    self.conn.execute(
+                        advance_queries.escalate_at(),
+                        {"b_id": ready.step.id, "b_seconds": ready.escalate_after},
+                    )
+                self._step_event(ready.step, StepState.WAITING, StepState.PENDING, "approval")
+                return
             self._step_event(ready.step, StepState.WAITING, StepState.PENDING, "event wait")
             event = ready.input["event"]
             taken = consume_at_open(self.conn, ready.step.id, event, ready.correlation)

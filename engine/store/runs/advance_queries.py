@@ -65,6 +65,16 @@ def open_wait() -> Update:
 
 
 @cache
+def escalate_at() -> Update:
+    """An approval that just opened is overdue :b_seconds from now (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"))
+        .values(escalate_at=plus_seconds(now(), bindparam("b_seconds", type_=Float())))
+    )
+
+
+@cache
 def start_timer_until() -> Update:
     """A waiting timer step becomes pending with its input :b_input, due at :b_until (primary
     key)."""

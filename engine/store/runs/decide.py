@@ -103,6 +103,8 @@ class OpenWait:
     input: Any
     correlation: str
     seconds: float
+    escalate_after: float | None = None
+    """An approval's: seconds after which it is overdue (`approval_overdue`); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +376,19 @@ def _without_builder(
 ) -> MakeReady | StartTimer | OpenWait | FailWaiting:
     """A ready step that builds nothing: a fixed sleep, an event wait, or a step taking the
     run's input as it is."""
+    if definition.approval_spec is not None and definition.wait is not None:
+        # An approval correlates on its run (its id), decided through ops.approvals by step.
+        opened = {
+            **definition.wait.input(str(run.id)),
+            "approval": definition.approval_spec.input(),
+        }
+        return OpenWait(
+            step,
+            opened,
+            str(run.id),
+            definition.wait.timeout,
+            escalate_after=definition.approval_spec.escalate_after,
+        )
     if definition.wait is not None:
         return _open_wait(run, step, definition.wait, outputs_of(steps))
     if definition.is_timer:
