@@ -71,6 +71,9 @@ def record_runs(
             continue
         entries.append((len(answers), prepared, submit_many.one_statement(conn, prepared.workflow)))
         answers.append(None)
+    # Every path records in (workflow, key) order, whatever the submissions' order: two
+    # transactions with keys in common then lock them in the same order (no deadlock).
+    entries.sort(key=lambda e: (e[1].workflow.name, e[1].key))
     woken = False
     if isolate:
         for i, prepared, one_statement in entries:
