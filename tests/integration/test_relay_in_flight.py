@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import Registry, submit_run
-from sasflow.errors import StoreUnavailableError
+from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
 from sasflow.relay import Relay, relay_events
 from sasflow.states import RunState
 from sasflow.store.db import EngineOptions, make_engine, transaction
@@ -211,3 +211,37 @@ def test_a_database_error_with_confirms_pending_leaves_no_confirm_kept(
 
     assert relay_events(engine, transport, names) == 3
     assert _unpublished(engine) == 0
+
+
+@pytest.mark.parametrize("waits", [True, False], ids=["relay_events", "in flight"])
+def test_status_events_the_broker_nacks_stay_unpublished_until_it_takes_them(
+    engine: Engine, names: Names, transport: RabbitMQTransport, waits: bool
+) -> None:
+    """A queue bound to the status exchange that is full under `reject-publish` makes the
+    broker nack the events: nothing is marked (at least once), and once the queue takes
+    messages again the next relay publishes them."""
+    queue = f"{names.namespace}.full-status"
+    with services.broker_channel() as channel:
+        channel.queue_declare(
+            queue, durable=True, arguments={"x-max-length": 2, "x-overflow": "reject-publish"}
+        )
+        channel.queue_bind(queue, names.status, routing_key="#")
+        for _ in range(2):
+            channel.basic_publish("", queue, b'{"event_id": 0}')
+    _submit(engine, names, 2)
+    relay = Relay(engine, transport, names)
+
+    if waits:
+        with pytest.raises(BrokerUnavailableError, match="nacked"):
+            relay_events(engine, transport, names)
+    else:
+        assert relay.start() == 2
+        with pytest.raises(BrokerUnavailableError, match="nacked"):
+            relay.flush()
+    assert _unpublished(engine) == 2
+
+    transport.connect()  # a nack sends the relay to a new connection
+    assert _event_ids(queue) == [0, 0]  # the fillers go: the queue takes messages again
+    assert relay_events(engine, transport, names) == 2
+    assert _unpublished(engine) == 0
+    assert len(_event_ids(queue)) == 2
