@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow.api.models import MAX_BATCH
+from sasflow.client import Client
 from sasflow.store.schema import events, runs
 from tests.api.server import ApiServer, make_token, module_api_server
 
@@ -104,3 +105,22 @@ def test_a_body_that_does_not_validate_names_the_runs_index(
     with module_engine.connect() as conn:
         keys = conn.execute(select(runs.c.business_key).where(runs.c.business_key.like("v-%")))
         assert list(keys) == []
+
+
+def test_the_sdk_submits_a_batch(api: ApiServer, module_engine: Engine) -> None:
+    """`sasflow.client.Client.submit_many`: the answers of `POST /v1/runs/batch`, in order."""
+    token = make_token(module_engine, "batcher-sdk", "submit")
+    with Client(api.base_url, token) as client:  # the module's server: plain HTTP
+        answers = client.submit_many(
+            [
+                {"workflow": "pipeline", "key": "sdk-1", "input": {"text": "1"}},
+                {"workflow": "pipeline", "key": "sdk-1", "input": {"text": "1"}},
+                {"workflow": "nosuch"},
+            ]
+        )
+    assert [(a["index"], a["status"]) for a in answers] == [
+        (0, "created"),
+        (1, "duplicate"),
+        (2, "refused"),
+    ]
+    assert answers[1]["id"] == answers[0]["id"]
