@@ -8,8 +8,10 @@ On a scratch database and namespace (real PostgreSQL and RabbitMQ):
   first publish to the last run in the database.
 - REST: `--runs` POST /v1/runs to one `sasflow api` process (each answered after its commit),
   from one client, then from 8 concurrent clients (threads, keep-alive connections).
-No scheduler runs: the figures are the submission path alone. Prints the three rates and the
-two ratios.
+- REST batches: `--runs` in POST /v1/runs/batch requests of 100, then of 500 runs, from one
+  client (each batch one transaction, answered after its commit).
+No scheduler runs: the figures are the submission path alone. Prints each rate and its ratio
+to the AMQP rate.
 """
 
 from __future__ import annotations
@@ -81,6 +83,22 @@ def rest_rate(base_url: str, token: str, runs: int, clients: int, prefix: str) -
     return per_client * clients / elapsed
 
 
+def batch_rate(base_url: str, token: str, runs: int, size: int, prefix: str) -> float:
+    """Runs per second submitted with POST /v1/runs/batch, `size` runs a request, one client."""
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as http:
+        started = time.perf_counter()
+        for first in range(0, runs, size):
+            batch = [
+                {"workflow": "one", "input": {"i": i}, "key": f"{prefix}{i}"}
+                for i in range(first, min(first + size, runs))
+            ]
+            response = http.post("/v1/runs/batch", json={"runs": batch})
+            if response.status_code != 200 or response.json()["created"] != len(batch):
+                raise RuntimeError(f"batch refused: {response.text[:500]}")
+        return runs / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -101,9 +119,15 @@ def main() -> None:
         ):
             one = rest_rate(api.base_url, token, args.runs, 1, "rest1-")
             eight = rest_rate(api.base_url, token, args.runs, 8, "rest8-")
+            batches = {
+                size: batch_rate(api.base_url, token, args.runs, size, f"batch{size}-")
+                for size in (100, 500)
+            }
     print(f"AMQP submissions: {amqp:.0f} runs/s (1 submitter process)")
     print(f"REST, 1 client:   {one:.0f} runs/s = {one / amqp:.2f} x AMQP")
     print(f"REST, 8 clients:  {eight:.0f} runs/s = {eight / amqp:.2f} x AMQP")
+    for size, rate in batches.items():
+        print(f"REST batches of {size}: {rate:.0f} runs/s = {rate / amqp:.2f} x AMQP")
 
 
 if __name__ == "__main__":

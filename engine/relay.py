@@ -290,10 +290,15 @@ class Relay:
             self._finish(wait=True)
 
     def abandon(self) -> None:
-        """Roll back every batch in flight (the broker connection is gone): the next relay
-        publishes their events again."""
+        """Roll back every batch in flight (the broker connection, or a batch's transaction,
+        is gone): the next relay publishes their events again. The transport forgets their
+        tags, so their confirms, still to come on a channel that lives on, are kept for no
+        one."""
+        publisher = cast(AsyncPublisher, self._transport)
         while self._in_flight:
-            self._close(self._in_flight.popleft().conn)
+            gone = self._in_flight.popleft()
+            self._close(gone.conn)
+            publisher.forget(gone.ticket)
 
     def _finish(self, *, wait: bool) -> bool:
         head = self._in_flight[0]
@@ -310,6 +315,7 @@ class Relay:
             # A later batch must not be marked before this one is published again (the stream
             # keeps each run's order): every batch in flight goes back.
             self._close(head.conn)
+            publisher.forget(head.ticket)  # its confirms may have arrived, not taken
             self.abandon()
             self._sync_next = True  # e.g. a message the broker refused by closing the channel
             raise

@@ -53,6 +53,18 @@ class RunRequest(_Body):
     )
 
 
+MAX_BATCH = 1000
+"""Runs one `POST /v1/runs/batch` may submit (the body limit, api_max_body_bytes, applies too)."""
+
+
+class BatchRequest(_Body):
+    """Submit many runs in one transaction; each item as the body of `POST /v1/runs`."""
+
+    runs: list[RunRequest] = Field(
+        min_length=1, max_length=MAX_BATCH, description=f"1 to {MAX_BATCH} runs, in order."
+    )
+
+
 class CancelRequest(_Body):
     reason: Reason
     compensate: bool = Field(default=False, description="Undo the processed steps.")
@@ -251,6 +263,18 @@ EVENT_EXAMPLES = _examples(
             "correlation": "A-1042",
             "id": "evt_3PqX9",
             "payload": {"amount": 1200, "currency": "EUR"},
+        },
+    ),
+)
+
+BATCH_EXAMPLES = _examples(
+    two=(
+        "Two runs with business keys",
+        {
+            "runs": [
+                {"workflow": "order", "input": {"qty": 2}, "key": "order-1042"},
+                {"workflow": "order", "input": {"qty": 1}, "key": "order-1044", "priority": 5},
+            ]
         },
     ),
 )

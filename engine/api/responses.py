@@ -178,6 +178,34 @@ class SubmittedResponse(_Response):
     run: RunResponse
 
 
+class BatchItemResponse(_Response):
+    """One run of a batch: created, the existing run of its key, or refused and why."""
+
+    index: int = Field(description="Its place in the request's `runs`, from 0.")
+    status: Literal["created", "duplicate", "refused"]
+    id: int | None = Field(default=None, description="The run (null when refused).")
+    key: str | None = Field(default=None, description="Its business key (null when refused).")
+    input_differs: bool = Field(
+        default=False, description="As `POST /v1/runs` says it for a duplicate."
+    )
+    error: Literal["invalid_input", "unknown_workflow", "backlog_full"] | None = Field(
+        default=None, description="Why it was refused (the code `POST /v1/runs` would answer)."
+    )
+    message: str | None = Field(
+        default=None, description="For people: why it was refused, or what `input_differs` means."
+    )
+    retry_after: int | None = Field(
+        default=None, description="`backlog_full`: seconds to wait before submitting it again."
+    )
+
+
+class BatchSubmittedResponse(_Response):
+    runs: list[BatchItemResponse] = Field(description="One answer per run, in the request's order.")
+    created: int
+    duplicates: int
+    refused: int
+
+
 class BacklogFullResponse(_Response):
     """429 of `POST /v1/runs`: the workflow's backlog is at its bound (docs/backpressure.md)."""
 

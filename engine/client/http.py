@@ -89,6 +89,17 @@ class Client:
         body.update({k: v for k, v in optional.items() if v is not None})
         return self._call("POST", "/v1/runs", json=body)
 
+    def submit_many(self, runs: Sequence[Mapping[str, Any]]) -> list[JSONObject]:
+        """Submit up to 1,000 runs in one request and one transaction, each a mapping as the
+        body of `submit` takes it (`workflow`, `input`, and optionally `key`, `priority`,
+        `version`, `callback_url`, `pool`, `start_at`). Returns one answer per run, in order:
+        `{"index", "status", ...}` with `status` `created` or `duplicate` (and `id`, `key`,
+        `input_differs`), or `refused` (and `error`, `message`, `retry_after` for
+        `backlog_full`): a refused run raises nothing, submit it again as its answer says."""
+        answer = self._call("POST", "/v1/runs/batch", json={"runs": [dict(r) for r in runs]})
+        items: list[JSONObject] = answer["runs"]
+        return items
+
     def get(self, run_id: int) -> JSONObject:
         """One run with its steps and last events."""
         return self._call("GET", f"/v1/runs/{run_id}")

@@ -164,3 +164,8 @@ class AsyncPublisher(Protocol):
         message; None while it has not (with `wait`, process the broker's I/O until it has).
         Raises BrokerUnavailableError when the channel the batch went out on is gone."""
         ...
+
+    def forget(self, ticket: PublishTicket) -> None:
+        """Drop what is known of a batch its owner gave up (rolled back, to publish again):
+        its confirms, arrived or to come, are no longer kept for it."""
+        ...

@@ -80,6 +80,11 @@ class ConfirmTracker:
             else:
                 self._settled[t] = None
 
+    @property
+    def tracked(self) -> int:
+        """Tags awaiting their confirm, or settled and not taken yet."""
+        return len(self._pending) + len(self._settled)
+
     def is_settled(self, tags: list[int]) -> bool:
         return all(t in self._settled for t in tags)
 

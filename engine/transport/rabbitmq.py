@@ -457,6 +457,15 @@ class RabbitMQTransport:
                 ticket.results[index] = refused
         return ticket.results
 
+    def forget(self, ticket: PublishTicket) -> None:
+        self._tracker.forget(list(ticket.tags.values()))
+
+    @property
+    def confirms_tracked(self) -> int:
+        """Messages of this channel whose confirms are awaited, or arrived and not taken yet
+        (none once every batch was settled or forgotten)."""
+        return self._tracker.tracked
+
     def _chan_open(self) -> bool:
         return self._channel is not None and self._channel.is_open
 

@@ -16,6 +16,7 @@ from sasflow.store.db import make_engine, run_transaction, transaction
 from sasflow.store.runs.claim import ClaimedStep, claim_steps, in_flight
 from sasflow.store.schema import events, steps
 from sasflow.store.sqltime import now, plus_seconds
+from tests import claim_order
 from tests.embedded.runs import submit_pipelines
 
 
@@ -142,3 +143,8 @@ def test_three_processes_claim_900_ready_steps_each_exactly_once(
             ).all()
         )
     assert owners == {i: f"p{n}" for n, claimed in enumerate(results) for i in claimed}
+
+
+def test_a_claim_answers_highest_priority_first_then_by_id(sqlite_engine: Engine) -> None:
+    """The same order as PostgreSQL's (tests/integration/test_claim.py)."""
+    claim_order.claimed_in_order(sqlite_engine)

@@ -78,3 +78,37 @@ def test_past_the_bound_429_with_retry_after_and_a_known_key_is_still_answered(
     assert _runs(engine) == BOUND + 1
     text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
     assert 'sasflow_submissions_refused_total{door="api",workflow="pipeline"} 2.0' in text
+
+
+def test_a_batch_past_the_bound_refuses_the_runs_over_it_alone(
+    api: ApiServer, engine: Engine
+) -> None:
+    """`POST /v1/runs/batch`: the first runs of a workflow up to its bound are recorded, the
+    ones past it answered `backlog_full` (the answer carries `Retry-After`), and a known key
+    past it is still answered with its run."""
+    token = make_token(engine, "shop", "submit")
+    with api.client(token) as http:
+        first = http.post("/v1/runs", json={"workflow": "pipeline", "key": "b0", "input": {}})
+        answer = http.post(
+            "/v1/runs/batch",
+            json={
+                "runs": [
+                    {"workflow": "pipeline", "key": "b1", "input": {}},
+                    {"workflow": "pipeline", "key": "b2", "input": {}},
+                    {"workflow": "diamond", "key": "d", "input": {}},
+                    {"workflow": "pipeline", "key": "b0", "input": {}},
+                ]
+            },
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["Retry-After"] == str(RETRY_AFTER_S)
+    items = answer.json()["runs"]
+    assert [(i["status"], i.get("error")) for i in items] == [
+        ("created", None),
+        ("refused", "backlog_full"),
+        ("created", None),
+        ("duplicate", None),
+    ]
+    assert items[1]["retry_after"] == RETRY_AFTER_S
+    assert items[3]["id"] == first.json()["id"]
+    assert _runs(engine) == BOUND + 1

@@ -11,6 +11,7 @@ from sasflow import submit_run
 from sasflow.store.db import transaction
 from sasflow.store.runs.claim import ClaimedStep, claim_steps
 from sasflow.store.schema import steps
+from tests import claim_order
 from tests.apps import basic
 
 pytestmark = pytest.mark.integration
@@ -98,3 +99,8 @@ def test_concurrent_claimers_never_claim_a_row_twice(engine: Engine) -> None:
     owner = {c.id: name for name, batch in claimed.items() for c in batch}
     assert len(rows) == 1000
     assert all(r.attempt == 1 and owner[r.id] == r.locked_by for r in rows)
+
+
+def test_a_claim_answers_highest_priority_first_then_by_id(engine: Engine) -> None:
+    """The same order as SQLite's (tests/embedded/test_sqlite_claims.py)."""
+    claim_order.claimed_in_order(engine)

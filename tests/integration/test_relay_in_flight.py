@@ -12,11 +12,13 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow import Registry, submit_run
+from sasflow.errors import BrokerUnavailableError, StoreUnavailableError
 from sasflow.relay import Relay, relay_events
 from sasflow.states import RunState
 from sasflow.store.db import EngineOptions, make_engine, transaction
 from sasflow.store.runs import events as store_events
 from sasflow.store.schema import events
+from sasflow.transport.base import Outgoing
 from sasflow.transport.rabbitmq import RabbitMQTransport
 from sasflow.transport.topology import Names, declare_common
 from tests import harness, services
@@ -179,3 +181,67 @@ def _later(engine: Engine, run_id: int, held: int) -> int:
                 select(events.c.id).where(events.c.run_id == run_id, events.c.id > held)
             ).scalar_one()
         )
+
+
+def test_a_database_error_with_confirms_pending_leaves_no_confirm_kept(
+    engine: Engine, names: Names, transport: RabbitMQTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first of two batches in flight cannot be marked (the database fails): both are
+    rolled back, the transport keeps no tag of theirs (their confirms, on a channel that lives
+    on, are attributed to no one), and the next relay publishes their events again."""
+    queue = harness.bind_status_queue(names)
+    _submit(engine, names, 3)
+    relay = Relay(engine, transport, names, limit=2)
+    assert relay.start() == 2
+    assert relay.start() == 1
+    assert relay.in_flight
+
+    def fails(*_args: object, **_kwargs: object) -> None:
+        raise StoreUnavailableError("database gone (test)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store_events, "mark_published", fails)
+        with pytest.raises(StoreUnavailableError):
+            relay.flush()
+    assert not relay.in_flight
+    # Confirms come in order: once this one is back, those of both batches have arrived.
+    transport.publish(Outgoing("", queue, b"{}"))
+    assert transport.confirms_tracked == 0
+    assert _unpublished(engine) == 3
+
+    assert relay_events(engine, transport, names) == 3
+    assert _unpublished(engine) == 0
+
+
+@pytest.mark.parametrize("waits", [True, False], ids=["relay_events", "in flight"])
+def test_status_events_the_broker_nacks_stay_unpublished_until_it_takes_them(
+    engine: Engine, names: Names, transport: RabbitMQTransport, waits: bool
+) -> None:
+    """A queue bound to the status exchange that is full under `reject-publish` makes the
+    broker nack the events: nothing is marked (at least once), and once the queue takes
+    messages again the next relay publishes them."""
+    queue = f"{names.namespace}.full-status"
+    with services.broker_channel() as channel:
+        channel.queue_declare(
+            queue, durable=True, arguments={"x-max-length": 2, "x-overflow": "reject-publish"}
+        )
+        channel.queue_bind(queue, names.status, routing_key="#")
+        for _ in range(2):
+            channel.basic_publish("", queue, b'{"event_id": 0}')
+    _submit(engine, names, 2)
+    relay = Relay(engine, transport, names)
+
+    if waits:
+        with pytest.raises(BrokerUnavailableError, match="nacked"):
+            relay_events(engine, transport, names)
+    else:
+        assert relay.start() == 2
+        with pytest.raises(BrokerUnavailableError, match="nacked"):
+            relay.flush()
+    assert _unpublished(engine) == 2
+
+    transport.connect()  # a nack sends the relay to a new connection
+    assert _event_ids(queue) == [0, 0]  # the fillers go: the queue takes messages again
+    assert relay_events(engine, transport, names) == 2
+    assert _unpublished(engine) == 0
+    assert len(_event_ids(queue)) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
@@ -11,17 +12,19 @@ from sasflow.api.auth import Principal, require
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.errors import ApiError
 from sasflow.api.models import (
+    BATCH_EXAMPLES,
     CANCEL_EXAMPLES,
     RESUBMIT_EXAMPLES,
     RUN_EXAMPLES,
+    BatchRequest,
     CancelRequest,
     ResubmitRequest,
     RunRequest,
 )
 from sasflow.api.openapi import answers, link
 from sasflow.api.validation import Cursor, RowId
-from sasflow.commands import NewRun, SubmitResult
-from sasflow.errors import BacklogFullError, UnknownWorkflowError
+from sasflow.commands import NewRun, Refused, SubmitResult
+from sasflow.errors import BacklogFullError, InvalidInputError, UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
@@ -82,24 +85,9 @@ def submit_run(
     """Submit a run: 201 with `Location` and the run, or 200 with the run the key maps to
     (`input_differs` true, and a `message`, when that run was recorded with another input);
     429 with `Retry-After` while the workflow's backlog is at its bound."""
-    if body.callback_url is not None and ctx.settings.api_callback_secret is None:
-        raise ApiError(
-            400,
-            "callbacks_disabled",
-            "this server has no callback key (SASFLOW_API_CALLBACK_SECRET): it cannot sign "
-            "callbacks, so it refuses runs with a callback_url",
-        )
-    new = NewRun(
-        workflow=body.workflow,
-        input=body.input,
-        key=body.key,
-        priority=body.priority,
-        version=body.version,
-        submitted_by=who.name,
-        callback_url=None if body.callback_url is None else str(body.callback_url),
-        pool=body.pool,
-        start_at=body.start_at,
-    )
+    if body.callback_url is not None:
+        _callbacks_allowed(ctx, "")
+    new = _new_run(body, who)
 
     def work(conn: Connection) -> tuple[SubmitResult, dict[str, Any]]:
         result = submit_ops.submit_run(
@@ -146,6 +134,112 @@ def submit_run(
         "input_differs": result.input_differs,
         "message": result.conflict(body.workflow),
         "run": run,
+    }
+
+
+def _new_run(body: RunRequest, who: Principal) -> NewRun:
+    return NewRun(
+        workflow=body.workflow,
+        input=body.input,
+        key=body.key,
+        priority=body.priority,
+        version=body.version,
+        submitted_by=who.name,
+        callback_url=None if body.callback_url is None else str(body.callback_url),
+        pool=body.pool,
+        start_at=body.start_at,
+    )
+
+
+def _callbacks_allowed(ctx: ApiContext, which: str) -> None:
+    """400 callbacks_disabled when this server cannot sign callbacks (`which`: the runs of a
+    batch that asked for one)."""
+    if ctx.settings.api_callback_secret is None:
+        raise ApiError(
+            400,
+            "callbacks_disabled",
+            "this server has no callback key (SASFLOW_API_CALLBACK_SECRET): it cannot sign "
+            f"callbacks, so it refuses runs with a callback_url{which}",
+        )
+
+
+@router.post(
+    "/batch",
+    response_model=responses.BatchSubmittedResponse,
+    responses=answers("callbacks_disabled", body=True),
+)
+def submit_runs(
+    body: Annotated[BatchRequest, Body(openapi_examples=BATCH_EXAMPLES)],
+    response: Response,
+    ctx: Context,
+    who: Annotated[Principal, Depends(require("submit"))],
+) -> dict[str, Any]:
+    """Submit up to 1,000 runs in one transaction (one statement where their workflows
+    allow it): 200 with one answer per run, in order: `created`, `duplicate` (the run its key
+    maps to) or `refused` with the code `POST /v1/runs` would answer (`invalid_input`,
+    `unknown_workflow`, `backlog_full` with `retry_after`; then the answer has a `Retry-After`
+    header too). A body that does not validate is refused whole (422, each problem's field
+    naming the run's index, e.g. `runs.3.workflow`)."""
+    called_back = [i for i, run in enumerate(body.runs) if run.callback_url is not None]
+    if called_back:
+        _callbacks_allowed(ctx, f" (runs {', '.join(map(str, called_back))})")
+    news = [_new_run(run, who) for run in body.runs]
+
+    def work(isolate: bool) -> Callable[[Connection], list[submit_ops.Answer]]:
+        return lambda conn: submit_ops.submit_runs(
+            conn,
+            ctx.registry,
+            news,
+            actor=who.name,
+            namespace=ctx.namespace,
+            limits=ctx.limits,
+            backlog=ctx.backlog,
+            isolate=isolate,
+        )
+
+    try:
+        done = ctx.transaction(work(isolate=False))
+    except InvalidInputError:
+        # The database refused one's data: each in a savepoint of its own, to find it.
+        done = ctx.transaction(work(isolate=True))
+    items = [_batch_item(i, answer, news[i].workflow) for i, answer in enumerate(done)]
+    over = [a for a in done if isinstance(a, BacklogFullError)]
+    for answer in over:
+        ctx.hooks.submissions_refused(answer.workflow, "api", 1)
+    if over:
+        response.headers["Retry-After"] = str(max(a.retry_after for a in over))
+    statuses = [item["status"] for item in items]
+    return {
+        "runs": items,
+        "created": statuses.count("created"),
+        "duplicates": statuses.count("duplicate"),
+        "refused": statuses.count("refused"),
+    }
+
+
+def _batch_item(index: int, answer: submit_ops.Answer, workflow: str) -> dict[str, Any]:
+    if isinstance(answer, SubmitResult):
+        return {
+            "index": index,
+            "status": "created" if answer.created else "duplicate",
+            "id": answer.run_id,
+            "key": answer.business_key,
+            "input_differs": answer.input_differs,
+            "message": answer.conflict(workflow),
+        }
+    if isinstance(answer, BacklogFullError):
+        code, retry_after = "backlog_full", answer.retry_after
+    elif isinstance(answer, Refused) and isinstance(answer.error, UnknownWorkflowError):
+        code, retry_after = "unknown_workflow", None
+    else:
+        code, retry_after = "invalid_input", None
+    message = str(answer) if isinstance(answer, BacklogFullError) else answer.reason
+    return {
+        "index": index,
+        "status": "refused",
+        "error": code,
+        "message": message,
+        "retry_after": retry_after,
     }
 
 

@@ -44,7 +44,7 @@ def claim_steps(
     conn: Connection, *, locked_by: str, batch: int, skip_agents: Sequence[str] = ()
 ) -> list[ClaimedStep]:
     """Claim up to `batch` ready steps in one statement, in priority order, none of the agents
-    in `skip_agents`; record the dispatch."""
+    in `skip_agents`; record the dispatch. The steps come in `claim_order`."""
     return claim(conn, locked_by=locked_by, batch=batch, skip_agents=skip_agents)[0]
 
 
@@ -97,7 +97,15 @@ def _claim_rows(
         statement: Any = queries.claim_and_start(skipping=skipping, chosen=chosen, only=only)
     else:
         statement = queries.claim_ready(skipping=skipping, chosen=chosen, only=only)
-    return conn.execute(statement, values).all()
+    # UPDATE ... RETURNING gives its rows in no defined order (PostgreSQL's and SQLite's
+    # differ): a claim answers in CLAIM_ORDER on every database.
+    return sorted(conn.execute(statement, values).all(), key=claim_order)
+
+
+def claim_order(row: Any) -> tuple[int, int]:
+    """The order of a claim's steps, on every database: highest priority first, then by id
+    (the order they were recorded in)."""
+    return (-row.priority, row.id)
 
 
 def _record(conn: Connection, rows: Sequence[Any], locked_by: str) -> list[ClaimedStep]:
@@ -157,7 +165,7 @@ def _start_and_record(conn: Connection, claimed: Sequence[ClaimedStep], locked_b
             actor=locked_by,
             detail={"agent": c.agent, "action": c.action},
         )
-        for c in claimed
+        for c in sorted(claimed, key=lambda c: c.id)  # by id, as queries.claim_and_start
     ]
     events.record(conn, batch_events)
 

@@ -71,9 +71,13 @@ def record_runs(
             continue
         entries.append((len(answers), prepared, submit_many.one_statement(conn, prepared.workflow)))
         answers.append(None)
+    # Every path records in (workflow, key) order, whatever the submissions' order: two
+    # transactions with keys in common then lock them in the same order (no deadlock). The
+    # one statement sorts by itself (and draws the run ids in the submissions' order).
+    by_key = sorted(entries, key=lambda e: (e[1].workflow.name, e[1].key))
     woken = False
     if isolate:
-        for i, prepared, one_statement in entries:
+        for i, prepared, one_statement in by_key:
             try:
                 with conn.begin_nested():
                     answers[i] = _record_one(
@@ -94,7 +98,7 @@ def record_runs(
             for (i, _), result in zip(fast, done, strict=True):
                 answers[i] = result
                 woken = woken or result.created
-        for i, prepared, one_statement in entries:
+        for i, prepared, one_statement in by_key:
             if not one_statement:
                 answers[i] = insert_portable(conn, prepared, actor=actor)
     _delay_starts(conn, entries, answers)

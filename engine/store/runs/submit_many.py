@@ -140,15 +140,20 @@ _STEP_VALUES = ", ".join(_step_value(c.name, defined=c.defined is not None) for 
 
 _SQL = f"""
 WITH b AS (
-  SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb) AS b({_RUN_FIELDS})
+  SELECT *, row_number() OVER (ORDER BY n) AS rank
+  FROM jsonb_to_recordset(%(runs)s::jsonb) AS b({_RUN_FIELDS})
+), drawn AS (
+  SELECT nextval(pg_get_serial_sequence('runs', 'id')) AS id FROM b
+), ids AS (
+  SELECT id, row_number() OVER (ORDER BY id) AS rank FROM drawn
 ), r AS (
-  INSERT INTO runs (workflow, version, business_key, input, priority, state, reply_to,
+  INSERT INTO runs (id, workflow, version, business_key, input, priority, state, reply_to,
                     submitted_by, callback_url, pool, trace_parent, on_failure, deadline_at,
                     on_deadline)
-  SELECT workflow, version, business_key, input, priority, '{RunState.PENDING}', reply_to,
-         submitted_by, callback_url, pool, trace_parent, on_failure,
+  SELECT ids.id, workflow, version, business_key, input, priority, '{RunState.PENDING}',
+         reply_to, submitted_by, callback_url, pool, trace_parent, on_failure,
          now() + deadline_s * interval '1 second', on_deadline
-  FROM b ORDER BY n
+  FROM b JOIN ids USING (rank) ORDER BY workflow, business_key
   ON CONFLICT (workflow, business_key) DO NOTHING
   RETURNING id, workflow, version, business_key, input, priority, pool
 ), s AS (
@@ -167,7 +172,11 @@ WITH b AS (
 )
 SELECT r.id, r.workflow, r.business_key, (SELECT count(*) FROM w) AS woken FROM r
 """
-"""Runs, steps (idempotency keys drawn in the database: step_rows.NEW_IDEMPOTENCY_KEY_SQL), the
+"""Runs (rows inserted in (workflow, key) order, whatever the batch's: two batches with keys
+in common lock them in one order, so they cannot deadlock; yet their ids follow the batch's
+order: one id drawn per run, the smallest given to the first run, and so on), steps
+(idempotency keys
+drawn in the database: step_rows.NEW_IDEMPOTENCY_KEY_SQL), the
 `pending` event with reason "received" (events.record writes nothing else for a run that is
 not terminal) and one NOTIFY when anything was inserted (a SELECT in a WITH runs only when
 referenced: `woken` references it; it sends nothing when no run was inserted)."""
