@@ -95,16 +95,19 @@ def _charge_input(ctx: StepContext) -> Any:
     return {**_after("reserve")(ctx), "account": ctx.run_input.get("account", "")}
 
 
+RESERVE = Step(
+    "reserve",
+    "alpha",
+    "reserve",
+    policy=POLICY,
+    input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
+)
+"""The first step of `chaos_order` and of `chaos_wait`."""
+
 order = Workflow(
     "chaos_order",
     [
-        Step(
-            "reserve",
-            "alpha",
-            "reserve",
-            policy=POLICY,
-            input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
-        ),
+        RESERVE,
         Step("charge", "beta", "charge", policy=POLICY, input=_charge_input),
         Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
     ],
@@ -161,13 +164,7 @@ TIMED_OUT = {"timed_out": True}
 wait_run = Workflow(
     "chaos_wait",
     [
-        Step(
-            "reserve",
-            "alpha",
-            "reserve",
-            policy=POLICY,
-            input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
-        ),
+        RESERVE,
         Step.sleep("cool", seconds=TIMER_S),
         Step.wait_for(
             "paid",
