@@ -4,7 +4,8 @@ An order reserves stock, charges the customer, waits for the payment provider's
 `payment_confirmed` event (matched on the order's id), cools off for a second (a timer), then
 ships. A retail `order` that fails is
 compensated (the charge refunded, the stock released); a `b2b-order` that fails goes to
-`error` with an operator alert instead, since business customers are handled by a person.
+`error` with an operator alert instead, since business customers are handled by a person; an
+`express-order` waits only seconds for its confirmation, then is compensated.
 Timeouts, backoffs and breaker windows are short so the whole demo takes seconds.
 
 `create_registry` (the default scenario) is what `--app sasflow.demo.app:create_registry`
@@ -46,6 +47,8 @@ AGENT_RETRY = RetryPolicy(initial=0.02, maximum=0.2, max_attempts=3)
 WAREHOUSE_BREAKER = BreakerPolicy(fail_max=3, reset_timeout=1.0)
 PAYMENT_WAIT_S = 30.0
 """How long an order waits for its payment confirmation before `on_timeout` applies."""
+EXPRESS_WAIT_S = 4.0
+"""The same for an `express-order`: its payment must be confirmed within seconds."""
 COOL_OFF_S = 1.0
 """The timer between the confirmed payment and the shipment."""
 
@@ -147,7 +150,7 @@ def _ship_input(ctx: StepContext) -> dict[str, Any]:
     }
 
 
-def _steps(on_payment_timeout: str | Default) -> list[Step]:
+def _steps(on_payment_timeout: str | Default, wait_s: float = PAYMENT_WAIT_S) -> list[Step]:
     return [
         Step(
             "reserve",
@@ -169,7 +172,7 @@ def _steps(on_payment_timeout: str | Default) -> list[Step]:
             EVENT,
             event=EVENT,
             match="input.order_id",
-            timeout=PAYMENT_WAIT_S,
+            timeout=wait_s,
             on_timeout=on_payment_timeout,
         ),
         Step.sleep("cool_off", seconds=COOL_OFF_S),
@@ -182,6 +185,9 @@ def workflows() -> list[Workflow]:
         # An unconfirmed retail payment is refunded; a business customer's goes to a person.
         Workflow("order", _steps("compensate"), on_failure="compensate"),
         Workflow("b2b-order", _steps("fail"), on_failure=OnFailure.ERROR),
+        # An express order's payment not confirmed within seconds is refunded (the demo's
+        # provider never confirms the one of `Scenario.unconfirmed`).
+        Workflow("express-order", _steps("compensate", EXPRESS_WAIT_S), on_failure="compensate"),
     ]
 
 

@@ -26,6 +26,8 @@ WAIT_NEWS = {
     "timer": "cooling off before shipping (a timer)",
 }
 """Steps that wait on the schedulers, not an agent: one line per poll for each reason."""
+TIMED_OUT = "event timeout"
+"""The reason of an event wait that timed out (one line per order)."""
 FAILED_RUN_STATES = frozenset({RunState.ERROR, RunState.COMPENSATION_FAILED})
 
 
@@ -71,6 +73,7 @@ class StoreFeed:
                 after=self._last_event,
                 up_to=top,
                 step_reasons=[*STEP_NEWS, "deferred", *WAIT_NEWS],
+                ended_reasons=[TIMED_OUT],
                 run_states=list(RUN_NEWS),
             )
             deferred: list[str] = []
@@ -79,6 +82,15 @@ class StoreFeed:
                 order = _order(row.business_key)
                 if row.entity == "step" and row.reason in WAIT_NEWS:
                     waiting[row.reason].append(order)
+                    continue
+                if row.entity == "step" and row.reason == TIMED_OUT:
+                    news.append(
+                        News(
+                            "event",
+                            f"order {order} (run {row.run_id}): no payment confirmation within "
+                            f"its wait's timeout; {row.step} timed out, its on_timeout applies",
+                        )
+                    )
                     continue
                 if row.entity == "step" and row.reason == "deferred":
                     deferred.append(order)  # many at once while a breaker is open: one line

@@ -5,7 +5,8 @@ a short random delay after the charge through the door a real partner uses (a me
 The event's id is `pay-<order_id>`: whoever sends the confirmation of an order again (a charge
 retried, the early confirmation below) sends the same event, which is stored once. The demo
 confirms one order before it is even placed (`Scenario.early`): that event waits, unmatched,
-until the order's wait opens (stored-first matching).
+until the order's wait opens (stored-first matching). It never confirms the orders it is told
+to withhold (`Scenario.unconfirmed`): their waits time out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sasflow.errors import PublishError
@@ -60,8 +61,12 @@ def publish_confirmations(transport: Transport, names: Names, bodies: list[dict[
 class PaymentProvider:
     """A role of the demo (LocalRunner): publishes each confirmation when it is due."""
 
-    def __init__(self, transport: Transport, names: Names, seed: int) -> None:
+    def __init__(
+        self, transport: Transport, names: Names, seed: int, *, withhold: Collection[str] = ()
+    ) -> None:
         self._transport = transport
+        self._withhold = frozenset(withhold)
+        self.withheld = 0
         self._names = names
         self._seed = seed
         self._due: list[tuple[float, int, dict[str, Any]]] = []
@@ -77,7 +82,12 @@ class PaymentProvider:
 
     def confirm(self, order_id: str, amount: int, *, delay: float | None = None) -> None:
         """Send the confirmation of `order_id` after `delay` seconds (by default a random
-        delay seeded by the order's id, so a retried charge confirms at the same time)."""
+        delay seeded by the order's id, so a retried charge confirms at the same time); never
+        for an order it withholds."""
+        if order_id in self._withhold:
+            with self._lock:
+                self.withheld += 1
+            return
         if delay is None:
             rng = random.Random(f"{self._seed}:pay:{order_id}")  # noqa: S311 - simulation
             delay = rng.uniform(*DELAY)

@@ -185,8 +185,12 @@ class Demo:
         feed = StoreFeed(self._engine, self.key_prefix, self.happenings)
         started = time.monotonic()
         problems: list[str] = []
+        unconfirmed = self.scenario.unconfirmed
         provider = PaymentProvider(
-            self._transports("demo-payment-provider"), self._names, self.options.seed
+            self._transports("demo-payment-provider"),
+            self._names,
+            self.options.seed,
+            withhold=[order_id(self.key_prefix, unconfirmed)],
         )
         runner = self._runner(provider)
         with runner.running():
@@ -229,7 +233,7 @@ class Demo:
             waits = open_waits(conn, self.key_prefix)
         tick(states, feed.poll(), waits)  # one connection at a time: SQLite locks on BEGIN
         if not problems:
-            problems = missing_phenomena(summary, self.scenario.orders)
+            problems = missing_phenomena(summary, self.scenario.orders, timeouts=1)
         return DemoResult(
             summary=summary,
             problems=problems,

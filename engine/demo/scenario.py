@@ -12,7 +12,7 @@ from typing import Any
 
 DEFAULT_ORDERS = 40
 DEFAULT_SEED = 7
-MIN_ORDERS = 5
+MIN_ORDERS = 6
 """Enough orders for every designed phenomenon to happen to a different one."""
 
 DECLINED_CARD = "4000000000000002"
@@ -56,6 +56,9 @@ class Scenario:
     early: int = 0
     """An order without trouble whose payment is confirmed before it is placed: the event is
     stored unmatched and completes the order's wait when it opens."""
+    unconfirmed: int = 0
+    """An order without trouble placed as `express-order` whose payment is never confirmed:
+    its short wait times out and the order is compensated."""
     outage_seconds: float = 2.0
 
     @classmethod
@@ -69,6 +72,8 @@ class Scenario:
         # Its own generator: the troubles above stay where they were before it existed.
         untroubled = sorted(set(range(1, orders + 1)) - {declined, undeliverable, crash, flaky})
         early = random.Random(f"{seed}:early").choice(untroubled)  # noqa: S311 - simulation
+        others = [n for n in untroubled if n != early]
+        unconfirmed = random.Random(f"{seed}:unconfirmed").choice(others)  # noqa: S311
         return cls(
             orders=orders,
             seed=seed,
@@ -76,12 +81,15 @@ class Scenario:
             undeliverable=undeliverable,
             crash=crash,
             flaky=flaky,
-            b2b=frozenset(b2b),
+            b2b=frozenset(b2b - {unconfirmed}),
             outage_at=max(2, orders // 3),
             early=early,
+            unconfirmed=unconfirmed,
         )
 
     def workflow(self, number: int) -> str:
+        if number == self.unconfirmed:
+            return "express-order"
         return "b2b-order" if number in self.b2b else "order"
 
     def order(self, number: int) -> dict[str, Any]:

@@ -32,12 +32,13 @@ def place_scenario_orders(settings: Settings, orders: int, seed: int) -> str:
 
 def confirm_scenario_payments(settings: Settings, key_prefix: str, orders: int, seed: int) -> int:
     """Publish, as the payment provider would, the `payment_confirmed` event of every order
-    placed with `key_prefix` but the declined one; returns how many were sent."""
+    placed with `key_prefix` but the declined one and the unconfirmed express order (its wait
+    times out); returns how many were sent."""
     scenario = Scenario.build(orders, seed)
     bodies = []
     for number in range(1, orders + 1):
-        if number == scenario.declined:
-            continue  # a declined card is never confirmed
+        if number in (scenario.declined, scenario.unconfirmed):
+            continue  # a declined card is never confirmed; the express order's is withheld
         order = scenario.order(number)
         bodies.append(
             confirmation(order_id(key_prefix, number), order["qty"] * order["unit_price"])

@@ -1,5 +1,6 @@
 """Confirm the payments of the orders `place_orders` placed, as the payment provider would:
-one `payment_confirmed` event per order on `<ns>.events` (the declined order gets none).
+one `payment_confirmed` event per order on `<ns>.events` (the declined order and the
+unconfirmed express order get none).
 
     python -m examples.orders.confirm_payments --key-prefix shop-1a2b3c4d- --orders 40 --seed 7
 

@@ -1,6 +1,7 @@
 """The chaos app: a three-step workflow on two agents, each step calling the fake remote
-service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key; and a one-step workflow whose
-step works longer than the broker's consumer timeout (the `long_steps` fault). `charge` is the
+service (`SASFLOW_CHAOS_REMOTE_URL`) with its idempotency key; a one-step workflow whose
+step works longer than the broker's consumer timeout (the `long_steps` fault); and a workflow
+that sleeps (a timer) and waits for an event (tests/chaos/waits.py). `charge` is the
 action the chaos run limits to one at a time per account (the run's `input.account`): it calls
 the service through a session (tests/chaos/session_call.py).
 
@@ -17,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from sasflow import Backoff, Registry, Step, StepContext, StepPolicy, Workflow
+from sasflow import Backoff, Default, Registry, Step, StepContext, StepPolicy, Workflow
 from sasflow.agents import Agent, Call, TransientError
 from tests.chaos.session_call import charge_in_session
 
@@ -94,16 +95,19 @@ def _charge_input(ctx: StepContext) -> Any:
     return {**_after("reserve")(ctx), "account": ctx.run_input.get("account", "")}
 
 
+RESERVE = Step(
+    "reserve",
+    "alpha",
+    "reserve",
+    policy=POLICY,
+    input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
+)
+"""The first step of `chaos_order` and of `chaos_wait`."""
+
 order = Workflow(
     "chaos_order",
     [
-        Step(
-            "reserve",
-            "alpha",
-            "reserve",
-            policy=POLICY,
-            input=lambda ctx: {"work": ctx.run_input.get("work", 0)},
-        ),
+        RESERVE,
         Step("charge", "beta", "charge", policy=POLICY, input=_charge_input),
         Step("ship", "alpha", "ship", policy=POLICY, input=_after("charge")),
     ],
@@ -147,4 +151,29 @@ long_run = Workflow(
     ],
 )
 
-registry = Registry([order, long_run], [alpha, beta])
+WAIT_EVENT = "chaos_paid"
+"""The event `chaos_wait` runs wait for, matched on the run's `input.order` (its key)."""
+TIMER_S = 1.0
+"""The timer of `chaos_wait`: seconds from the moment it became ready (database clock)."""
+WAIT_TIMEOUT_S = 8.0
+"""How long a `chaos_wait` run waits for its event: short, so the waits whose event is never
+sent end within the heal."""
+TIMED_OUT = {"timed_out": True}
+"""The output of a wait that timed out (`on_timeout=Default(TIMED_OUT)`): the run completes."""
+
+wait_run = Workflow(
+    "chaos_wait",
+    [
+        RESERVE,
+        Step.sleep("cool", seconds=TIMER_S),
+        Step.wait_for(
+            "paid",
+            event=WAIT_EVENT,
+            match="input.order",
+            timeout=WAIT_TIMEOUT_S,
+            on_timeout=Default(TIMED_OUT),
+        ),
+    ],
+)
+
+registry = Registry([order, long_run, wait_run], [alpha, beta])

@@ -16,6 +16,8 @@ from sqlalchemy import Engine, select
 
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import REASON_HEADER
+from sasflow.waits import EVENT_AGENT
+from sasflow.workflow import TIMER_AGENT
 from tests.chaos.broker import DeadLetter
 from tests.chaos.concurrency import explain, history_overlaps, judge, processing_intervals
 from tests.chaos.faults import ALL_FAULTS, Injected
@@ -76,6 +78,7 @@ def _runs_and_steps(engine: Engine) -> tuple[list[Any], list[Any], dict[int, lis
                 steps.c.id,
                 steps.c.run_id,
                 steps.c.name,
+                steps.c.agent,
                 steps.c.state,
                 steps.c.attempt,
                 steps.c.failure_count,
@@ -91,6 +94,11 @@ def _runs_and_steps(engine: Engine) -> tuple[list[Any], list[Any], dict[int, lis
         ):
             processed[row.step_id].append(row)
     return list(run_rows), list(step_rows), processed
+
+
+NO_AGENT = frozenset({TIMER_AGENT, EVENT_AGENT})
+"""Timer and event-wait steps: no agent runs them, no effect or attempt is theirs
+(tests/chaos/waits.py checks them)."""
 
 
 def _stats(values: Sequence[float | None]) -> str:
@@ -192,7 +200,7 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
     )
     mismatched = []
     for row in step_rows:
-        if row.state != "processed":
+        if row.state != "processed" or row.agent in NO_AGENT:
             continue
         effect = seen.effects.get(row.idempotency_key)
         output = row.output or {}
@@ -227,6 +235,8 @@ def check(engine: Engine, seen: Observed) -> Report:  # noqa: PLR0912 - one list
         accepted = processed.get(row.id, [])
         if len(accepted) != 1:
             twice.append(row.id)
+        if row.agent in NO_AGENT:
+            continue
         if output.get("attempt") != row.attempt or any(e.attempt != row.attempt for e in accepted):
             superseded.append(row.id)
         if (row.id, output.get("attempt")) not in attempts_called:

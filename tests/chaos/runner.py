@@ -24,7 +24,7 @@ from sasflow.store.db import make_engine
 from sasflow.store.schema import runs, steps
 from sasflow.transport.topology import Names
 from tests.chaos import faults as faultplan
-from tests.chaos import long_steps
+from tests.chaos import long_steps, waits
 from tests.chaos.app import CONSUMER_TIMEOUT
 from tests.chaos.broker import Publisher, drain
 from tests.chaos.checks import Observed, Report, check
@@ -48,6 +48,9 @@ SKEW_SITE = Path(__file__).resolve().parent / "skew"
 CLOCK_SKEW = {"scheduler-2": 90.0, "alpha-2": -90.0, "supervisor-2": 30.0}
 """Seconds the processes' wall clocks are off the database's, as on hosts whose clocks
 drifted: every deadline and backoff is on the database clock, so none of them may matter."""
+WAIT_SHARE = 10
+"""One `chaos_wait` run (a timer and an event wait, tests/chaos/waits.py) per this many runs,
+submitted besides them."""
 PAST_DEADLINE_SLACK = 2.0
 """Seconds past `complete_by + sweep interval` before a `processing` step counts as left
 behind: one sweep may be running when the deadline passes."""
@@ -369,6 +372,16 @@ class ChaosRun:
             progress=injector.progress,
         )
         publisher = Publisher(self.stack.broker_url)  # owned by the injector's thread
+        waiting = waits.WaitDriver(
+            self.stack.broker_url,
+            self.names,
+            self.engine,
+            driver,
+            seed=config.seed,
+            count=max(len(waits.KINDS), config.runs // WAIT_SHARE),
+            window=config.duration * 0.85,
+            progress=injector.progress,
+        )
         long = long_steps.LongSteps(
             self.engine,
             driver,
@@ -387,13 +400,17 @@ class ChaosRun:
             f"{config.duration:.0f}s"
         )
         driver.start()
+        waiting.start()
         injector.start()
         finished = injector.finish(timeout=config.duration + 120)
         publisher.close()
         driver.join(timeout=config.duration + 180)
         driver.stop.set()
         driver.join(timeout=150)
-        if not finished or driver.is_alive():
+        waiting.join(timeout=waits.TAIL_S + 150)
+        waiting.stop.set()
+        waiting.join(timeout=150)
+        if not finished or driver.is_alive() or waiting.is_alive():
             raise RuntimeError("the fault injector or the driver did not stop in time")
         keys = list(driver.result.keys)
         healed, heal_seconds, worst, final = self._heal(keys)
@@ -423,6 +440,7 @@ class ChaosRun:
         report = check(self.engine, seen)
         told = CONSUMER_TIMEOUT if config.early_acks else 0.0
         long.check(report, calls, told)
+        waiting.check(report)
         return report
 
     def close(self) -> None:

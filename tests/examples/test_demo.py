@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
 
+from sasflow.demo.app import EXPRESS_WAIT_S
 from sasflow.demo.scenario import Scenario
 from sasflow.store.db import make_engine
 from sasflow.store.schema import alerts, events, inbound_events, runs, steps
@@ -87,16 +89,64 @@ def _store_counts(engine: Engine) -> dict[str, Any]:
         }
 
 
+def _as_utc(moment: datetime) -> datetime:
+    """SQLite hands its times back naive (they are UTC)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
     """Every order past its charge (all but the declined one) waited for its payment
-    confirmation, got the provider's payload as the step's output, and cooled off; the early
-    confirmation was stored before its wait opened, and matched."""
+    confirmation; all but the express order whose confirmation the provider withholds got the
+    provider's payload as the step's output, and cooled off; the early confirmation was stored
+    before its wait opened, and matched; the express order's wait timed out after its 4 s (on
+    the database clock) and the order was compensated (refund, release)."""
     scenario = Scenario.build(ORDERS)
-    assert expected["events_matched"] == expected["timers_fired"] == ORDERS - 1
+    assert expected["events_matched"] == expected["timers_fired"] == ORDERS - 2
     # The early one at least; a confirmation sent 0.1 s after its charge may beat the wait too
     # on a loaded machine (its charge's reply not yet processed).
     assert expected["events_before_wait"] >= 1
-    assert expected["event_timeouts"] == 0
+    assert expected["event_timeouts"] == 1
+    with engine.connect() as conn:
+        express = conn.execute(
+            select(runs.c.id, runs.c.state, runs.c.workflow, steps.c.state.label("wait"))
+            .join(steps, steps.c.run_id == runs.c.id)
+            .where(
+                runs.c.business_key.endswith(f"-{scenario.unconfirmed:05d}"),
+                steps.c.name == "payment_confirmed",
+            )
+        ).one()
+        timed_out = conn.execute(
+            select(events.c.created_at, events.c.to_state)
+            .where(
+                events.c.step_id
+                == select(steps.c.id)
+                .where(steps.c.run_id == express.id, steps.c.name == "payment_confirmed")
+                .scalar_subquery(),
+                events.c.reason.in_(("event wait", "event timeout")),
+            )
+            .order_by(events.c.id)
+        ).all()
+        undone = list(
+            conn.execute(
+                select(steps.c.name)
+                .where(
+                    steps.c.run_id == express.id,
+                    steps.c.kind == "compensation",
+                    steps.c.state == "processed",
+                )
+                .order_by(steps.c.id)
+            ).scalars()
+        )
+    assert (express.workflow, express.state, express.wait) == (
+        "express-order",
+        "compensated",
+        "error",
+    )
+    (opened, _), (ended, to_state) = timed_out
+    assert to_state == "error"
+    assert _as_utc(ended) - _as_utc(opened) >= timedelta(seconds=EXPRESS_WAIT_S)
+    assert express.id in expected["compensated_runs"]
+    assert undone == ["charge", "reserve"]  # refund first, then release
     with engine.connect() as conn:
         rows = conn.execute(
             select(runs.c.business_key, runs.c.input, runs.c.state, steps.c.name, steps.c.output)
@@ -118,7 +168,7 @@ def _assert_waited_and_slept(engine: Engine, expected: dict[str, Any]) -> None:
         ).all()
     confirmed = {r.business_key: r for r in rows if r.name == "payment_confirmed"}
     cooled = {r.business_key for r in rows if r.name == "cool_off"}
-    assert len(confirmed) == ORDERS - 1
+    assert len(confirmed) == ORDERS - 2
     assert cooled == set(confirmed)
     for key, row in confirmed.items():
         assert row.input["order_id"] == key
@@ -151,11 +201,11 @@ def test_demo_of_50_orders_exits_0_and_its_summary_equals_the_store(
     summary = json.loads(summary_file.read_text())
     expected = _store_counts(engine)
     assert {k: summary[k] for k in expected} == expected
-    assert expected["runs_by_state"] == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
+    assert expected["runs_by_state"] == {"completed": ORDERS - 3, "error": 1, "compensated": 2}
     assert expected["steps_retried"] >= 1
     assert expected["deferred"] >= 1
     assert expected["expired_recovered"] >= 1
-    assert expected["compensations_processed"] == 2  # refund, then release
+    assert expected["compensations_processed"] == 4  # refund, then release, twice
     assert expected["alerts_raised"] == 1
     assert summary["problems"] == []
     assert summary["namespace"] == names.namespace
@@ -221,9 +271,9 @@ def test_demo_by_default_runs_on_a_fresh_sqlite_file_and_the_in_process_bus(
     finally:
         engine.dispose()
     assert {k: summary[k] for k in expected} == expected
-    assert expected["runs_by_state"] == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
+    assert expected["runs_by_state"] == {"completed": ORDERS - 3, "error": 1, "compensated": 2}
     assert min(expected["steps_retried"], expected["deferred"], expected["expired_recovered"]) >= 1
-    assert (expected["compensations_processed"], expected["alerts_raised"]) == (2, 1)
+    assert (expected["compensations_processed"], expected["alerts_raised"]) == (4, 1)
     engine = make_engine(f"sqlite:///{database}")
     try:
         _assert_waited_and_slept(engine, expected)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sasflow.agents import PermanentError
-from sasflow.demo.app import COOL_OFF_S, PAYMENT_WAIT_S, build_registry
+from sasflow.demo.app import COOL_OFF_S, EXPRESS_WAIT_S, PAYMENT_WAIT_S, build_registry
 from sasflow.demo.scenario import (
     AGENT_CRASH,
     DECLINED_CARD,
@@ -20,7 +20,7 @@ from sasflow.demo.scenario import (
 from sasflow.demo.services import Happenings, RemoteServices
 
 
-@pytest.mark.parametrize(("orders", "seed"), [(5, 1), (40, 7), (50, 7), (500, 3)])
+@pytest.mark.parametrize(("orders", "seed"), [(6, 1), (40, 7), (50, 7), (500, 3)])
 def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int, seed: int) -> None:
     scenario = Scenario.build(orders, seed)
     troubled = [scenario.declined, scenario.undeliverable, scenario.crash, scenario.flaky]
@@ -37,6 +37,11 @@ def test_each_trouble_meets_a_different_order_of_the_right_workflow(orders: int,
     assert [n for n, i in inputs.items() if i["trouble"] == GATEWAY_TIMEOUTS] == [scenario.flaky]
     assert 1 <= scenario.early <= orders
     assert scenario.early not in troubled
+    # The express order whose confirmation is withheld: untroubled, not the early one.
+    assert 1 <= scenario.unconfirmed <= orders
+    assert scenario.unconfirmed not in {*troubled, scenario.early}
+    assert scenario.workflow(scenario.unconfirmed) == "express-order"
+    assert [n for n in inputs if scenario.workflow(n) == "express-order"] == [scenario.unconfirmed]
 
 
 def test_the_same_seed_gives_the_same_orders_and_another_seed_other_ones() -> None:
@@ -47,8 +52,8 @@ def test_the_same_seed_gives_the_same_orders_and_another_seed_other_ones() -> No
 
 
 def test_fewer_orders_than_the_troubles_need_is_refused() -> None:
-    with pytest.raises(ValueError, match="at least 5 orders"):
-        Scenario.build(4)
+    with pytest.raises(ValueError, match="at least 6 orders"):
+        Scenario.build(5)
 
 
 def _past_resets(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -108,6 +113,7 @@ def test_the_demo_registry_validates_and_holds_both_workflows() -> None:
     assert {(w.name, w.on_failure) for w in registry.workflows} == {
         ("order", "compensate"),
         ("b2b-order", "error"),
+        ("express-order", "compensate"),
     }
     assert sorted(a.name for a in registry.agents) == ["inventory", "payments", "shipping"]
     for workflow in registry.workflows:
@@ -122,8 +128,10 @@ def test_the_demo_registry_validates_and_holds_both_workflows() -> None:
         assert wait.is_event_wait
         assert wait.action == "payment_confirmed"
         assert wait.wait is not None
-        assert (str(wait.wait.match), wait.wait.timeout) == ("input.order_id", PAYMENT_WAIT_S)
-        # A retail order whose payment is never confirmed is refunded; a b2b one goes to a person.
-        expected = "compensate" if workflow.name == "order" else "fail"
+        timeout = EXPRESS_WAIT_S if workflow.name == "express-order" else PAYMENT_WAIT_S
+        assert (str(wait.wait.match), wait.wait.timeout) == ("input.order_id", timeout)
+        # A retail or express order whose payment is never confirmed is refunded; a b2b one
+        # goes to a person.
+        expected = "fail" if workflow.name == "b2b-order" else "compensate"
         assert wait.wait.on_timeout == expected
         assert (timer.is_timer, timer.sleep_s) == (True, COOL_OFF_S)

@@ -67,7 +67,8 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
     tmp_path: Path, engine: Engine, database_url: str, names: Names
 ) -> None:
     """Orders placed on the submission queue end as the scenario says (one error with an
-    alert, one compensated, the rest completed, the crashed shipment recovered); SIGTERM
+    alert, two compensated: the address refused and the express payment never confirmed, the
+    rest completed, the crashed shipment recovered); SIGTERM
     stops run.sh and every process it started."""
     env = _environment(database_url, names)
     log = tmp_path / "run.log"
@@ -102,7 +103,7 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
             check=False,
         )
         assert confirming.returncode == 0, confirming.stderr
-        assert json.loads(confirming.stdout) == {"confirmed": ORDERS - 1, "key_prefix": prefix}
+        assert json.loads(confirming.stdout) == {"confirmed": ORDERS - 2, "key_prefix": prefix}
         harness.wait_for(
             harness.all_runs_in(engine, {"completed", "error", "compensated"}, ORDERS),
             timeout=60,
@@ -126,16 +127,23 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
             )
         }
         failed = conn.execute(select(runs).where(runs.c.state == "error")).one()
-        compensated = conn.execute(select(runs).where(runs.c.state == "compensated")).one()
+        compensated = conn.execute(
+            select(runs).where(runs.c.state == "compensated").order_by(runs.c.id)
+        ).all()
+        timed_out = conn.execute(
+            select(steps.c.run_id).where(
+                steps.c.name == "payment_confirmed", steps.c.state == "error"
+            )
+        ).scalar_one()
         undone = list(
             conn.execute(
                 select(steps.c.name)
                 .where(
-                    steps.c.run_id == compensated.id,
+                    steps.c.run_id.in_([r.id for r in compensated]),
                     steps.c.kind == "compensation",
                     steps.c.state == "processed",
                 )
-                .order_by(steps.c.id)
+                .order_by(steps.c.run_id, steps.c.id)
             ).scalars()
         )
         alert_runs = list(conn.execute(select(alerts.c.run_id)).scalars())
@@ -154,15 +162,21 @@ def test_orders_example_runs_as_separate_processes_and_stops_on_sigterm(
         ).all()
     confirmed = {r.business_key: r for r in waited if r.name == "payment_confirmed"}
     assert set(confirmed) == {f"{prefix}{n:05d}" for n in range(1, ORDERS + 1)} - {
-        f"{prefix}{scenario.declined:05d}"
+        f"{prefix}{scenario.declined:05d}",
+        f"{prefix}{scenario.unconfirmed:05d}",
     }
     assert {r.business_key for r in waited if r.name == "cool_off"} == set(confirmed)
     for key, row in confirmed.items():
         amount = row.input["qty"] * row.input["unit_price"]
         assert row.output == {"order_id": key, "amount": amount, "status": "confirmed"}
-    assert states == {"completed": ORDERS - 2, "error": 1, "compensated": 1}
+    assert states == {"completed": ORDERS - 3, "error": 1, "compensated": 2}
     assert failed.input["order"] == scenario.declined
-    assert compensated.input["order"] == scenario.undeliverable
-    assert undone == ["charge", "reserve"]  # refund first, then release
+    # The undeliverable order, and the express order whose payment was never confirmed (its
+    # wait timed out).
+    assert sorted(r.input["order"] for r in compensated) == sorted(
+        [scenario.undeliverable, scenario.unconfirmed]
+    )
+    assert timed_out in {r.id for r in compensated}
+    assert undone == ["charge", "reserve"] * 2  # refund first, then release
     assert alert_runs == [failed.id]
     assert (crashed_ship.state, crashed_ship.failure_count) == ("processed", 1)

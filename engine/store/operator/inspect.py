@@ -335,9 +335,11 @@ def prefix_events(
     up_to: int,
     step_reasons: Collection[str],
     run_states: Collection[str],
+    ended_reasons: Collection[str] = (),
 ) -> Sequence[Row[*tuple[Any, ...]]]:
     """The prefix's events with ids in (after, up_to], in order, that are steps made pending
-    again for one of `step_reasons` or runs entering one of `run_states` (primary key)."""
+    again for one of `step_reasons`, steps leaving `pending` for one of `ended_reasons` (an
+    event wait's timeout) or runs entering one of `run_states` (primary key)."""
     return conn.execute(
         select(
             events.c.entity,
@@ -358,6 +360,7 @@ def prefix_events(
                 & (events.c.to_state == StepState.PENDING)
                 & events.c.reason.in_(list(step_reasons))
             )
+            | ((events.c.entity == "step") & events.c.reason.in_(list(ended_reasons)))
             | ((events.c.entity == "run") & events.c.to_state.in_(list(run_states))),
         )
         .order_by(events.c.id)
