@@ -186,6 +186,11 @@ steps = Table(
     Column("park_errors", Boolean, nullable=False, server_default=false()),
     # An open event wait's correlation value (Step.wait_for), set when it opens; NULL otherwise.
     Column("correlation", String(200), nullable=True),
+    # An item of a map step (Step.map): the map's own record, the item's index and how many
+    # items the map has (its request carries both); NULL for every other step.
+    Column("map_parent", Id, nullable=True),
+    Column("map_index", Integer, nullable=True),
+    Column("map_size", Integer, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),
