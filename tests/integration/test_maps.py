@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from sasflow.commands import NewRun
+from sasflow.ops.resubmit import resubmit
 from sasflow.store.db import transaction
 from sasflow.store.runs.submit import submit
 from sasflow.store.schema import events, runs
@@ -184,3 +185,30 @@ def test_more_items_than_max_items_fail_the_map_and_an_empty_list_completes_it(
     assert completed.state == "completed"
     assert completed.output == {"ship": {"reserved": []}}
     assert maps.seen == []
+
+
+def test_a_resubmitted_map_runs_over_its_list_again(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    lines = [{"sku": "a"}, {"sku": "b", "fail": True}, {"sku": "c"}]
+    run_id = _submit(engine, names, "orders", lines)
+    _run_all(engine, database_url, names, {"error"}, 1)
+    with transaction(engine) as conn:
+        resubmit(
+            conn,
+            maps.registry,
+            run_id,
+            actor="test",
+            reason="stock fixed",
+            namespace=names.namespace,
+            from_step="load",  # load reads the corrected input again
+            new_input={"lines": [{"sku": "a"}, {"sku": "b"}, {"sku": "c"}]},
+        )
+    # Never pending: an agent would take the map's own record for an item.
+    assert _steps(engine, run_id)["reserve"].state == "waiting"
+    _run_all(engine, database_url, names, {"completed"}, 1)
+
+    expected = [{"sku": s, "index": i} for i, s in enumerate("abc")]
+    assert _run_row(engine, run_id).output == {"ship": {"reserved": expected}}
+    items = [_steps(engine, run_id)[f"reserve[{i}]"] for i in range(3)]
+    assert [(s.state, s.attempt) for s in items] == [("processed", 1)] * 3
