@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,13 +26,11 @@ from bench.common import scratch, wait_until
 from bench.report import machine_line, say
 from sasflow import Registry, Step, StepPolicy, Workflow, submit_run
 from sasflow.agents import Agent, Call
-from sasflow.agents.worker import AgentWorker
-from sasflow.scheduler import Scheduler, SchedulerOptions
+from sasflow.agents.worker import DEFAULT_CONCURRENCY
 from sasflow.store.db import transaction
 from sasflow.store.runs.advance import advance_runs
 from sasflow.store.schema import runs, steps
-from sasflow.transport.rabbitmq import RabbitMQTransport
-from tests import services
+from tests import harness
 
 
 def main() -> None:
@@ -83,36 +80,20 @@ def main() -> None:
         with transaction(engine) as conn:
             advance_runs(conn, registry, [run_id], actor="bench")
         created = time.perf_counter() - start
-        scheduler = Scheduler(
-            engine,
-            RabbitMQTransport(services.broker_url(), process_name="bench-scheduler"),
-            registry,
-            names,
-            database_url=url,
-            options=SchedulerOptions(),
-        )
-        worker = AgentWorker(
-            agent, RabbitMQTransport(services.broker_url(), process_name="bench-agent"), names
-        )
-        threads = [threading.Thread(target=r.run, daemon=True) for r in (scheduler, worker)]
         start = time.perf_counter()
-        for thread in threads:
-            thread.start()
 
         def completed() -> bool:
             with engine.connect() as conn:
                 state = conn.execute(select(runs.c.state).where(runs.c.id == run_id)).scalar()
             return state == "completed"
 
-        try:
+        with harness.running(
+            harness.scheduler(engine, url, registry, names),
+            harness.agent(agent, names, concurrency=DEFAULT_CONCURRENCY),
+        ):
             if not wait_until(completed, 3600, interval=0.1):
                 raise SystemExit("the map did not complete within an hour")
             drained = time.perf_counter() - start
-        finally:
-            scheduler.stop()
-            worker.stop_event.set()
-            for thread in threads:
-                thread.join(30)
     say(
         f"map of {args.items} items, parallelism {args.parallelism}: created in "
         f"{created * 1000:.0f} ms; drained in {drained:.1f} s "
