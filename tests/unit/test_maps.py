@@ -19,6 +19,7 @@ from sasflow.store.runs.decide import (
     FailWaiting,
     Finish,
     MakeReady,
+    NeedsAdvance,
     Release,
     Skip,
     StartCompensation,
@@ -269,3 +270,16 @@ def test_done_items_are_compensated_in_reverse_index_order_between_their_neighbo
     ]
     names = [r["name"] for r in chain(7, records)]
     assert names == ["ship", "reserve[2]", "reserve[1]", "reserve[0]", "load"]
+
+
+def test_without_the_definition_the_rows_alone_release_and_end_the_map() -> None:
+    # The supervisor and operators have no registry: an item they ended still moves the map.
+    released = decide(_run(), _expanded(3, [E, W, W], policy="continue", parallelism=1), None)
+    assert [(d.step.name, d.reason) for d in released if isinstance(d, Release)] == [
+        ("reserve[1]", "map")
+    ]
+    ended = decide(_run(), _expanded(2, [D, D]), None)
+    assert isinstance(ended[0], EndMap)
+    assert ended[0].output == [0, 10]
+    assert len(ended) == 2  # and a scheduler makes its successor ready
+    assert ended[1] == NeedsAdvance("no registry")
