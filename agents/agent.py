@@ -34,6 +34,11 @@ class Call:
     step: str
     action: str
     kind: str
+    map_index: int | None = None
+    """An item of a map step (`Step.map`): its index in the map's list (from 0); None outside
+    a map."""
+    map_size: int | None = None
+    """An item of a map step: how many items the map has; None outside a map."""
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     """Set when the agent shuts down or the deadline passed; long handlers may poll it."""
     aborted: threading.Event = field(default_factory=threading.Event, compare=False)

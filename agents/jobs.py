@@ -73,6 +73,8 @@ class Job:
             step=request.step,
             action=request.action,
             kind=request.kind,
+            map_index=request.map_index,
+            map_size=request.map_size,
             children=children,
         )
         return cls(delivery, request, call, received=received)

@@ -159,6 +159,11 @@ class Request(_Message):
     request when a worker takes it, before the handler runs, so that the broker never delivers
     it again and the attempt runs at most once (the database's clocks recover it if the agent
     dies). Older agents ignore it and acknowledge after the reply."""
+    map_index: int | None = Field(default=None, ge=0)
+    """An item of a map step (`Step.map`): its index in the map's list; None otherwise. Older
+    agents ignore it."""
+    map_size: int | None = Field(default=None, ge=0)
+    """An item of a map step: how many items the map has; None otherwise."""
 
 
 class Fence(_Message):

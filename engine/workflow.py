@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sasflow.approvals import APPROVAL_EVENT, RESERVED_EVENT_PREFIX, ApprovalSpec, FieldSpec
 from sasflow.errors import DefinitionError
+from sasflow.maps import MapSpec
 from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
 from sasflow.states import OnDeadline, OnExhausted, OnFailure
 from sasflow.waits import EVENT_AGENT, Default, WaitSpec
@@ -109,6 +110,49 @@ class Step:
     if any, still decides). A step with one processed dependency runs either way."""
     approval_spec: ApprovalSpec | None = None
     """An approval's definition (`Step.approval`); None otherwise."""
+    map_spec: MapSpec | None = None
+    """A map step's definition (`Step.map`): it runs once per item of a list; None
+    otherwise."""
+
+    @classmethod
+    def map(
+        cls,
+        name: str,
+        *,
+        agent: str,
+        action: str,
+        items: str,
+        max_items: int = 1000,
+        parallelism: int = 10,
+        on_item_failure: str = "fail_fast",
+        after: tuple[str, ...] | None = None,
+        policy: StepPolicy | None = None,
+        compensate: str | None = None,
+        pool: str | None = None,
+        when: Condition | None = None,
+        if_skipped: IfSkipped = "skip",
+    ) -> Step:
+        """A map step: `action` of `agent` runs once per item of the list at `items`
+        (`input.<field>...` or `steps.<step>.<field>...`), each item a step record of its own
+        (`name[index]`: own attempts, deadline, idempotency key and failures) whose input is
+        the item. At most `parallelism` items of the run are pending or processing at once;
+        more than `max_items` items, or no list at the path, fails the map. Its output is the
+        items' outputs in item order (`on_item_failure="continue"`: `{"results": [...],
+        "failed": [indexes], "errors": [...]}`). `on_item_failure`: "fail_fast", "continue"
+        or "compensate" (docs/concepts.md, "Map steps"). Not a root step."""
+        spec = MapSpec.of(name, items, max_items, parallelism, on_item_failure)
+        return cls(
+            name,
+            agent,
+            action,
+            after=after,
+            policy=policy if policy is not None else StepPolicy(),
+            compensate=compensate,
+            pool=pool,
+            when=when,
+            if_skipped=if_skipped,
+            map_spec=spec,
+        )
 
     @classmethod
     def sleep(
@@ -234,6 +278,7 @@ class Step:
             **({"when": self.when.shape()} if self.when is not None else {}),
             **({"if_skipped": self.if_skipped} if self.if_skipped != "skip" else {}),
             **({"approval": self.approval_spec.shape()} if self.approval_spec else {}),
+            **({"map": self.map_spec.shape()} if self.map_spec is not None else {}),
         }
 
     @property
@@ -351,6 +396,7 @@ class Workflow:
             self.ancestors[step_name] = frozenset(deps).union(*(self.ancestors[d] for d in deps))
         for step in self.steps:
             self._check_condition(step)
+            self._check_map(step)
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
@@ -515,6 +561,29 @@ class Workflow:
                     f"{where}: its condition reads {path}, but {path.source!r} is not a step "
                     "it depends on (directly or not)"
                 )
+
+    def _check_map(self, step: Step) -> None:
+        """A map reads its items from the input or a step it depends on, and follows a step
+        (its items are created when it becomes ready)."""
+        spec = step.map_spec
+        if spec is None:
+            return
+        where = f"workflow {self.name!r}: map step {step.name!r}"
+        if not isinstance(spec, MapSpec) or step.is_timer or step.is_event_wait:
+            raise DefinitionError(f"{where}: declare it with Step.map(...)")
+        if not step.takes_run_input:
+            raise DefinitionError(f"{where}: its input is each item: no input builder")
+        if not self.dependencies[step.name]:
+            raise DefinitionError(
+                f"{where}: a map cannot be a root step (its items are created when it becomes "
+                "ready: put it after a step)"
+            )
+        source = spec.items.source
+        if source != "input" and source not in self.ancestors[step.name]:
+            raise DefinitionError(
+                f"{where}: it reads {spec.items}, but {source!r} is not a step it depends "
+                "on (directly or not)"
+            )
 
     def _topological_order(self) -> tuple[str, ...]:
         # Kahn's algorithm, stable in declaration order; what is left over depends on a cycle.

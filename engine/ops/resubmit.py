@@ -40,7 +40,7 @@ from sasflow.store.operator.transitions import StepReset
 from sasflow.store.runs import events
 from sasflow.store.runs.step_rows import new_idempotency_key
 from sasflow.store.runs.submit import build_step_input
-from sasflow.workflow import StepContext
+from sasflow.workflow import StepContext, Workflow
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ def resubmit(
             "runs can be resubmitted (a completed one only with --from-step)"
         )
     workflow = registry.workflow(run.workflow, run.version)
-    rows = {r.name: r for r in operator.forward_steps(conn, run_id)}
+    # A map's items are not steps of the workflow: the map decides for them.
+    rows = {r.name: r for r in operator.forward_steps(conn, run_id) if r.map_parent is None}
     run_input = run.input
     if new_input is not None:
         try:
@@ -96,20 +97,15 @@ def resubmit(
     ctx = StepContext(
         run_input=run_input, outputs=outputs, run_id=run_id, business_key=run.business_key
     )
-    resets: list[StepReset] = []
-    ready: list[str] = []
-    batch: list[events.Event] = []
-    for name in workflow.order:
-        if name not in reset:
-            continue
-        row = rows[name]
-        deps_done = all(d in outputs for d in row.depends_on)
-        step_input = build_step_input(workflow, name, ctx) if deps_done else None
-        resets.append(_reset(row, deps_done, step_input))
-        if deps_done:
-            ready.append(name)
-        batch.append(_step_event(row, resets[-1], actor=actor, reason=f"resubmitted: {reason}"))
-    operator.reset_steps(conn, resets)
+    resets, ready, maps = _resets(workflow, reset, rows, ctx)
+    batch = [
+        _step_event(rows[name], r, actor=actor, reason=f"resubmitted: {reason}")
+        for name, r in resets
+    ]
+    operator.reset_steps(conn, [r for _, r in resets])
+    operator.delete_map_items(conn, run_id, maps)
+    if maps:
+        operator.advance_later(conn, run_id)
     # A new forward attempt: a previous compensation chain is history (kept in events).
     operator.delete_compensation_chain(conn, run_id)
     operator.restart_run(conn, run_id, run_input=run_input)
@@ -132,6 +128,31 @@ def resubmit(
     close_alerts(conn, run_id, actor=actor, reason=f"run resubmitted: {reason}")
     notify_ready(conn, namespace)
     return Resubmitted(run_id, tuple(n for n in workflow.order if n in reset), tuple(ready))
+
+
+def _resets(
+    workflow: Workflow, reset: set[str], rows: dict[str, Any], ctx: StepContext
+) -> tuple[list[tuple[str, StepReset]], list[str], list[int]]:
+    """How the steps `reset` run again, in the workflow's order; the ones ready now; the maps
+    among them. A map runs over its list again, all its items anew: it waits (never pending)
+    for a scheduler's advance duty to create them (docs/concepts.md, "Map steps")."""
+    resets: list[tuple[str, StepReset]] = []
+    ready: list[str] = []
+    maps: list[int] = []
+    for name in workflow.order:
+        if name not in reset:
+            continue
+        row = rows[name]
+        deps_done = all(d in ctx.outputs for d in row.depends_on)
+        if workflow.step(name).map_spec is not None:
+            maps.append(row.id)
+            resets.append((name, dataclasses.replace(_reset(row, False), input=None)))
+            continue
+        step_input = build_step_input(workflow, name, ctx) if deps_done else None
+        resets.append((name, _reset(row, deps_done, step_input)))
+        if deps_done:
+            ready.append(name)
+    return resets, ready, maps
 
 
 def _reset(row: Any, deps_done: bool, step_input: Any = None) -> StepReset:

@@ -229,6 +229,8 @@ class Dispatcher(Part):
             wait_ms=wait_ms,
             heartbeat_ms=None if heartbeat_s is None else max(1, int(heartbeat_s * 1000)),
             exclusive=self._flow.plan.exclusive(step.agent, step.action),
+            map_index=step.map_index,
+            map_size=step.map_size,
         )
         if step.agent not in self._declared_agents:
             self._declare_agent(step.agent)

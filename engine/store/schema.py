@@ -189,6 +189,11 @@ steps = Table(
     # When an open approval (Step.approval) with `escalate_after` becomes overdue; NULL once its
     # `approval_overdue` alert is raised, or it is decided or timed out (store.approvals).
     _ts("escalate_at"),
+    # An item of a map step (Step.map): the map's own record, the item's index and how many
+    # items the map has (its request carries both); NULL for every other step.
+    Column("map_parent", Id, nullable=True),
+    Column("map_index", Integer, nullable=True),
+    Column("map_size", Integer, nullable=True),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     UniqueConstraint("run_id", "kind", "name"),

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Row, delete, select, update
 
 from sasflow.states import RunState, StepKind, StepState
 from sasflow.store.outbox.incidents import close_if_done
+from sasflow.store.runs import advance_queries
 from sasflow.store.runs.queries import leave_processing
 from sasflow.store.schema import alerts, runs, steps
 from sasflow.store.sqltime import now
@@ -124,6 +125,21 @@ def reset_steps(conn: Connection, resets: Sequence[StepReset]) -> None:
         if reset.kind == StepKind.FORWARD:
             values.update(input=reset.input, output=None)
         conn.execute(update(steps).where(steps.c.id == reset.step_id).values(**values))
+
+
+def delete_map_items(conn: Connection, run_id: int, map_ids: Sequence[int]) -> None:
+    """Delete the items of run `run_id`'s maps `map_ids`, which run over their lists again;
+    the events keep their history (uq_steps_run_id_kind_name)."""
+    if map_ids:
+        conn.execute(
+            delete(steps).where(steps.c.run_id == run_id, steps.c.map_parent.in_(sorted(map_ids)))
+        )
+
+
+def advance_later(conn: Connection, run_id: int) -> None:
+    """The run needs a scheduler's advance duty, which makes its ready maps create their
+    items (primary key)."""
+    conn.execute(advance_queries.mark_advance(), {"b_id": run_id})
 
 
 def delete_compensation_chain(conn: Connection, run_id: int) -> None:

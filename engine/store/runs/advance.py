@@ -45,6 +45,7 @@ from sasflow.store.runs.decide import (
     decide,
 )
 from sasflow.store.runs.events import Event, step_event
+from sasflow.store.runs.mapping import EndMap, ExpandMap
 from sasflow.store.runs.parked import resolve_parked_alert
 from sasflow.store.runs.records import RunRecord, StepRecord
 
@@ -99,9 +100,16 @@ def advance_runs(
         transitions = decide(run, steps, workflow, made)
         while transitions:
             run, steps = applier.apply(run, steps, transitions)
-            # An opened wait that took its event at once is processed: its successors follow.
+            maps = applier.take_maps()
+            # An opened wait that took its event at once is processed, as is an empty map: their
+            # successors follow.
             if not isinstance(transitions[-1], StartCompensation) and not applier.take_matched():
                 break
+            if maps:  # items created or a map ended: the rows say how
+                steps = [
+                    StepRecord.from_row(row._mapping)
+                    for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": [run_id]})
+                ]
             # Compensating now, or a wait matched: decide again from the forward steps as the
             # transitions left them.
             steps = [s for s in steps if s.kind == StepKind.FORWARD]
@@ -128,6 +136,13 @@ class _Applier:
         self._matched: dict[int, Any] = {}
         """Waits that took their event as they opened, this apply: step id -> its output."""
         self._any_matched = False
+        self._maps = False
+        """A map's items were created or a map ended, this apply."""
+
+    def take_maps(self) -> bool:
+        """Whether a map's items were created or a map ended since the last call."""
+        found, self._maps = self._maps, False
+        return found
 
     def take_matched(self) -> bool:
         """Whether a wait took its event as it opened since the last call."""
@@ -157,11 +172,13 @@ class _Applier:
                     self._step_event(step, StepState.WAITING, StepState.ERROR, error.message)
                 case Skip(step, from_state, reason, detail):
                     moved[step.id] = self._skip(step, from_state, reason, detail)
-                case Release(step):
+                case Release(step, reason):
                     self.conn.execute(advance_queries.release_waiting(), {"b_id": step.id})
                     moved[step.id] = StepState.PENDING
                     self.result.ready += 1
-                    self._step_event(step, StepState.WAITING, StepState.PENDING, "compensation")
+                    self._step_event(step, StepState.WAITING, StepState.PENDING, reason)
+                case ExpandMap() | EndMap():
+                    moved[transition.step.id] = self._map(transition)
                 case StartCompensation(error):
                     stored = error.to_json()
                     self.conn.execute(
@@ -289,6 +306,56 @@ class _Applier:
             )
         self.result.ready += 1
         self._step_event(timer.step, StepState.WAITING, StepState.PENDING, "timer")
+
+    def _map(self, transition: ExpandMap | EndMap) -> StepState:
+        """A map's items created, or the map ended; its state now."""
+        self._maps = True
+        if isinstance(transition, EndMap):
+            return self._end_map(transition)
+        self._expand_map(transition)
+        return StepState.WAITING
+
+    def _expand_map(self, expand: ExpandMap) -> None:
+        """A map's items, inserted, its own record waiting with what it runs over; one event
+        for the map (each item's own events follow as it is claimed)."""
+        self.conn.execute(
+            advance_queries.expand_map(), {"b_id": expand.step.id, "b_input": expand.input}
+        )
+        self.conn.execute(advance_queries.insert_items(), list(expand.items))
+        self.result.ready += 1
+        self.result.events.append(
+            step_event(
+                expand.step,
+                StepState.WAITING,
+                StepState.WAITING,
+                actor=self.actor,
+                reason="map",
+                detail=expand.input["map"],
+            )
+        )
+
+    def _end_map(self, end: EndMap) -> StepState:
+        """A waiting map ends processed with its output, or in error; its state now."""
+        error = end.error.to_json() if end.error is not None else None
+        ended = self.conn.execute(
+            advance_queries.end_map(),
+            {"b_id": end.step.id, "b_state": end.state, "b_output": end.output, "b_error": error},
+        ).rowcount
+        if ended != 1:
+            return end.step.state
+        if end.at_once:
+            self._any_matched = True
+        self.result.events.append(
+            step_event(
+                end.step,
+                StepState.WAITING,
+                end.state,
+                actor=self.actor,
+                reason="map",
+                detail={"error": error} if error is not None else None,
+            )
+        )
+        return end.state
 
     def _create_chain(self, run: RunRecord, records: Sequence[dict[str, Any]]) -> None:
         inserted = self.conn.execute(advance_queries.insert_steps(), list(records)).all()

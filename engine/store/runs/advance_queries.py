@@ -91,9 +91,41 @@ def start_timer_until() -> Update:
 
 
 @cache
+def expand_map() -> Update:
+    """A waiting map step whose items were just created keeps waiting, with what it runs over
+    as its input :b_input (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(input=bindparam("b_input"), updated_at=now())
+    )
+
+
+@cache
+def end_map() -> Update:
+    """A waiting map step ends in :b_state with its output and error (primary key)."""
+    return (
+        update(steps)
+        .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)
+        .values(
+            state=bindparam("b_state"),
+            output=bindparam("b_output"),
+            error=bindparam("b_error"),
+            updated_at=now(),
+        )
+    )
+
+
+@cache
+def insert_items() -> Insert:
+    """The step records of a map's items (primary key)."""
+    return insert(steps)
+
+
+@cache
 def release_waiting() -> Update:
-    """A waiting compensation step becomes pending now; its input came with the chain (primary
-    key)."""
+    """A waiting compensation step, or a map's waiting item, becomes pending now; its input
+    came with it (primary key)."""
     return (
         update(steps)
         .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)

@@ -38,6 +38,9 @@ class ClaimedStep:
     heartbeat_timeout_s: float | None = None
     wait_expiries: int = 0
     """Times in a row no agent took its request within the wait timeout (docs/timeouts.md)."""
+    map_index: int | None = None
+    """An item of a map step: its index, and how many items the map has; None otherwise."""
+    map_size: int | None = None
 
 
 def claim_steps(
@@ -130,6 +133,8 @@ def _record(conn: Connection, rows: Sequence[Any], locked_by: str) -> list[Claim
             wait_timeout_s=r.wait_timeout_s,
             heartbeat_timeout_s=r.heartbeat_timeout_s,
             wait_expiries=r.wait_expiries,
+            map_index=r.map_index,
+            map_size=r.map_size,
         )
         for r in rows
     ]

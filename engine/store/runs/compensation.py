@@ -2,9 +2,9 @@
 
 Compensation steps are rows of kind `compensation` (one per processed step that names a
 compensating action), chained so that each waits for the one before: the steps are undone in
-reverse topological order of the workflow. They are claimed, dispatched, deadlined and
-supervised like any step; the run goes `compensating` -> `compensated`, or
-`compensation_failed` (with an alert) when one of them fails for good.
+reverse topological order of the workflow (a map's items in reverse index order). They are
+claimed, dispatched, deadlined and supervised like any step; the run goes `compensating` ->
+`compensated`, or `compensation_failed` (with an alert) when one of them fails for good.
 
 This module says which records the chain is made of (`store.decide` asks for them); the store
 inserts them when it applies the decision (`store.advance`).
@@ -40,12 +40,30 @@ def reverse_topological(records: Sequence[StepRecord]) -> list[StepRecord]:
     return list(reversed(order))
 
 
+def undo_order(forward: Sequence[StepRecord]) -> list[StepRecord]:
+    """The forward steps in the order they are undone: reverse topological, the items of a map
+    (store.runs.mapping) in reverse index order where their map is (after the steps that
+    follow the map, before the steps it follows)."""
+    items: dict[int, list[StepRecord]] = {}
+    for step in forward:
+        if step.map_parent is not None:
+            items.setdefault(step.map_parent, []).append(step)
+    order: list[StepRecord] = []
+    for step in reverse_topological([s for s in forward if s.map_parent is None]):
+        order.append(step)
+        order += sorted(items.pop(step.id, []), key=lambda s: -(s.map_index or 0))
+    for orphans in items.values():  # a map's record is always read with its items
+        order += sorted(orphans, key=lambda s: -(s.map_index or 0))
+    return order
+
+
 def chain(run_id: int, forward: Sequence[StepRecord]) -> list[dict[str, Any]]:
     """The compensation step records (step_rows.step_row values) that undo the processed steps
-    of run `run_id`, first to run first; empty when nothing is to undo."""
+    of run `run_id`, first to run first; empty when nothing is to undo. A map's own record has
+    no compensating action: its items carry it."""
     records: list[dict[str, Any]] = []
     previous: str | None = None
-    for step in reverse_topological(forward):
+    for step in undo_order(forward):
         action = step.compensate_action
         if step.state != StepState.PROCESSED or not action:
             continue

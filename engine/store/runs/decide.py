@@ -21,7 +21,7 @@ No I/O here: the unit tests (tests/unit/test_decide.py) give rows and read trans
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sasflow.commands import RunError, StoredError
@@ -36,6 +36,7 @@ from sasflow.states import (
 )
 from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
 from sasflow.store.runs.compensation import chain
+from sasflow.store.runs.mapping import EndMap, ExpandMap, expand, expanded, progress
 from sasflow.store.runs.records import RunRecord, StepRecord
 from sasflow.waits import MAX_CORRELATION, WaitSpec
 from sasflow.when import ConditionError, evaluate
@@ -135,9 +136,11 @@ DEPENDENCIES_SKIPPED = "dependencies skipped"
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """A waiting compensation step whose predecessor is processed becomes pending."""
+    """A waiting compensation step whose predecessor is processed becomes pending, or a
+    waiting item of a map (`reason` "map") as the map's parallelism allows."""
 
     step: StepRecord
+    reason: str = "compensation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,8 @@ Transition = (
     | Finish
     | NeedsAdvance
     | RaiseAlert
+    | ExpandMap
+    | EndMap
 )
 
 NOTHING_BUILT = Built()
@@ -218,20 +223,32 @@ def decide(
 
 
 def _forward(
-    run: RunRecord, steps: Sequence[StepRecord], workflow: Definition, built: Built
+    run: RunRecord, records: Sequence[StepRecord], workflow: Definition, built: Built
 ) -> list[Transition]:
+    # The items of maps are decided through their map (store.runs.mapping): the rest of the
+    # decision sees the steps of the workflow, the maps as their items left them.
+    decided, steps = _maps(records)
     # The states as the transitions leave them, so the failure policy sees steps just made
     # ready or failed.
-    state = {s.name: s.state for s in steps}
+    state = {s.name: s.state for s in records} | {s.name: s.state for s in steps}
     errors = {s.name: s.error for s in steps}
-    decided, to_build, unready = _decide_waiting(run, steps, workflow, built, state, errors)
+    running = {s.name for s in steps if expanded(s) is not None}
+    waiting, to_build, unready = _decide_waiting(
+        run, steps, workflow, built, state, errors, running
+    )
+    decided += waiting
 
     failed = [s for s in steps if state[s.name] == StepState.ERROR]
     if failed:
         first = failed[0]
-        decided += _failed(run, steps, state, first, RunError(errors[first.name], first.name))
+        # A map made ready in this decision never starts (it is skipped): no items.
+        decided = [d for d in decided if not isinstance(d, ExpandMap)]
+        items = [s for s in records if s.map_parent is not None]
+        decided += _failed(
+            run, [*steps, *items], state, first, RunError(errors[first.name], first.name)
+        )
         return decided
-    done = all(s in DONE_STEP_STATES for s in state.values())
+    done = all(state[s.name] in DONE_STEP_STATES for s in steps)
     if isinstance(workflow, NotLoaded):
         if unready or done:
             reason = f"workflow {run.workflow!r} v{run.version} is not loaded by {workflow.by}"
@@ -246,6 +263,33 @@ def _forward(
     return decided
 
 
+def _maps(records: Sequence[StepRecord]) -> tuple[list[Transition], list[StepRecord]]:
+    """The maps whose items run: waiting items released, or the map ended; and the run's
+    steps other than items, each map as that leaves it."""
+    items: dict[int, list[StepRecord]] = {}
+    for record in records:
+        if record.map_parent is not None:
+            items.setdefault(record.map_parent, []).append(record)
+    decided: list[Transition] = []
+    steps: list[StepRecord] = []
+    for step in records:
+        if step.map_parent is not None:
+            continue
+        if expanded(step) is None:
+            steps.append(step)
+            continue
+        moved = progress(step, items.get(step.id, []))
+        if isinstance(moved, EndMap):
+            decided.append(moved)
+            step = replace(step, state=moved.state, output=moved.output)  # noqa: PLW2901
+            if moved.error is not None:
+                step = replace(step, error=moved.error.to_json())  # noqa: PLW2901
+        else:
+            decided += [Release(item, "map") for item in moved]
+        steps.append(step)
+    return decided, steps
+
+
 def _decide_waiting(  # noqa: PLR0917 - the run's rows and what _forward holds of them
     run: RunRecord,
     steps: Sequence[StepRecord],
@@ -253,14 +297,16 @@ def _decide_waiting(  # noqa: PLR0917 - the run's rows and what _forward holds o
     built: Built,
     state: dict[str, StepState],
     errors: dict[str, Any],
+    running: set[str],
 ) -> tuple[list[Transition], list[str], bool]:
     """The waiting steps whose dependencies are done, made ready, failed or skipped (`state`
     and `errors` updated to match); the steps whose input builder must run first; whether a
-    step is ready but the definition to make it so is not here."""
+    step is ready but the definition to make it so is not here. `running`: the maps whose
+    items exist (waiting, but made ready already)."""
     decided: list[Transition] = []
     to_build: list[str] = []
     unready = False
-    seen: set[str] = set()
+    seen: set[str] = set(running)
     # A step skipped may decide its successors in turn: go over the steps until none moves.
     moved = True
     while moved:
@@ -283,6 +329,10 @@ def _decide_waiting(  # noqa: PLR0917 - the run's rows and what _forward holds o
             if isinstance(made, FailWaiting):
                 state[step.name] = StepState.ERROR
                 errors[step.name] = made.error.to_json()
+            elif isinstance(made, ExpandMap | EndMap):
+                # Its items run (it stays waiting), or it ended at once (empty): the store
+                # decides again for its successors from the rows as they are then.
+                pass
             else:
                 state[step.name] = (
                     StepState.SKIPPED if isinstance(made, Skip) else StepState.PENDING
@@ -334,7 +384,7 @@ def outputs_of(steps: Sequence[StepRecord]) -> dict[str, Any]:
     return {
         s.name: s.output
         for s in steps
-        if s.kind == StepKind.FORWARD and s.state == StepState.PROCESSED
+        if s.kind == StepKind.FORWARD and s.state == StepState.PROCESSED and s.map_parent is None
     }
 
 
@@ -344,10 +394,11 @@ def _ready(
     workflow: Workflow,
     built: Built,
     steps: Sequence[StepRecord],
-) -> MakeReady | StartTimer | OpenWait | FailWaiting | None:
+) -> MakeReady | StartTimer | OpenWait | FailWaiting | ExpandMap | EndMap | None:
     """A ready waiting step with its input: the run's (the default builder), or what the advance
     duty built; None when its builder must run first. A timer step starts its sleep: a fixed
-    one at once, one `until` a time once the advance duty computed that time."""
+    one at once, one `until` a time once the advance duty computed that time. A map gets its
+    items (or ends at once, empty)."""
     definition = workflow.steps_by_name.get(step.name)
     if definition is None:
         missing = StoredError(
@@ -356,6 +407,9 @@ def _ready(
             "definition changed without a new version",
         )
         return FailWaiting(step, missing)
+    if definition.map_spec is not None:
+        made = expand(run, step, definition, workflow.parks(step.name), outputs_of(steps))
+        return FailWaiting(step, made) if isinstance(made, StoredError) else made
     if definition.takes_run_input:  # a fixed sleep's timer and an event wait too
         return _without_builder(run, step, definition, steps)
     if step.name not in built.inputs:

@@ -192,6 +192,8 @@ _claimed_columns = (
     steps.c.wait_timeout_s,
     steps.c.heartbeat_timeout_s,
     steps.c.wait_expiries,
+    steps.c.map_index,
+    steps.c.map_size,
 )
 
 

@@ -76,6 +76,15 @@ class StepRecord:
     give_up_s: float
     wait_timeout_s: float
     heartbeat_timeout_s: float | None
+    map_parent: int | None = None
+    """An item of a map step: its map's record (the map's own record and every other step:
+    None)."""
+    map_index: int | None = None
+    map_size: int | None = None
+
+    @property
+    def is_map_item(self) -> bool:
+        return self.map_index is not None
 
     @classmethod
     def from_row(cls, row: Columns) -> StepRecord:
@@ -102,4 +111,7 @@ class StepRecord:
             give_up_s=row["give_up_s"],
             wait_timeout_s=row["wait_timeout_s"],
             heartbeat_timeout_s=row["heartbeat_timeout_s"],
+            map_parent=row["map_parent"],
+            map_index=row["map_index"],
+            map_size=row["map_size"],
         )

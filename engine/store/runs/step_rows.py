@@ -139,7 +139,8 @@ def forward_definition(workflow: Workflow, name: str) -> dict[str, Any]:
         action=step.action,
         depends_on=workflow.dependencies[name],
         policy=policy_columns(step.policy),
-        compensate_action=step.compensate,
+        # A map's items carry its compensation (store.runs.mapping), not its own record.
+        compensate_action=step.compensate if step.map_spec is None else None,
         pool=step.pool,
         parks=workflow.parks(name),
     )
