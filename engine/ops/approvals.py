@@ -80,10 +80,9 @@ def list_open(
 ) -> list[dict[str, Any]]:
     """Open approvals, oldest first, of `workflow`, of approvers' `group`, of run `run_id`."""
     rows = store.open_approvals(
-        conn, workflow=workflow, run_id=run_id, limit=max(1, min(limit, MAX_LISTED))
+        conn, workflow=workflow, group=group, run_id=run_id, limit=max(1, min(limit, MAX_LISTED))
     )
-    found = [describe(r) for r in rows]
-    return [a for a in found if group is None or a["group"] == group]
+    return [describe(r) for r in rows]
 
 
 def approve(

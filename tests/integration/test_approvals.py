@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import Engine, select
 
 from sasflow.cli.main import cli
+from sasflow.ops import approvals as approval_ops
 from sasflow.store.db import make_engine, transaction
 from sasflow.store.inbound import approvals
 from sasflow.store.schema import alerts, audit, events
@@ -275,3 +276,17 @@ def test_tokens_take_approver_group_scopes_and_refuse_a_bad_group(sasflow: Any) 
     assert "unknown scopes ['approve:re funds']" in bad.output
     bad = sasflow("tokens", "create", "--name", "hal", "--scope", "approver", exit_code=1)
     assert "unknown scopes ['approver']" in bad.output
+
+
+@pytest.mark.usefixtures("roles")
+def test_the_group_filter_applies_before_the_limit(
+    module_engine: Engine, module_names: Names
+) -> None:
+    """An older approval of another group does not hide a group's own from a short list."""
+    older = _open(module_engine, module_names, "quick", "G-1")
+    mine = _open(module_engine, module_names, "refund", "G-2")
+    with transaction(module_engine) as conn:
+        first = approval_ops.list_open(conn, limit=1)
+        listed = approval_ops.list_open(conn, group="refunds", limit=1)
+    assert first[0]["group"] != "refunds", first  # the oldest open one is of another group
+    assert [a["group"] for a in listed] == ["refunds"], (older, mine, listed)

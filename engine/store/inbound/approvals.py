@@ -46,10 +46,16 @@ _COLUMNS = (
 
 
 def open_approvals(
-    conn: Connection, *, workflow: str | None = None, run_id: int | None = None, limit: int = 100
+    conn: Connection,
+    *,
+    workflow: str | None = None,
+    group: str | None = None,
+    run_id: int | None = None,
+    limit: int = 100,
 ) -> list[Any]:
-    """Open approvals of active runs, oldest first (ix_steps_event_waits: action, then the
-    run's id as correlation)."""
+    """Open approvals of active runs, oldest first, of `workflow`, of approvers' `group` (read
+    from the step's input, before the limit), of run `run_id` (ix_steps_event_waits: action,
+    then the run's id as correlation)."""
     query = (
         select(*_COLUMNS)
         .join(runs, runs.c.id == steps.c.run_id)
@@ -59,6 +65,8 @@ def open_approvals(
     )
     if workflow is not None:
         query = query.where(runs.c.workflow == workflow)
+    if group is not None:
+        query = query.where(steps.c.input["approval"]["group"].as_string() == group)
     if run_id is not None:
         query = query.where(steps.c.correlation == str(run_id), steps.c.run_id == run_id)
     return list(conn.execute(query).all())
