@@ -67,6 +67,11 @@ class MatchPath:
         if parts[0] == "input" and len(parts) >= 2 and all(map(_SEGMENT.fullmatch, parts[1:])):
             return MatchPath("input", tuple(parts[1:]))
         if parts[0] == "steps" and len(parts) >= 3 and all(map(_SEGMENT.fullmatch, parts[1:])):
+            if parts[1] == "input":  # the source "input" is the run's input: never a step
+                raise DefinitionError(
+                    f"match {text!r}: a step named 'input' cannot be read by a path "
+                    "(`input.<field>` is the run's input): rename the step"
+                )
             return MatchPath(parts[1], tuple(parts[2:]))
         raise DefinitionError(
             f"{what} {text!r} must be `input.<field>[.<field>...]` or "

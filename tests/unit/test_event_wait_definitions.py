@@ -111,6 +111,12 @@ def test_a_wait_cannot_be_a_root_nor_read_an_unknown_step() -> None:
         )
 
 
+def test_a_path_cannot_read_a_step_named_input() -> None:
+    """`steps.input.x` would read the run's input (the source "input"), not the step's output."""
+    with pytest.raises(DefinitionError, match="a step named 'input' cannot be read"):
+        MatchPath.parse("steps.input.id")
+
+
 def test_a_match_path_reads_text_from_the_input_or_an_earlier_output() -> None:
     outputs = {"a": {"ref": 42, "flag": True, "deep": {"x": None}}}
     assert MatchPath.parse("steps.a.ref").read({}, outputs) == "42"
