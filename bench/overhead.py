@@ -182,6 +182,11 @@ def _print(
             f"; target <= {target:.0%}: {verdict(cost <= target)}" if target else ""
         )
         report(results, f"W1 CPU/run {setting}", w1_cpu[setting], "ms", extra, fmt=".2f")
+    say("W1 CPU per run against `off` of the same round (paired: the load moves less)", results)
+    for setting in chosen[1:]:
+        paired = [c / o - 1 for c, o in zip(w1_cpu[setting], w1_cpu["off"], strict=True)]
+        rounds = ", ".join(f"{r:+.1%}" for r in paired)
+        say(f"  {setting}: median {statistics.median(paired):+.1%} (rounds: {rounds})", results)
     if w3 is not None:
         say("W3 latency p50 (one run at a time, roles as threads) by setting", results)
         base = statistics.median(w3["off"])
