@@ -80,24 +80,19 @@ def test_applied_replies_are_counted_per_status_per_batch_less_the_dropped() -> 
     assert value("sasflow_apply_batch_size_sum") == 5
 
 
-def test_finished_runs_are_counted_per_workflow_and_state_per_batch() -> None:
+def test_a_later_batch_of_finished_runs_adds_to_its_series_or_makes_a_new_one() -> None:
+    # (one batch's counts: test_metrics_exposition.py)
     registry = new_registry()
     hooks = HookChain([SchedulerMetrics(registry)])
-    hooks.runs_finished(
-        None,  # type: ignore[arg-type]
-        {
-            1: FinishedRun(RunState.COMPLETED, "orders"),
-            2: FinishedRun(RunState.COMPLETED, "orders"),
-            3: FinishedRun(RunState.ERROR, "orders"),
-            4: FinishedRun(RunState.COMPLETED, "refunds"),
-        },
-    )
-    hooks.runs_finished(None, {5: FinishedRun(RunState.COMPLETED, "orders")})  # type: ignore[arg-type]
+    first = {n: FinishedRun(RunState.COMPLETED, "orders") for n in (1, 2)}
+    later = {3: FinishedRun(RunState.COMPLETED, "orders"), 4: FinishedRun(RunState.ERROR, "new")}
+    hooks.runs_finished(None, first)  # type: ignore[arg-type]
+    hooks.runs_finished(None, later)  # type: ignore[arg-type]
     value = registry.get_sample_value
     finished = "sasflow_runs_finished_total"
     assert value(finished, {"workflow": "orders", "state": "completed"}) == 3
-    assert value(finished, {"workflow": "orders", "state": "error"}) == 1
-    assert value(finished, {"workflow": "refunds", "state": "completed"}) == 1
+    assert value(finished, {"workflow": "new", "state": "error"}) == 1
+    assert value(finished, {"workflow": "new", "state": "completed"}) is None
 
 
 def test_each_step_and_outcome_of_an_agent_gets_its_own_series() -> None:
