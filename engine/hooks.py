@@ -152,105 +152,137 @@ def _merge(results: Sequence[Headers | None]) -> Headers | None:
     return merged or None
 
 
+EVENTS = tuple(name for name, value in vars(Hooks).items() if callable(value) and name[0] != "_")
+"""Every event of `Hooks` (its public methods)."""
+
+Listeners = tuple[tuple[Hooks, Callable[..., Any]], ...]
+
+
+def listeners(hooks: Sequence[Hooks], event: str) -> Listeners:
+    """The hooks that do something on `event`, each with its bound method: a hook that leaves
+    `event` to the no-op of `Hooks` is not called at all (no call, no argument tuple)."""
+    noop = getattr(Hooks, event)
+    found = []
+    for hook in hooks:
+        method = getattr(hook, event)
+        if getattr(method, "__func__", None) is not noop:
+            found.append((hook, method))
+    return tuple(found)
+
+
 class HookChain(Hooks):
-    """Fans every event out to `hooks`, in order; a hook that raises is logged and skipped."""
+    """Fans every event out to `hooks`, in order; a hook that raises is logged and skipped.
+
+    Which hooks hear which event is worked out once, here: an event no hook overrides costs
+    the role a method call and an empty loop."""
 
     def __init__(self, hooks: Sequence[Hooks]) -> None:
         self.hooks = tuple(hooks)
         self._closed = False
+        self._on: dict[str, Listeners] = {event: listeners(self.hooks, event) for event in EVENTS}
 
-    def _each(self, event: str, call: Callable[[Hooks], Any]) -> list[Any]:
-        results = []
-        for hook in self.hooks:
+    def _tell(self, event: str, *args: Any) -> None:
+        for hook, call in self._on[event]:
             try:
-                results.append(call(hook))
+                call(*args)
+            except Exception:  # an observer must never take the role down
+                log.exception("hook %s failed on %s", type(hook).__name__, event)
+
+    def _ask(self, event: str, on: Listeners, *args: Any) -> list[Any]:
+        results = []
+        for hook, call in on:
+            try:
+                results.append(call(*args))
             except Exception:  # an observer must never take the role down
                 log.exception("hook %s failed on %s", type(hook).__name__, event)
         return results
 
     def submission_received(self, delivery: Delivery) -> str | None:
-        found = self._each("submission_received", lambda h: h.submission_received(delivery))
+        on = self._on["submission_received"]
+        if not on:
+            return None
+        found = self._ask("submission_received", on, delivery)
         return next((r for r in found if r), None)
 
     def runs_submitted(self, created: int, duplicates: int) -> None:
-        self._each("runs_submitted", lambda h: h.runs_submitted(created, duplicates))
+        self._tell("runs_submitted", created, duplicates)
 
     def submissions_refused(self, workflow: str, door: str, count: int) -> None:
-        self._each("submissions_refused", lambda h: h.submissions_refused(workflow, door, count))
+        self._tell("submissions_refused", workflow, door, count)
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
-        self._each("steps_claimed", lambda h: h.steps_claimed(conn, steps, seconds))
+        self._tell("steps_claimed", conn, steps, seconds)
 
     def steps_budgeted(
         self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
     ) -> None:
-        self._each("steps_budgeted", lambda h: h.steps_budgeted(admitted, held, tokens))
+        self._tell("steps_budgeted", admitted, held, tokens)
 
     def request_headers(self, step: ClaimedStep) -> Headers | None:
-        return _merge(self._each("request_headers", lambda h: h.request_headers(step)))
+        on = self._on["request_headers"]
+        if not on:
+            return None
+        return _merge(self._ask("request_headers", on, step))
 
     def steps_dispatched(self, count: int, seconds: float) -> None:
-        self._each("steps_dispatched", lambda h: h.steps_dispatched(count, seconds))
+        self._tell("steps_dispatched", count, seconds)
 
     def replies_applied(
         self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
     ) -> None:
-        self._each("replies_applied", lambda h: h.replies_applied(replies, report, seconds))
+        self._tell("replies_applied", replies, report, seconds)
 
     def events_relayed(self, count: int, seconds: float) -> None:
-        self._each("events_relayed", lambda h: h.events_relayed(count, seconds))
+        self._tell("events_relayed", count, seconds)
 
     def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
-        self._each("runs_finished", lambda h: h.runs_finished(conn, finished))
+        self._tell("runs_finished", conn, finished)
 
     def handler_started(self, request: Request, headers: Headers) -> None:
-        self._each("handler_started", lambda h: h.handler_started(request, headers))
+        self._tell("handler_started", request, headers)
 
     def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
-        self._each("handler_retrying", lambda h: h.handler_retrying(request, error, attempt))
+        self._tell("handler_retrying", request, error, attempt)
 
     def handler_finished(
         self, request: Request, reply: Reply | None, seconds: float, breaker: str | None
     ) -> Headers | None:
+        on = self._on["handler_finished"]
+        if not on:
+            return None
         # Last started, first finished: context a hook attached in handler_started is
         # detached in the reverse order.
-        results = []
-        for hook in reversed(self.hooks):
-            try:
-                results.append(hook.handler_finished(request, reply, seconds, breaker))
-            except Exception:
-                log.exception("hook %s failed on handler_finished", type(hook).__name__)
-        return _merge(results)
+        return _merge(self._ask("handler_finished", on[::-1], request, reply, seconds, breaker))
 
     def breaker_changed(self, agent: str, dependency: str, state: str) -> None:
-        self._each("breaker_changed", lambda h: h.breaker_changed(agent, dependency, state))
+        self._tell("breaker_changed", agent, dependency, state)
 
     def threads_held(self, agent: str, held: int, concurrency: int) -> None:
-        self._each("threads_held", lambda h: h.threads_held(agent, held, concurrency))
+        self._tell("threads_held", agent, held, concurrency)
 
     def dead_lettered(self, queue: str, reason: str) -> None:
-        self._each("dead_lettered", lambda h: h.dead_lettered(queue, reason))
+        self._tell("dead_lettered", queue, reason)
 
     def consumer_cancelled(self, queue: str) -> None:
-        self._each("consumer_cancelled", lambda h: h.consumer_cancelled(queue))
+        self._tell("consumer_cancelled", queue)
 
     def steps_expired(self, conn: Connection, rows: Sequence[Any], reason: str) -> None:
-        self._each("steps_expired", lambda h: h.steps_expired(conn, rows, reason))
+        self._tell("steps_expired", conn, rows, reason)
 
     def wait_expired(self, conn: Connection, rows: Sequence[Any]) -> None:
-        self._each("wait_expired", lambda h: h.wait_expired(conn, rows))
+        self._tell("wait_expired", conn, rows)
 
     def sweep_finished(self, report: SweepReport | None) -> None:
-        self._each("sweep_finished", lambda h: h.sweep_finished(report))
+        self._tell("sweep_finished", report)
 
     def alert_raised(self, kind: str) -> None:
-        self._each("alert_raised", lambda h: h.alert_raised(kind))
+        self._tell("alert_raised", kind)
 
     def close(self) -> None:
         """Close every hook once (later calls do nothing)."""
         if not self._closed:
             self._closed = True
-            self._each("close", lambda h: h.close())
+            self._tell("close")
 
 
 NO_HOOKS = Hooks()

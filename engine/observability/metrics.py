@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from sasflow.errors import SchemaOutdatedError, StoreUnavailableError
 from sasflow.hooks import Headers, Hooks
 from sasflow.observability.exposition import MetricsServer, build_info, new_registry
+from sasflow.observability.series import Series
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -126,9 +127,12 @@ class SubmitterMetrics(_Relay, DoorMetrics):
             registry=registry,
         )
 
+        self._created = self.submitted.labels("created")
+        self._duplicates = self.submitted.labels("duplicate")
+
     def runs_submitted(self, created: int, duplicates: int) -> None:
-        self.submitted.labels("created").inc(created)
-        self.submitted.labels("duplicate").inc(duplicates)
+        self._created.inc(created)
+        self._duplicates.inc(duplicates)
 
 
 class _RunsFinished(Hooks):
@@ -139,10 +143,16 @@ class _RunsFinished(Hooks):
             ["workflow", "state"],
             registry=registry,
         )
+        self._finished = Series(self.finished)
 
     def runs_finished(self, conn: Connection, finished: Mapping[int, FinishedRun]) -> None:
+        # One increment per (workflow, state) of the batch, not one per run.
+        counts: dict[tuple[str, str], int] = {}
         for run in finished.values():
-            self.finished.labels(run.workflow, str(run.state)).inc()
+            key = (run.workflow, run.state)
+            counts[key] = counts.get(key, 0) + 1
+        for (workflow, state), count in counts.items():
+            self._finished.of(workflow, state).inc(count)
 
 
 class SchedulerMetrics(_Relay, _RunsFinished):
@@ -212,14 +222,17 @@ class SchedulerMetrics(_Relay, _RunsFinished):
             ["limit"],
             registry=registry,
         )
+        self._applied = Series(self.applied)
+        self._limit_admitted = Series(self.limit_admitted)
+        self._limit_tokens = Series(self.limit_tokens)
 
     def steps_budgeted(
         self, admitted: Mapping[str, int], held: Mapping[str, int], tokens: Mapping[str, float]
     ) -> None:
         for name, count in admitted.items():
-            self.limit_admitted.labels(name).inc(count)
+            self._limit_admitted.of(name).inc(count)
         for name, left in tokens.items():
-            self.limit_tokens.labels(name).set(left)
+            self._limit_tokens.of(name).set(left)
 
     def steps_claimed(self, conn: Connection, steps: Sequence[ClaimedStep], seconds: float) -> None:
         self.claim_seconds.observe(seconds)
@@ -235,10 +248,15 @@ class SchedulerMetrics(_Relay, _RunsFinished):
         self, replies: Sequence[tuple[Delivery, Reply]], report: ApplyReport, seconds: float
     ) -> None:
         dropped = {(o.step_id, o.attempt) for o in report.dropped}
+        # One increment per status of the batch, not one per reply.
+        counts: dict[str, int] = {}
         for _, reply in replies:
             if (reply.step_id, reply.attempt) not in dropped:
-                self.applied.labels(reply.status).inc()
-        self.dropped.inc(len(report.dropped))
+                counts[reply.status] = counts.get(reply.status, 0) + 1
+        for status, count in counts.items():
+            self._applied.of(status).inc(count)
+        if report.dropped:
+            self.dropped.inc(len(report.dropped))
         self.apply_batch.observe(len(replies))
         self.apply_seconds.observe(seconds)
 
@@ -285,9 +303,12 @@ class AgentMetrics(_Consuming):
             ["agent"],
             registry=registry,
         )
+        self._duration = Series(self.duration)
+        self._outcomes = Series(self.outcomes)
+        self._retries = Series(self.retries)
 
     def handler_retrying(self, request: Request, error: BaseException, attempt: int) -> None:
-        self.retries.labels(request.agent, request.action).inc()
+        self._retries.of(request.agent, request.action).inc()
 
     def handler_finished(
         self,
@@ -296,8 +317,8 @@ class AgentMetrics(_Consuming):
         seconds: float,
         breaker: str | None,
     ) -> Headers | None:
-        self.duration.labels(request.workflow, request.step, request.agent).observe(seconds)
-        self.outcomes.labels(request.agent, reply.status if reply else "silent").inc()
+        self._duration.of(request.workflow, request.step, request.agent).observe(seconds)
+        self._outcomes.of(request.agent, reply.status if reply else "silent").inc()
         return None
 
     def breaker_changed(self, agent: str, dependency: str, state: str) -> None:

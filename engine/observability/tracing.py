@@ -127,6 +127,14 @@ def _unsampled(traceparent: str | None) -> bool:
         return False
 
 
+def traceparent(span: Span) -> str:
+    """The W3C `traceparent` of `span`, formatted from its context: what the propagator would
+    write (a root span made here has no `tracestate`) without the context objects it builds,
+    a few microseconds per run on the claim path."""
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
 def _inject(span: Span) -> dict[str, str]:
     carrier: dict[str, str] = {}
     PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
@@ -174,7 +182,7 @@ class Tracing(Hooks):
             },
         )
         span.end()
-        return _inject(span)["traceparent"]
+        return traceparent(span)
 
     # -- scheduler --------------------------------------------------------------------------
 
@@ -190,7 +198,7 @@ class Tracing(Hooks):
             if run_id not in found
         }
         if roots:
-            proposed = {run_id: _inject(span)["traceparent"] for run_id, span in roots.items()}
+            proposed = {run_id: traceparent(span) for run_id, span in roots.items()}
             taken = traces.set_missing_trace_parents(conn, proposed)
             for run_id in taken:
                 roots[run_id].end()

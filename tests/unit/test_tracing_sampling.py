@@ -3,13 +3,16 @@ no span and pass its context on; a sampled one's make spans of the same trace.""
 
 from __future__ import annotations
 
+import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Sampler
 
 from sasflow.hooks import HookChain
 from sasflow.messages import Reply, Request
-from sasflow.observability.tracing import Tracing
+from sasflow.observability.tracing import PROPAGATOR, Tracing, _unsampled, traceparent
 from sasflow.transport.topology import Names
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -65,3 +68,13 @@ def test_a_sampled_request_makes_the_handler_and_reply_spans_of_its_trace() -> N
     assert headers is not None
     assert publish.context is not None
     assert headers["traceparent"] == f"00-{TRACE}-{publish.context.span_id:016x}-01"
+
+
+@pytest.mark.parametrize("sampler", [ALWAYS_ON, ALWAYS_OFF], ids=["sampled", "unsampled"])
+def test_a_root_spans_traceparent_is_what_the_propagator_writes(sampler: Sampler) -> None:
+    tracer = TracerProvider(sampler=sampler).get_tracer("t")
+    span = tracer.start_span("run w")
+    carrier: dict[str, str] = {}
+    PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    assert carrier == {"traceparent": traceparent(span)}
+    assert _unsampled(traceparent(span)) is (sampler is ALWAYS_OFF)
