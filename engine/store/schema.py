@@ -126,6 +126,16 @@ runs = Table(
         postgresql_where=text("advance_due IS NOT NULL"),
         sqlite_where=text("advance_due IS NOT NULL"),
     ),
+    # A child run (Step.child): the run and step that started it; NULL for any other run.
+    Column("parent_run_id", Id, nullable=True),
+    Column("parent_step", String(100), nullable=True),
+    # Serves a run's children (store.runs.children): partial, so only child runs are in it.
+    Index(
+        "ix_runs_parent_run_id",
+        "parent_run_id",
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+        sqlite_where=text("parent_run_id IS NOT NULL"),
+    ),
 )
 
 _PENDING_NOT_TIMER = "state = 'pending' AND agent <> 'sasflow.timer' AND agent <> 'sasflow.event'"
