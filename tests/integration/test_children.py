@@ -1,250 +1,166 @@
-"""Child workflows on the real services (docs/concepts.md "Child workflows"): a parent with a
-child completes with the child's output; a child failing fails the parent's step; a parent
-cancelled while three children run cancels all three (their agents told); pause and resume
-cascade; a parent compensating after its child completed compensates the child in reverse
-order, inside its own chain; the step made ready twice makes one child; the depth bound."""
+"""Programs run by handlers (`Call.run`): output tails, exit codes, and a process group that
+never outlives its step (deadline, abort, a dead predecessor's leftovers)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select, update
 
-from sasflow.children import child_key
-from sasflow.ops.cancel import cancel
-from sasflow.ops.pause import pause_run, resume_run
-from sasflow.registry import Registry
-from sasflow.store.db import transaction
-from sasflow.store.runs import children as store_children
-from sasflow.store.runs.advance import advance_runs
-from sasflow.store.schema import runs, steps
-from sasflow.transport.topology import Names
+from sasflow.agents.children import ChildProcesses, start_ticks
+from sasflow.agents.errors import ChildKilledError
 from tests import harness
-from tests.apps import children
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(autouse=True)
-def _fresh_agent_records() -> Iterator[None]:
-    children.reset()
-    yield
-    children.release.set()
-    children.reset()
+# A shell that starts a background sleep (a grandchild in the same group) and waits: the
+# whole group must die, not only the program the handler started.
+SLEEPERS = ["sh", "-c", "sleep 600 & echo started; wait"]
 
 
-def _run(engine: Engine, run_id: int) -> Any:
-    with engine.connect() as conn:
-        return conn.execute(select(runs).where(runs.c.id == run_id)).one()
+def _alive(pid: int) -> bool:
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    return state != "Z"  # a zombie is dead, only not yet waited for
 
 
-def _children(engine: Engine, run_id: int) -> list[Any]:
-    with engine.connect() as conn:
-        return list(
-            conn.execute(select(runs).where(runs.c.parent_run_id == run_id).order_by(runs.c.id))
+def _group(pgid: int) -> list[int]:
+    """The live processes of group `pgid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _pid_files(state_dir: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in state_dir.glob("*.json")]
+
+
+def test_a_program_that_exits_returns_its_code_and_output_tails(tmp_path: Path) -> None:
+    children = ChildProcesses(tmp_path)
+    done = children.run(
+        ["sh", "-c", 'printf "%s" "$GREETING"; echo oops >&2; exit 3'],
+        deadline=time.monotonic() + 30,
+        abort=threading.Event(),
+        env={"GREETING": "x" * 100 + "end"},
+        cwd=tmp_path,
+        tail_bytes=10,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "xxxxxxxend", "oops\n")
+    assert done.truncated
+    assert _pid_files(tmp_path) == [], "the pid file outlived the program"
+
+
+def test_argv_must_be_a_list_of_strings() -> None:
+    children = ChildProcesses()
+    with pytest.raises(TypeError):
+        children.run("sleep 1", deadline=time.monotonic() + 5, abort=threading.Event())
+    with pytest.raises(TypeError):
+        children.run(["sleep", 1], deadline=time.monotonic() + 5, abort=threading.Event())  # type: ignore[list-item]
+
+
+def test_the_whole_group_is_killed_when_the_deadline_passes(tmp_path: Path) -> None:
+    children = ChildProcesses(tmp_path)
+    started = time.monotonic()
+    seen: list[dict[str, object]] = []
+
+    def watch() -> None:
+        harness.wait_for(lambda: bool(_pid_files(tmp_path)), what="the pid file")
+        seen.extend(_pid_files(tmp_path))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    with pytest.raises(ChildKilledError, match="deadline"):
+        children.run(SLEEPERS, deadline=started + 1.0, abort=threading.Event(), grace=0.5)
+    watcher.join()
+    assert time.monotonic() - started < 5
+    (record,) = seen
+    assert _group(int(str(record["pid"]))) == [], "the group outlived the deadline"
+
+
+def test_abort_kills_the_group_even_if_it_ignores_sigterm(tmp_path: Path) -> None:
+    children = ChildProcesses(tmp_path)
+    abort = threading.Event()
+    stubborn = ["sh", "-c", "trap '' TERM; sleep 600 & wait; wait"]
+    threading.Timer(0.5, abort.set).start()
+    started = time.monotonic()
+    with pytest.raises(ChildKilledError, match="gave up"):
+        children.run(stubborn, deadline=started + 600, abort=abort, grace=0.5)
+    assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_a_restarted_agent_kills_the_groups_its_dead_predecessor_left(tmp_path: Path) -> None:
+    """A predecessor (a real process, killed with SIGKILL) left a program running; the next
+    instance finds its pid file and kills the group; a live instance's files are left alone."""
+    script = (
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from sasflow.agents.children import ChildProcesses\n"
+        "ChildProcesses(Path(sys.argv[1])).run(['sleep', '600'], deadline=time.monotonic()"
+        " + 600, abort=threading.Event())\n"
+    )
+    predecessor = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)])
+    try:
+        harness.wait_for(lambda: bool(_pid_files(tmp_path)), what="the pid file")
+        (record,) = _pid_files(tmp_path)
+        sleeper = int(str(record["pid"]))
+        # Alive, the predecessor's programs are not ours to kill.
+        assert ChildProcesses(tmp_path).reap_orphans() == []
+        assert _alive(sleeper)
+        os.kill(predecessor.pid, signal.SIGKILL)
+        predecessor.wait()
+        assert _alive(sleeper), "the program died with its agent: nothing left to test"
+        assert ChildProcesses(tmp_path).reap_orphans(grace=1.0) == [sleeper]
+        harness.wait_for(lambda: not _alive(sleeper), timeout=5, what="the orphan is gone")
+        assert _pid_files(tmp_path) == []
+    finally:
+        predecessor.kill()
+        predecessor.wait()
+
+
+def test_a_pid_reused_by_another_program_is_not_killed(tmp_path: Path) -> None:
+    bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        (tmp_path / f"{bystander.pid}.json").write_text(
+            json.dumps(
+                {
+                    "pid": bystander.pid,
+                    "start": (start_ticks(bystander.pid) or 0) - 1,  # another program's
+                    "argv": ["sleep", "600"],
+                    "owner_pid": 2**22 + 1,  # no such process
+                    "owner_start": 1,
+                }
+            )
         )
+        assert ChildProcesses(tmp_path).reap_orphans() == []
+        assert bystander.poll() is None
+        assert _pid_files(tmp_path) == []
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
-def _step(engine: Engine, run_id: int, name: str, kind: str = "forward") -> Any:
-    [row] = [r for r in harness.step_rows(engine, run_id) if r.name == name and r.kind == kind]
-    return row
-
-
-def _roles(engine: Engine, database_url: str, names: Names) -> Any:
-    return harness.running(
-        harness.scheduler(engine, database_url, children.registry, names),
-        harness.agent(children.shop, names, concurrency=8),
-    )
-
-
-def _ended(engine: Engine, run_id: int, states: set[str]) -> bool:
-    return str(_run(engine, run_id).state) in states
-
-
-def test_a_parent_completes_with_its_childs_output(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    run_id = harness.submit(
-        engine, children.registry, names, "order", key="o1", run_input={"order": 1}
-    )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: _ended(engine, run_id, {"completed", "error"}), what="the end")
-
-    assert _run(engine, run_id).state == "completed"
-    [child] = _children(engine, run_id)
-    assert (child.workflow, child.business_key, child.parent_step) == (
-        "shipping",
-        child_key(run_id, "ship"),
-        "ship",
-    )
-    assert child.state == "completed"
-    assert child.input == {"parcel": "parcel-1", "fail": False}
-    ship = _step(engine, run_id, "ship")
-    assert ship.state == "processed"
-    assert ship.output == child.output == {"send": {"tracking": "track-parcel-1"}}
-    assert ship.input["child"]["run_id"] == child.id
-    order = [(r, a) for r, a in children.calls]
-    assert order == [
-        (run_id, "pack"),
-        (child.id, "label"),
-        (child.id, "send"),
-        (run_id, "charge"),
-    ]
-
-
-def test_a_child_failing_fails_the_parents_step(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    run_id = harness.submit(
-        engine,
-        children.registry,
-        names,
-        "order_error",
-        key="o2",
-        run_input={"order": 2, "fail_ship": True},
-    )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: _ended(engine, run_id, {"completed", "error"}), what="the end")
-
-    run = _run(engine, run_id)
-    [child] = _children(engine, run_id)
-    assert child.state == "error"
-    assert run.state == "error"
-    assert run.error["step"] == "ship"
-    assert run.error["error"]["type"] == "ChildFailed"
-    assert run.error["error"]["child_run_id"] == child.id
-    assert run.error["error"]["child_error"]["error"]["message"] == (
-        "the carrier refused the parcel"
-    )
-
-
-def test_a_parent_cancelled_while_three_children_run_cancels_all_three(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    run_id = harness.submit(
-        engine, children.registry, names, "fanout", key="f1", run_input={"order": 3}
-    )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: len(children.holding) == 3, what="three holds running")
-        kids = _children(engine, run_id)
-        assert [k.parent_step for k in kids] == ["c1", "c2", "c3"]
-        with transaction(engine) as conn:
-            cancel(conn, run_id, actor="ann", reason="customer left", namespace=names.namespace)
-        # Each child's agent is told (its Cancel), so every hold stops early.
-        harness.wait_for(lambda: not children.holding, what="the holds stopped by their cancel")
-
-    assert _run(engine, run_id).state == "cancelled"
-    for kid in _children(engine, run_id):
-        assert kid.state == "cancelled"
-        assert kid.error["message"] == f"parent run {run_id} cancelled: customer left"
-        assert _step(engine, kid.id, "hold").state == "cancelled"
-        assert _step(engine, run_id, kid.parent_step).state == "cancelled"
-    assert sorted(a for _, a in children.calls) == ["hold", "hold", "hold", "pack"]
-
-
-def test_pausing_the_parent_pauses_its_children_and_resuming_resumes_them(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    run_id = harness.submit(
-        engine, children.registry, names, "fanout", key="f2", run_input={"order": 4}
-    )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: len(children.holding) == 3, what="three holds running")
-        with transaction(engine) as conn:
-            pause_run(conn, run_id, actor="ann", reason="check stock")
-        assert [k.paused for k in _children(engine, run_id)] == [True, True, True]
-        with transaction(engine) as conn:
-            resume_run(conn, run_id, actor="ann", reason="stock checked")
-        assert [k.paused for k in _children(engine, run_id)] == [False, False, False]
-        children.release.set()
-        harness.wait_for(lambda: _ended(engine, run_id, {"completed", "error"}), what="the end")
-    assert _run(engine, run_id).state == "completed"
-
-
-def test_a_parent_compensating_after_its_child_completed_compensates_the_child_in_reverse(
-    engine: Engine, database_url: str, names: Names
-) -> None:
-    run_id = harness.submit(
-        engine,
-        children.registry,
-        names,
-        "order",
-        key="o3",
-        run_input={"order": 5, "fail_charge": True},
-    )
-    with _roles(engine, database_url, names):
-        harness.wait_for(
-            lambda: _ended(engine, run_id, {"compensated", "compensation_failed", "error"}),
-            what="the parent compensated",
-        )
-
-    assert _run(engine, run_id).state == "compensated"
-    [child] = _children(engine, run_id)
-    assert child.state == "compensated"
-    assert child.error["type"] == "ParentCompensating"
-    # One saga: the child's steps undone in reverse, then the parent's step before it.
-    assert children.calls[-3:] == [
-        (child.id, "unsend"),
-        (child.id, "unlabel"),
-        (run_id, "unpack"),
-    ]
-    undo = _step(engine, run_id, "ship", kind="compensation")
-    assert undo.state == "processed"
-
-
-def test_the_step_made_ready_twice_makes_one_child(engine: Engine, names: Names) -> None:
-    run_id = harness.submit(
-        engine, children.registry, names, "order", key="o4", run_input={"order": 6}
-    )
-    # pack processed by hand; the step `ship` made ready twice: by two advances, the second
-    # after its record was put back to waiting without its child (a lost update).
-    with transaction(engine) as conn:
-        conn.execute(
-            update(steps)
-            .where(steps.c.run_id == run_id, steps.c.name == "pack")
-            .values(state="processed", output={"parcel": "p6"})
-        )
-        advance_runs(conn, children.registry, [run_id], actor="test")
-    first = _step(engine, run_id, "ship").input["child"]["run_id"]
-    with transaction(engine) as conn:
-        conn.execute(
-            update(steps).where(steps.c.id == _step(engine, run_id, "ship").id).values(input=None)
-        )
-        advance_runs(conn, children.registry, [run_id], actor="test")
-    assert [k.id for k in _children(engine, run_id)] == [first]
-    assert _step(engine, run_id, "ship").input["child"]["run_id"] == first
-
-
-def test_a_child_past_the_depth_bound_fails_its_step(
-    engine: Engine, names: Names, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(store_children, "MAX_DEPTH", 1)
-    run_id = harness.submit(
-        engine, children.registry, names, "order", key="o5", run_input={"order": 7}
-    )
-    with transaction(engine) as conn:
-        # The run is itself a child, one deep: its own child would be two deep.
-        conn.execute(update(runs).where(runs.c.id == run_id).values(parent_run_id=run_id + 1000))
-        conn.execute(
-            update(steps)
-            .where(steps.c.run_id == run_id, steps.c.name == "pack")
-            .values(state="processed", output={"parcel": "p7"})
-        )
-        advance_runs(conn, children.registry, [run_id], actor="test")
-    ship = _step(engine, run_id, "ship")
-    assert ship.state == "error"
-    assert ship.error["type"] == "ChildDepthError"
-    assert _children(engine, run_id) == []
-    assert _run(engine, run_id).state in {"compensating", "compensated"}
-
-
-def test_a_workflow_that_is_its_own_descendant_is_a_definition_error() -> None:
-    from sasflow import Step, Workflow  # noqa: PLC0415
-    from sasflow.errors import DefinitionError  # noqa: PLC0415
-
-    first = Workflow("a", [Step("x", "shop", "pack"), Step.child("b", workflow="b")])
-    second = Workflow("b", [Step("x", "shop", "pack"), Step.child("a", workflow="a")])
-    with pytest.raises(DefinitionError, match="its own descendant: a v1 -> b v1 -> a v1"):
-        Registry([first, second], [children.shop])
+def test_the_state_directory_is_created_by_the_first_program_only(tmp_path: Path) -> None:
+    """Most agents never run a program: they leave no directory behind."""
+    state_dir = tmp_path / "agents" / "echo"
+    children = ChildProcesses(state_dir)
+    assert children.reap_orphans() == []
+    assert not state_dir.exists()
+    children.run(["true"], deadline=time.monotonic() + 30, abort=threading.Event())
+    assert state_dir.is_dir()
