@@ -16,7 +16,6 @@ from sasflow.children import child_key
 from sasflow.ops import runs as run_ops
 from sasflow.ops.cancel import cancel
 from sasflow.ops.pause import pause_run, resume_run
-from sasflow.registry import Registry
 from sasflow.store.db import transaction
 from sasflow.store.runs import children as store_children
 from sasflow.store.runs.advance import advance_runs
@@ -247,13 +246,3 @@ def test_a_child_past_the_depth_bound_fails_its_step(
     assert ship.error["type"] == "ChildDepthError"
     assert _children(engine, run_id) == []
     assert _run(engine, run_id).state in {"compensating", "compensated"}
-
-
-def test_a_workflow_that_is_its_own_descendant_is_a_definition_error() -> None:
-    from sasflow import Step, Workflow  # noqa: PLC0415
-    from sasflow.errors import DefinitionError  # noqa: PLC0415
-
-    first = Workflow("a", [Step("x", "shop", "pack"), Step.child("b", workflow="b")])
-    second = Workflow("b", [Step("x", "shop", "pack"), Step.child("a", workflow="a")])
-    with pytest.raises(DefinitionError, match="its own descendant: a v1 -> b v1 -> a v1"):
-        Registry([first, second], [children.shop])
