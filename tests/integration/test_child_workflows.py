@@ -59,18 +59,55 @@ def _roles(engine: Engine, database_url: str, names: Names) -> Any:
     )
 
 
+def pack_by_hand(engine: Engine, run_id: int, *, parent_run_id: int | None = None) -> None:
+    """Step `pack` of an `order` run processed by hand, then the run advanced (its child step
+    made ready); `parent_run_id`: the run is made a child of that run first."""
+    with transaction(engine) as conn:
+        if parent_run_id is not None:
+            conn.execute(
+                update(runs).where(runs.c.id == run_id).values(parent_run_id=parent_run_id)
+            )
+        conn.execute(
+            update(steps)
+            .where(steps.c.run_id == run_id, steps.c.name == "pack")
+            .values(state="processed", output={"parcel": f"p{run_id}"})
+        )
+        advance_runs(conn, children.registry, [run_id], actor="test")
+
+
 def _ended(engine: Engine, run_id: int, states: set[str]) -> bool:
     return str(_run(engine, run_id).state) in states
+
+
+def _run_to_end(
+    engine: Engine,
+    database_url: str,
+    names: Names,
+    workflow: str,
+    run_input: Any,
+    *,
+    ends: set[str],
+) -> int:
+    """Submit a run of `workflow` and run the roles until it ends in one of `ends`."""
+    run_id = harness.submit(
+        engine,
+        children.registry,
+        names,
+        workflow,
+        key=f"{workflow}-{run_input}",
+        run_input=run_input,
+    )
+    with _roles(engine, database_url, names):
+        harness.wait_for(lambda: _ended(engine, run_id, ends), what=f"the run ends in {ends}")
+    return run_id
 
 
 def test_a_parent_completes_with_its_childs_output(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    run_id = harness.submit(
-        engine, children.registry, names, "order", key="o1", run_input={"order": 1}
+    run_id = _run_to_end(
+        engine, database_url, names, "order", {"order": 1}, ends={"completed", "error"}
     )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: _ended(engine, run_id, {"completed", "error"}), what="the end")
 
     assert _run(engine, run_id).state == "completed"
     [child] = _children(engine, run_id)
@@ -105,16 +142,10 @@ def test_a_parent_completes_with_its_childs_output(
 def test_a_child_failing_fails_the_parents_step(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    run_id = harness.submit(
-        engine,
-        children.registry,
-        names,
-        "order_error",
-        key="o2",
-        run_input={"order": 2, "fail_ship": True},
+    run_input = {"order": 2, "fail_ship": True}
+    run_id = _run_to_end(
+        engine, database_url, names, "order_error", run_input, ends={"completed", "error"}
     )
-    with _roles(engine, database_url, names):
-        harness.wait_for(lambda: _ended(engine, run_id, {"completed", "error"}), what="the end")
 
     run = _run(engine, run_id)
     [child] = _children(engine, run_id)
@@ -174,19 +205,14 @@ def test_pausing_the_parent_pauses_its_children_and_resuming_resumes_them(
 def test_a_parent_compensating_after_its_child_completed_compensates_the_child_in_reverse(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    run_id = harness.submit(
+    run_id = _run_to_end(
         engine,
-        children.registry,
+        database_url,
         names,
         "order",
-        key="o3",
-        run_input={"order": 5, "fail_charge": True},
+        {"order": 5, "fail_charge": True},
+        ends={"compensated", "compensation_failed", "error"},
     )
-    with _roles(engine, database_url, names):
-        harness.wait_for(
-            lambda: _ended(engine, run_id, {"compensated", "compensation_failed", "error"}),
-            what="the parent compensated",
-        )
 
     assert _run(engine, run_id).state == "compensated"
     [child] = _children(engine, run_id)
@@ -206,20 +232,12 @@ def test_the_step_made_ready_twice_makes_one_child(engine: Engine, names: Names)
     run_id = harness.submit(
         engine, children.registry, names, "order", key="o4", run_input={"order": 6}
     )
-    # pack processed by hand; the step `ship` made ready twice: by two advances, the second
-    # after its record was put back to waiting without its child (a lost update).
-    with transaction(engine) as conn:
-        conn.execute(
-            update(steps)
-            .where(steps.c.run_id == run_id, steps.c.name == "pack")
-            .values(state="processed", output={"parcel": "p6"})
-        )
-        advance_runs(conn, children.registry, [run_id], actor="test")
+    pack_by_hand(engine, run_id)
     first = _step(engine, run_id, "ship").input["child"]["run_id"]
+    # Made ready again: its record put back to waiting without its child (a lost update).
     with transaction(engine) as conn:
-        conn.execute(
-            update(steps).where(steps.c.id == _step(engine, run_id, "ship").id).values(input=None)
-        )
+        ship = _step(engine, run_id, "ship").id
+        conn.execute(update(steps).where(steps.c.id == ship).values(input=None))
         advance_runs(conn, children.registry, [run_id], actor="test")
     assert [k.id for k in _children(engine, run_id)] == [first]
     assert _step(engine, run_id, "ship").input["child"]["run_id"] == first
@@ -232,15 +250,8 @@ def test_a_child_past_the_depth_bound_fails_its_step(
     run_id = harness.submit(
         engine, children.registry, names, "order", key="o5", run_input={"order": 7}
     )
-    with transaction(engine) as conn:
-        # The run is itself a child, one deep: its own child would be two deep.
-        conn.execute(update(runs).where(runs.c.id == run_id).values(parent_run_id=run_id + 1000))
-        conn.execute(
-            update(steps)
-            .where(steps.c.run_id == run_id, steps.c.name == "pack")
-            .values(state="processed", output={"parcel": "p7"})
-        )
-        advance_runs(conn, children.registry, [run_id], actor="test")
+    # The run is itself a child, one deep: its own child would be two deep.
+    pack_by_hand(engine, run_id, parent_run_id=run_id + 1000)
     ship = _step(engine, run_id, "ship")
     assert ship.state == "error"
     assert ship.error["type"] == "ChildDepthError"

@@ -8,16 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine
 
 from sasflow.cli.main import cli
-from sasflow.store.db import make_engine, transaction
-from sasflow.store.runs.advance import advance_runs
-from sasflow.store.schema import steps
+from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
 from tests import harness, services
 from tests.api.server import ApiServer, api_server, make_token
 from tests.apps import child_workflows as app
+from tests.integration.test_child_workflows import pack_by_hand
 
 pytestmark = pytest.mark.integration
 
@@ -25,13 +24,7 @@ pytestmark = pytest.mark.integration
 def _parent_and_child(engine: Engine, names: Names, key: str) -> tuple[int, int]:
     """A run of `order` whose step `ship` started its child (pack processed by hand)."""
     run_id = harness.submit(engine, app.registry, names, "order", key=key, run_input={"order": 1})
-    with transaction(engine) as conn:
-        conn.execute(
-            update(steps)
-            .where(steps.c.run_id == run_id, steps.c.name == "pack")
-            .values(state="processed", output={"parcel": "p1"})
-        )
-        advance_runs(conn, app.registry, [run_id], actor="test")
+    pack_by_hand(engine, run_id)
     [ship] = [r for r in harness.step_rows(engine, run_id) if r.name == "ship"]
     return run_id, int(ship.input["child"]["run_id"])
 

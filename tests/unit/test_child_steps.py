@@ -27,6 +27,7 @@ from sasflow.store.runs.decide import (
     decide,
 )
 from sasflow.store.runs.records import RunRecord, StepRecord
+from tests.unit.test_decide import _step as decide_record
 
 SHOP = ExternalAgent("shop")
 
@@ -56,9 +57,6 @@ def _run(state: RunState = RunState.RUNNING) -> RunRecord:
     )
 
 
-_ids = iter(range(100, 10_000))
-
-
 def _step(
     name: str,
     state: StepState,
@@ -69,30 +67,11 @@ def _step(
     kind: StepKind = StepKind.FORWARD,
     compensate: str | None = None,
 ) -> StepRecord:
-    return StepRecord(
-        id=next(_ids),
-        run_id=7,
-        name=name,
-        kind=kind,
-        state=state,
-        depends_on=depends_on,
-        attempt=0,
-        agent=agent,
-        compensate_action=compensate,
-        priority=0,
-        pool=None,
-        input=input,
-        output=output,
-        error=None,
-        timeout_s=30.0,
-        max_failures=3,
-        backoff_initial_s=1.0,
-        backoff_multiplier=2.0,
-        backoff_max_s=60.0,
-        give_up_s=300.0,
-        wait_timeout_s=30.0,
-        heartbeat_timeout_s=None,
+    """test_decide's record, of `agent` with `input`."""
+    record = decide_record(
+        name, state, *depends_on, kind=kind, output=output, compensate=compensate
     )
+    return dataclasses.replace(record, agent=agent, input=input)
 
 
 def test_a_child_step_is_declared_with_its_workflow_and_input() -> None:

@@ -340,16 +340,8 @@ class _Applier:
             self._any_matched = True  # decided again: the run's failure policy follows
             return StepState.ERROR
         self.result.ready += 1  # the child's first steps
-        self.result.events.append(
-            step_event(
-                start.step,
-                StepState.WAITING,
-                StepState.WAITING,
-                actor=self.actor,
-                reason="child",
-                detail={"child_run_id": made, "workflow": start.new.workflow},
-            )
-        )
+        detail = {"child_run_id": made, "workflow": start.new.workflow}
+        self._step_event(start.step, StepState.WAITING, StepState.WAITING, "child", detail)
         return StepState.WAITING
 
     def _compensate_child(self, undo: children.CompensateChild) -> None:
@@ -467,9 +459,10 @@ class _Applier:
         from_state: StepState,
         to_state: StepState,
         reason: str | None = None,
+        detail: Any = None,
     ) -> None:
         self.result.events.append(
-            step_event(step, from_state, to_state, actor=self.actor, reason=reason)
+            step_event(step, from_state, to_state, actor=self.actor, reason=reason, detail=detail)
         )
 
     def _run_event(
