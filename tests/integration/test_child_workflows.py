@@ -16,6 +16,7 @@ from sasflow.children import child_key
 from sasflow.ops import runs as run_ops
 from sasflow.ops.cancel import cancel
 from sasflow.ops.pause import pause_run, resume_run
+from sasflow.ops.resubmit import resubmit
 from sasflow.store.db import transaction
 from sasflow.store.runs import children as store_children
 from sasflow.store.runs.advance import advance_runs
@@ -255,5 +256,48 @@ def test_a_child_past_the_depth_bound_fails_its_step(
     ship = _step(engine, run_id, "ship")
     assert ship.state == "error"
     assert ship.error["type"] == "ChildDepthError"
+    assert _run(engine, run_id).error["error"]["type"] == "ChildDepthError"
     assert _children(engine, run_id) == []
     assert _run(engine, run_id).state in {"compensating", "compensated"}
+
+
+def test_a_resubmitted_parent_takes_its_child_as_the_child_ended(
+    engine: Engine, database_url: str, names: Names
+) -> None:
+    """A parent resubmitted after its child failed fails its step again (resubmit the child
+    first); once the child, resubmitted with a fixed input, completed, resubmitting the parent
+    takes the child's output: still one child."""
+    run_input = {"order": 8, "fail_ship": True}
+    run_id = _run_to_end(
+        engine, database_url, names, "order_error", run_input, ends={"completed", "error"}
+    )
+    [child] = _children(engine, run_id)
+
+    def again(run: int, new_input: Any = None) -> None:
+        with transaction(engine) as conn:
+            resubmit(
+                conn,
+                children.registry,
+                run,
+                actor="ann",
+                reason="carrier fixed",
+                namespace=names.namespace,
+                new_input=new_input,
+            )
+
+    with _roles(engine, database_url, names):
+        again(run_id)
+        harness.wait_for(
+            lambda: (
+                _step(engine, run_id, "ship").state == "error" and _ended(engine, run_id, {"error"})
+            ),
+            what="the parent failed again",
+        )
+        assert "resubmit it, then this run" in _run(engine, run_id).error["error"]["message"]
+        again(child.id, {"parcel": "parcel-8", "fail": False})
+        harness.wait_for(lambda: _ended(engine, child.id, {"completed"}), what="the child")
+        again(run_id)
+        harness.wait_for(lambda: _ended(engine, run_id, {"completed"}), what="the parent")
+
+    assert [k.id for k in _children(engine, run_id)] == [child.id]
+    assert _step(engine, run_id, "ship").output == {"send": {"tracking": "track-parcel-8"}}

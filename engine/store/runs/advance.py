@@ -143,6 +143,8 @@ class _Applier:
         self.registry = registry
         self.result = Advance()
         self._child_chain = False
+        self._failed: dict[int, Any] = {}
+        """Child steps that failed as they were applied, this apply: step id -> its error."""
         """A compensation chain whose first record undoes a child step, this apply."""
         self._matched: dict[int, Any] = {}
         """Waits that took their event as they opened, this apply: step id -> its output."""
@@ -251,15 +253,19 @@ class _Applier:
     def _current(
         self, steps: Sequence[StepRecord], moved: Mapping[int, StepState]
     ) -> list[StepRecord]:
-        """`steps` as the transitions left them: their states, and the outputs of the waits
-        that took their event as they opened."""
+        """`steps` as the transitions left them: their states, the outputs of the waits that
+        took their event as they opened, and the errors of child steps that could not
+        start."""
         matched, self._matched = self._matched, {}
+        failed, self._failed = self._failed, {}
         current = []
         for s in steps:
             if s.id in moved:
                 s = dataclasses.replace(s, state=moved[s.id])  # noqa: PLW2901 - the step, moved
             if s.id in matched:
                 s = dataclasses.replace(s, output=matched[s.id])  # noqa: PLW2901
+            if s.id in failed:
+                s = dataclasses.replace(s, error=failed[s.id])  # noqa: PLW2901
             current.append(s)
         return current
 
@@ -332,11 +338,26 @@ class _Applier:
     def _start_child(self, run: RunRecord, start: children.StartChild) -> StepState:
         """A ready child step submits its child (it stays waiting), or fails; its state now."""
         made = children.start(self.conn, self.registry, run, start)
+        if isinstance(made, children.Existing):
+            self.conn.execute(
+                advance_queries.end_map(),
+                {
+                    "b_id": start.step.id,
+                    "b_state": StepState.PROCESSED,
+                    "b_output": made.output,
+                    "b_error": None,
+                },
+            )
+            detail = {"child_run_id": made.run_id, "workflow": start.new.workflow}
+            self._step_event(start.step, StepState.WAITING, StepState.PROCESSED, "child", detail)
+            self._any_matched = True  # decided again: its successors follow
+            return StepState.PROCESSED
         if isinstance(made, StoredError):
             self.conn.execute(
                 advance_queries.fail_waiting(), {"b_id": start.step.id, "b_error": made.to_json()}
             )
             self._step_event(start.step, StepState.WAITING, StepState.ERROR, made.message)
+            self._failed[start.step.id] = made.to_json()
             self._any_matched = True  # decided again: the run's failure policy follows
             return StepState.ERROR
         self.result.ready += 1  # the child's first steps

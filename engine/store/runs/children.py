@@ -57,6 +57,15 @@ class CompensateChild:
     run_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """The child its key names had completed already: the step is processed with its
+    output."""
+
+    run_id: int
+    output: Any
+
+
 def started_child(step: StepRecord) -> int | None:
     """The child run of a waiting child step whose child runs; None for any other record."""
     if step.state != StepState.WAITING or not isinstance(step.input, dict):
@@ -79,30 +88,23 @@ def child_compensation(step: StepRecord) -> tuple[int | None, bool] | None:
 
 def start(conn: Connection, registry: Registry | None, run: RunRecord, start: StartChild) -> Any:
     """Submit the child of `start.step` (idempotent on its key) and link it to its parent; the
-    step's input names it. Returns the child's run id, or the StoredError that fails the step
-    (its workflow unknown, its input refused, a bound passed)."""
+    step's input names it. Returns the child's run id (it runs), `Existing` (the child its key
+    names completed already: a resubmission), or the StoredError that fails the step (its
+    workflow unknown, its input refused, a bound passed, the existing child failed)."""
     if registry is None:  # decided only with a registry: a guard, never taken
         return StoredError("ChildError", "no registry to submit the child run with")
-    depth = _depth(conn, run.id)
-    if depth >= MAX_DEPTH:
-        return StoredError(
-            "ChildDepthError",
-            f"step {start.step.name!r}: run {run.id} is {depth} children deep: a child would "
-            f"pass the bound of {MAX_DEPTH}",
-        )
-    count = conn.execute(
-        select(func.count()).select_from(runs).where(runs.c.parent_run_id == run.id)
-    ).scalar_one()
-    if count >= MAX_CHILDREN:
-        return StoredError(
-            "ChildCountError",
-            f"step {start.step.name!r}: run {run.id} has {count} children, the bound",
-        )
+    refused = _past_bounds(conn, run.id, start.step.name)
+    if refused is not None:
+        return refused
     [answer] = record_runs(
         conn, registry, [start.new], namespace="", actor="child", notify=False, isolate=True
     )
     if isinstance(answer, Refused):
         return StoredError("ChildRefused", f"step {start.step.name!r}: {answer.reason}")
+    if not answer.created:  # made ready again (a resubmission): the child its key names
+        ended = _ended_already(conn, answer.run_id, start.new.workflow)
+        if ended is not None:
+            return ended
     # A child of a paused parent starts paused (ops/pause.py cascades to the children).
     paused = conn.execute(select(runs.c.paused).where(runs.c.id == run.id)).scalar_one()
     conn.execute(
@@ -119,6 +121,45 @@ def start(conn: Connection, registry: Registry | None, run: RunRecord, start: St
         )
     )
     return answer.run_id
+
+
+def _past_bounds(conn: Connection, run_id: int, step: str) -> StoredError | None:
+    """Why run `run_id` may start no child for `step`: its parent chain is at the depth bound,
+    or its other steps started as many children as a run may have (ix_runs_parent_run_id)."""
+    depth = _depth(conn, run_id)
+    if depth >= MAX_DEPTH:
+        return StoredError(
+            "ChildDepthError",
+            f"step {step!r}: run {run_id} is {depth} children deep: a child would pass the "
+            f"bound of {MAX_DEPTH}",
+        )
+    count = conn.execute(
+        select(func.count())
+        .select_from(runs)
+        .where(runs.c.parent_run_id == run_id, runs.c.parent_step != step)
+    ).scalar_one()
+    if count >= MAX_CHILDREN:
+        return StoredError(
+            "ChildCountError", f"step {step!r}: run {run_id} has {count} children, the bound"
+        )
+    return None
+
+
+def _ended_already(conn: Connection, child_id: int, workflow: str) -> Existing | StoredError | None:
+    """The child of a step made ready again, when it ended: completed (`Existing`), or
+    otherwise (the step fails); None while it is active (primary key)."""
+    child = conn.execute(
+        select(runs.c.state, runs.c.output, runs.c.error).where(runs.c.id == child_id)
+    ).one()
+    if child.state == RunState.COMPLETED:
+        return Existing(child_id, child.output)
+    if child.state in ACTIVE_RUN_STATES:
+        return None
+    return StoredError(
+        "ChildFailed",
+        f"child run {child_id} of {workflow} is {child.state} (resubmit it, then this run)",
+        {"child_run_id": child_id, "child_error": child.error},
+    )
 
 
 def _depth(conn: Connection, run_id: int) -> int:
