@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sasflow.children import MAX_DEPTH
 from sasflow.errors import DefinitionError, UnknownWorkflowError
 from sasflow.schedules.definition import Schedule
 from sasflow.workflow import Workflow, check_name
@@ -55,6 +56,7 @@ class Registry:
                 )
             self._check_agents(workflow)
             self._workflows[key] = workflow
+        self._check_children()
         self._schedules: dict[str, Schedule] = {}
         for schedule in schedules:
             if schedule.name in self._schedules:
@@ -64,7 +66,7 @@ class Registry:
 
     def _check_agents(self, workflow: Workflow) -> None:
         for step in workflow.steps:
-            if step.is_timer or step.is_event_wait:
+            if step.is_timer or step.is_event_wait or step.is_child:
                 continue  # no agent runs it
             agent = self._agents.get(step.agent)
             where = f"workflow {workflow.name!r} v{workflow.version}, step {step.name!r}"
@@ -80,6 +82,41 @@ class Registry:
                         f"{where}: agent {step.agent!r} has no action {action!r} "
                         f"(it has: {', '.join(sorted(actions)) or 'none'})"
                     )
+
+    def _check_children(self) -> None:
+        """No registered workflow is its own descendant through child steps, and none nests
+        children deeper than MAX_DEPTH (a child not registered here is checked when it runs)."""
+        depths: dict[tuple[str, int], int] = {}
+
+        def depth(key: tuple[str, int], path: tuple[str, ...]) -> int:
+            if key in depths:
+                return depths[key]
+            here = f"{key[0]} v{key[1]}"
+            if here in path:
+                cycle = " -> ".join((*path[path.index(here) :], here))
+                raise DefinitionError(f"workflow {key[0]!r} is its own descendant: {cycle}")
+            deepest = 0
+            for name, version in self._workflows[key].child_workflows:
+                child = self._find(name, version)
+                if child is not None:
+                    deepest = max(deepest, 1 + depth(child, (*path, here)))
+            if deepest > MAX_DEPTH:
+                raise DefinitionError(
+                    f"workflow {key[0]!r} v{key[1]} nests child workflows {deepest} deep, more "
+                    f"than {MAX_DEPTH}"
+                )
+            depths[key] = deepest
+            return deepest
+
+        for key in self._workflows:
+            depth(key, ())
+
+    def _find(self, name: str, version: int | None) -> tuple[str, int] | None:
+        """The key of workflow `name` at `version` (None: its latest), if registered."""
+        versions = [v for (n, v) in self._workflows if n == name]
+        if version is None:
+            return (name, max(versions)) if versions else None
+        return (name, version) if version in versions else None
 
     @property
     def workflows(self) -> tuple[Workflow, ...]:

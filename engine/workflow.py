@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from sasflow.approvals import APPROVAL_EVENT, RESERVED_EVENT_PREFIX, ApprovalSpec, FieldSpec
+from sasflow.children import CHILD_AGENT, MAX_CHILDREN, ChildSpec
 from sasflow.errors import DefinitionError
 from sasflow.maps import MapSpec
 from sasflow.policy import ExhaustedPolicy, StepPolicy, exhausted_policy
@@ -113,6 +114,39 @@ class Step:
     map_spec: MapSpec | None = None
     """A map step's definition (`Step.map`): it runs once per item of a list; None
     otherwise."""
+    child_spec: ChildSpec | None = None
+    """A child step's definition (`Step.child`): it runs another workflow; None otherwise."""
+
+    @classmethod
+    def child(
+        cls,
+        name: str,
+        *,
+        workflow: str,
+        version: int | None = None,
+        input: str | None = None,  # noqa: A002 - what it is
+        after: tuple[str, ...] | None = None,
+        when: Condition | None = None,
+        if_skipped: IfSkipped = "skip",
+    ) -> Step:
+        """A child step: no agent runs it; when it becomes ready a run of `workflow` (`version`,
+        None: the latest registered) is submitted with the input at `input` (`input.<field>...`,
+        `steps.<step>` or `steps.<step>.<field>...`; None: this run's input), keyed
+        `parent:<run id>:<step>` so it is created once. It is processed with the child's
+        output when the child completes, and fails (the run's failure policy) with the
+        child's error when it ends otherwise. Cancelling or pausing the parent cascades to
+        its children; a parent that compensates compensates its completed children in reverse
+        order (docs/concepts.md, "Child workflows"). Not a root step."""
+        spec = ChildSpec.of(name, workflow, version, input)
+        return cls(
+            name,
+            CHILD_AGENT,
+            workflow,
+            after=after,
+            when=when,
+            if_skipped=if_skipped,
+            child_spec=spec,
+        )
 
     @classmethod
     def map(
@@ -247,6 +281,11 @@ class Step:
         return self.approval_spec is not None
 
     @property
+    def is_child(self) -> bool:
+        """True for a child step (`Step.child`): a run of another workflow, no agent."""
+        return self.agent == CHILD_AGENT
+
+    @property
     def is_event_wait(self) -> bool:
         """True for an event wait (`Step.wait_for`): the schedulers, not an agent, process it."""
         return self.agent == EVENT_AGENT
@@ -279,6 +318,7 @@ class Step:
             **({"if_skipped": self.if_skipped} if self.if_skipped != "skip" else {}),
             **({"approval": self.approval_spec.shape()} if self.approval_spec else {}),
             **({"map": self.map_spec.shape()} if self.map_spec is not None else {}),
+            **({"child": self.child_spec.shape()} if self.child_spec is not None else {}),
         }
 
     @property
@@ -397,6 +437,13 @@ class Workflow:
         for step in self.steps:
             self._check_condition(step)
             self._check_map(step)
+            self._check_child(step)
+        children = sum(1 for s in self.steps if s.is_child)
+        if children > MAX_CHILDREN:
+            raise DefinitionError(
+                f"workflow {name!r}: {children} child steps, more than {MAX_CHILDREN} children "
+                "per run"
+            )
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, version={self.version}, steps={list(self.order)})"
@@ -584,6 +631,47 @@ class Workflow:
                 f"{where}: it reads {spec.items}, but {source!r} is not a step it depends "
                 "on (directly or not)"
             )
+
+    def _check_child(self, step: Step) -> None:
+        """A child step as `Step.child` makes it: not a root, reading its input from the run's
+        input or a step it depends on."""
+        spec = step.child_spec
+        if not step.is_child and spec is None:
+            return
+        where = f"workflow {self.name!r}: step {step.name!r}"
+        if (
+            not isinstance(spec, ChildSpec)
+            or not step.is_child
+            or step.action != spec.workflow
+            or step.compensate is not None
+            or step.pool is not None
+            or not step.takes_run_input
+            or step.map_spec is not None
+        ):
+            raise DefinitionError(
+                f"{where}: agent {CHILD_AGENT!r} is reserved for child steps: declare them with "
+                "Step.child (no compensate, no pool, no input builder)"
+            )
+        if not self.dependencies[step.name]:
+            raise DefinitionError(
+                f"{where}: a child step cannot be a root step (its child is submitted when it "
+                "becomes ready: put it after a step)"
+            )
+        source = spec.input.source if spec.input is not None else "input"
+        if source != "input" and source not in self.ancestors[step.name]:
+            raise DefinitionError(
+                f"{where}: its input reads {spec.input}, but {source!r} is not a step it "
+                "depends on (directly or not)"
+            )
+
+    @property
+    def child_workflows(self) -> tuple[tuple[str, int | None], ...]:
+        """The (workflow, version) its child steps run (version None: the latest)."""
+        return tuple(
+            (s.child_spec.workflow, s.child_spec.version)
+            for s in self.steps
+            if s.child_spec is not None
+        )
 
     def _topological_order(self) -> tuple[str, ...]:
         # Kahn's algorithm, stable in declaration order; what is left over depends on a cycle.

@@ -53,10 +53,22 @@ class RunResponse(_Response):
     paused: bool = Field(
         default=False, description="Paused by an operator: none of its steps is dispatched."
     )
+    parent_run_id: int | None = Field(
+        default=None,
+        description='The run whose child step started it (docs/concepts.md, "Child '
+        'workflows"); null for a run submitted otherwise.',
+    )
+    parent_step: str | None = Field(
+        default=None, description="The parent's child step that started it."
+    )
     parked: list[str] = Field(
         default_factory=list,
         description="Its parked steps (their failures ran out and their policy parks them): the "
         "run waits for an operator to unpark or fail it (docs/operations.md).",
+    )
+    children: list[int] = Field(
+        default_factory=list,
+        description="The runs its child steps started, oldest first (`GET /v1/runs/{id}`).",
     )
 
 

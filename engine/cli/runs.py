@@ -213,6 +213,10 @@ def show_command(obj: CliContext, run_id: int, tracebacks: bool, output: str) ->
         f"{run['state']}{', paused' if run['paused'] else ''}"
         + (f", parked: {', '.join(run['parked'])}" if run["parked"] else "")
     )
+    if run.get("parent_run_id") is not None:
+        click.echo(f"  parent: run {run['parent_run_id']}, step {run['parent_step']}")
+    if run.get("children"):
+        click.echo(f"  children: {', '.join(f'run {c}' for c in run['children'])}")
     finished = run["finished_at"]
     click.echo(
         f"  created {compact_time(run['created_at'], now)} UTC"

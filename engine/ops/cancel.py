@@ -22,13 +22,14 @@ from typing import Any
 from sasflow.commands import StoredError
 from sasflow.errors import InvalidActionError
 from sasflow.ops.actions import close_alerts, lock_run
-from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, StepState
+from sasflow.ops.reasons import REASON_MAX
+from sasflow.states import CANCELLABLE_RUN_STATES, NOT_STARTED_STEP_STATES, RunState, StepState
 from sasflow.store.db import Connection, rehearse
 from sasflow.store.notify import notify_ready
 from sasflow.store.operator import inspect
 from sasflow.store.operator import transitions as operator
 from sasflow.store.operator.inspect import RunFilter
-from sasflow.store.runs import events
+from sasflow.store.runs import children, events
 from sasflow.store.runs.advance import advance_runs
 from sasflow.store.runs.events import CANCEL_AGENT_KEY
 
@@ -64,12 +65,8 @@ def cancel(
         s for s in candidates if not (compensate and s.state == StepState.PENDING and s.attempt > 0)
     ]
     operator.cancel_steps(conn, [s.id for s in stopped])
-    to_state = operator.cancel_run(
-        conn,
-        run_id,
-        compensate=compensate,
-        error=StoredError("Cancelled", reason, {"by": actor}).to_json(),
-    )
+    stored = StoredError("Cancelled", reason, {"by": actor}).to_json()
+    to_state = operator.cancel_run(conn, run_id, compensate=compensate, error=stored)
     batch = [
         events.Event(
             run_id=run_id,
@@ -88,8 +85,26 @@ def cancel(
         batch += advanced.events
         final = operator.run_state(conn, run_id)
         notify_ready(conn, namespace)
+    if not compensate:  # a child's parent step fails with it (compensating: when it ends)
+        parent, ended = children.ended(
+            conn, run_id, run.workflow, RunState.CANCELLED, None, stored, actor=actor
+        )
+        batch += ended
+        if parent is not None:
+            batch += advance_runs(conn, None, [parent], actor=actor).events
     events.record(conn, batch)
     close_alerts(conn, run_id, actor=actor, reason=f"run cancelled: {reason}")
+    # Its children still pending or running are cancelled the same way, recursively (their
+    # agents get their cancel); the parent's step that waited for each is cancelled already.
+    for child in children.active_children(conn, run_id):
+        cancel(
+            conn,
+            child,
+            actor=actor,
+            reason=f"parent run {run_id} cancelled: {reason}"[:REASON_MAX],
+            namespace=namespace,
+            compensate=compensate,
+        )
     return Cancelled(run_id, final, tuple(s.name for s in stopped))
 
 

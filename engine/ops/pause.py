@@ -26,7 +26,7 @@ from sasflow.store.flow import pauses as agent_pauses
 from sasflow.store.notify import notify_ready
 from sasflow.store.operator import pauses as run_pauses
 from sasflow.store.operator.audit import AuditRecord, record
-from sasflow.store.runs import events
+from sasflow.store.runs import children, events
 
 NAME_MAX = 100
 """The longest agent or action name the store holds."""
@@ -44,7 +44,8 @@ def pause_run(
 ) -> dict[str, Any]:
     """Pause the run (`paused` False: resume it) inside the caller's transaction: {run_id,
     state, paused, changed}. Pausing a paused run, or resuming one not paused, changes nothing
-    and records nothing (`changed` False); an ended run is refused (nothing is left to hold)."""
+    and records nothing (`changed` False); an ended run is refused (nothing is left to hold). Its
+    child runs still pending or running are paused (resumed) with it, recursively."""
     _check_reason(reason)
     run = lock_run(conn, run_id)
     verb = "paused" if paused else "resumed"
@@ -66,6 +67,9 @@ def pause_run(
                 )
             ],
         )
+    # Its children follow (docs/concepts.md, "Child workflows"), and theirs in turn.
+    for child in children.active_children(conn, run_id):
+        pause_run(conn, child, actor=actor, reason=reason, paused=paused)
     return {"run_id": run_id, "state": str(run.state), "paused": paused, "changed": changed}
 
 

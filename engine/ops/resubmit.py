@@ -97,14 +97,14 @@ def resubmit(
     ctx = StepContext(
         run_input=run_input, outputs=outputs, run_id=run_id, business_key=run.business_key
     )
-    resets, ready, maps = _resets(workflow, reset, rows, ctx)
+    resets, ready, maps, later = _resets(workflow, reset, rows, ctx)
     batch = [
         _step_event(rows[name], r, actor=actor, reason=f"resubmitted: {reason}")
         for name, r in resets
     ]
     operator.reset_steps(conn, [r for _, r in resets])
     operator.delete_map_items(conn, run_id, maps)
-    if maps:
+    if later:
         operator.advance_later(conn, run_id)
     # A new forward attempt: a previous compensation chain is history (kept in events).
     operator.delete_compensation_chain(conn, run_id)
@@ -132,27 +132,33 @@ def resubmit(
 
 def _resets(
     workflow: Workflow, reset: set[str], rows: dict[str, Any], ctx: StepContext
-) -> tuple[list[tuple[str, StepReset]], list[str], list[int]]:
+) -> tuple[list[tuple[str, StepReset]], list[str], list[int], bool]:
     """How the steps `reset` run again, in the workflow's order; the ones ready now; the maps
-    among them. A map runs over its list again, all its items anew: it waits (never pending)
-    for a scheduler's advance duty to create them (docs/concepts.md, "Map steps")."""
+    among them; whether a scheduler's advance duty must make some ready. A map runs over its
+    list again, all its items anew: it waits (never pending) for that duty to create them
+    (docs/concepts.md, "Map steps"); a child step waits for it the same way, to submit its
+    child (the same child, by its key: "Child workflows")."""
     resets: list[tuple[str, StepReset]] = []
     ready: list[str] = []
     maps: list[int] = []
+    later = False
     for name in workflow.order:
         if name not in reset:
             continue
         row = rows[name]
         deps_done = all(d in ctx.outputs for d in row.depends_on)
-        if workflow.step(name).map_spec is not None:
-            maps.append(row.id)
+        definition = workflow.step(name)
+        if definition.map_spec is not None or definition.child_spec is not None:
+            if definition.map_spec is not None:
+                maps.append(row.id)
+            later = True
             resets.append((name, dataclasses.replace(_reset(row, False), input=None)))
             continue
         step_input = build_step_input(workflow, name, ctx) if deps_done else None
         resets.append((name, _reset(row, deps_done, step_input)))
         if deps_done:
             ready.append(name)
-    return resets, ready, maps
+    return resets, ready, maps, later
 
 
 def _reset(row: Any, deps_done: bool, step_input: Any = None) -> StepReset:

@@ -12,6 +12,7 @@ from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
 from sasflow.store.operator import audit, inspect
 from sasflow.store.operator.inspect import RunFilter
+from sasflow.store.runs import children
 
 __all__ = [
     "RunFilter",
@@ -54,7 +55,8 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
     breaker, no live agent instance, a paused run or agent; docs/flow-control.md), or is parked,
     else None, and why it was `skipped` (`skip_reasons`), else None; the run says which of its
-    steps are `parked`."""
+    steps are `parked`, and its `children` (the ids of the runs its child steps started; its
+    `parent_run_id` and `parent_step` are columns of its row)."""
     detail = inspect.run_detail(conn, run_id)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
@@ -68,6 +70,7 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
         if step["state"] == StepState.PARKED:
             step["waiting"] = "parked: an operator unparks or fails it"
     detail["run"]["parked"] = [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
+    detail["run"]["children"] = children.children_of(conn, [run_id])
     detail["failures"] = failures(detail["events"])
     why = skip_reasons(detail["events"])
     for step in detail["steps"]:

@@ -114,6 +114,9 @@ runs = Table(
     # finish and the run advances, its new steps wait pending. A flag, not a state: a paused
     # run keeps its state machine (running, compensating...) and resume is clearing one column.
     Column("paused", Boolean, nullable=False, server_default=false()),
+    # A child run (Step.child): the run and step that started it; NULL for any other run.
+    Column("parent_run_id", Id, nullable=True),
+    Column("parent_step", String(100), nullable=True),
     # Advancing the run needs a scheduler that has its workflow version loaded (user code to
     # run: an input builder, the run's output; or a version the advancing scheduler lacked):
     # from when (database clock), or until when a scheduler holds it while it builds
@@ -125,6 +128,13 @@ runs = Table(
         "advance_due",
         postgresql_where=text("advance_due IS NOT NULL"),
         sqlite_where=text("advance_due IS NOT NULL"),
+    ),
+    # Serves a run's children (store.runs.children): partial, so only child runs are in it.
+    Index(
+        "ix_runs_parent_run_id",
+        "parent_run_id",
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+        sqlite_where=text("parent_run_id IS NOT NULL"),
     ),
 )
 

@@ -35,7 +35,7 @@ ROWS: list[tuple[type[BaseModel], Iterable[ColumnElement[Any]]]] = [
     (responses.IncidentSummaryResponse, incident_store.LIST_COLUMNS),
 ]
 COMPUTED = {
-    responses.RunResponse: ["parked"],
+    responses.RunResponse: ["parked", "children"],
     responses.StepResponse: ["waiting", "skipped"],
     responses.LimitResponse: ["description", "burst_effective", "state", "created"],
     responses.IncidentSummaryResponse: ["sample_runs"],

@@ -19,12 +19,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
+from sasflow.commands import StoredError
 from sasflow.errors import SasflowError
 from sasflow.registry import Registry
 from sasflow.states import ACTIVE_RUN_STATES, RunState, StepKind, StepState
 from sasflow.store.inbound.consume import consume_at_open
 from sasflow.store.outbox.alerts import raise_alert
-from sasflow.store.runs import advance_queries, queries
+from sasflow.store.runs import advance_queries, children, queries
 from sasflow.store.runs.decide import (
     NOTHING_BUILT,
     Built,
@@ -83,7 +84,7 @@ def advance_runs(
     `built`: run id -> what that duty built for it off the loop.
     """
     ids = sorted(set(run_ids))
-    applier = _Applier(conn, actor)
+    applier = _Applier(conn, actor, registry)
     if not ids:
         return applier.result
     if locked is None:
@@ -101,18 +102,25 @@ def advance_runs(
         while transitions:
             run, steps = applier.apply(run, steps, transitions)
             maps = applier.take_maps()
+            # A chain whose first record undoes a child step: its child's compensation starts.
+            chained = applier.take_child_chain()
             # An opened wait that took its event at once is processed, as is an empty map: their
             # successors follow.
-            if not isinstance(transitions[-1], StartCompensation) and not applier.take_matched():
+            if (
+                not isinstance(transitions[-1], StartCompensation)
+                and not applier.take_matched()
+                and not chained
+            ):
                 break
-            if maps:  # items created or a map ended: the rows say how
+            if maps or chained:  # items created, a map ended or a chain created: the rows say how
                 steps = [
                     StepRecord.from_row(row._mapping)
                     for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": [run_id]})
                 ]
-            # Compensating now, or a wait matched: decide again from the forward steps as the
-            # transitions left them.
-            steps = [s for s in steps if s.kind == StepKind.FORWARD]
+            if not chained:
+                # Compensating now, or a wait matched: decide again from the forward steps as
+                # the transitions left them.
+                steps = [s for s in steps if s.kind == StepKind.FORWARD]
             transitions = decide(run, steps, workflow, made)
     return applier.result
 
@@ -129,10 +137,15 @@ def _definition(registry: Registry | None, run: RunRecord, actor: str) -> Defini
 class _Applier:
     """Applies decisions with `advance_queries`, recording their events and counts."""
 
-    def __init__(self, conn: Connection, actor: str) -> None:
+    def __init__(self, conn: Connection, actor: str, registry: Registry | None) -> None:
         self.conn = conn
         self.actor = actor
+        self.registry = registry
         self.result = Advance()
+        self._child_chain = False
+        self._failed: dict[int, Any] = {}
+        """Child steps that failed as they were applied, this apply: step id -> its error."""
+        """A compensation chain whose first record undoes a child step, this apply."""
         self._matched: dict[int, Any] = {}
         """Waits that took their event as they opened, this apply: step id -> its output."""
         self._any_matched = False
@@ -144,12 +157,18 @@ class _Applier:
         found, self._maps = self._maps, False
         return found
 
+    def take_child_chain(self) -> bool:
+        """Whether a chain whose first record undoes a child step was created since the last
+        call."""
+        found, self._child_chain = self._child_chain, False
+        return found
+
     def take_matched(self) -> bool:
         """Whether a wait took its event as it opened since the last call."""
         found, self._any_matched = self._any_matched, False
         return found
 
-    def apply(
+    def apply(  # noqa: PLR0912 - one branch per transition
         self, run: RunRecord, steps: Sequence[StepRecord], transitions: Sequence[Transition]
     ) -> tuple[RunRecord, list[StepRecord]]:
         """Apply `transitions` to `run`; returns the run and its steps as they are now."""
@@ -179,6 +198,10 @@ class _Applier:
                     self._step_event(step, StepState.WAITING, StepState.PENDING, reason)
                 case ExpandMap() | EndMap():
                     moved[transition.step.id] = self._map(transition)
+                case children.StartChild():
+                    moved[transition.step.id] = self._start_child(run, transition)
+                case children.CompensateChild():
+                    self._compensate_child(transition)
                 case StartCompensation(error):
                     stored = error.to_json()
                     self.conn.execute(
@@ -207,6 +230,7 @@ class _Applier:
                         {"output": output} if to_state == RunState.COMPLETED else {"error": stored}
                     )
                     self._run_event(run, to_state, detail)
+                    self._child_ended(run, to_state, output, stored)
                     run = dataclasses.replace(run, state=to_state, error=error)
                 case NeedsAdvance(reason, to_build, output):
                     self.conn.execute(advance_queries.mark_advance(), {"b_id": run.id})
@@ -229,15 +253,19 @@ class _Applier:
     def _current(
         self, steps: Sequence[StepRecord], moved: Mapping[int, StepState]
     ) -> list[StepRecord]:
-        """`steps` as the transitions left them: their states, and the outputs of the waits
-        that took their event as they opened."""
+        """`steps` as the transitions left them: their states, the outputs of the waits that
+        took their event as they opened, and the errors of child steps that could not
+        start."""
         matched, self._matched = self._matched, {}
+        failed, self._failed = self._failed, {}
         current = []
         for s in steps:
             if s.id in moved:
                 s = dataclasses.replace(s, state=moved[s.id])  # noqa: PLW2901 - the step, moved
             if s.id in matched:
                 s = dataclasses.replace(s, output=matched[s.id])  # noqa: PLW2901
+            if s.id in failed:
+                s = dataclasses.replace(s, error=failed[s.id])  # noqa: PLW2901
             current.append(s)
         return current
 
@@ -307,6 +335,60 @@ class _Applier:
         self.result.ready += 1
         self._step_event(timer.step, StepState.WAITING, StepState.PENDING, "timer")
 
+    def _start_child(self, run: RunRecord, start: children.StartChild) -> StepState:
+        """A ready child step submits its child (it stays waiting), or fails; its state now."""
+        made = children.start(self.conn, self.registry, run, start)
+        if isinstance(made, children.Existing):
+            self.conn.execute(
+                advance_queries.end_map(),
+                {
+                    "b_id": start.step.id,
+                    "b_state": StepState.PROCESSED,
+                    "b_output": made.output,
+                    "b_error": None,
+                },
+            )
+            detail = {"child_run_id": made.run_id, "workflow": start.new.workflow}
+            self._step_event(start.step, StepState.WAITING, StepState.PROCESSED, "child", detail)
+            self._any_matched = True  # decided again: its successors follow
+            return StepState.PROCESSED
+        if isinstance(made, StoredError):
+            self.conn.execute(
+                advance_queries.fail_waiting(), {"b_id": start.step.id, "b_error": made.to_json()}
+            )
+            self._step_event(start.step, StepState.WAITING, StepState.ERROR, made.message)
+            self._failed[start.step.id] = made.to_json()
+            self._any_matched = True  # decided again: the run's failure policy follows
+            return StepState.ERROR
+        self.result.ready += 1  # the child's first steps
+        detail = {"child_run_id": made, "workflow": start.new.workflow}
+        self._step_event(start.step, StepState.WAITING, StepState.WAITING, "child", detail)
+        return StepState.WAITING
+
+    def _compensate_child(self, undo: children.CompensateChild) -> None:
+        """A compensation record of a child step: its child run compensates, advanced here
+        (its chain created, or compensated at once, which ends the record)."""
+        self.result.events += children.compensate(self.conn, undo, actor=self.actor)
+        self._merge(advance_runs(self.conn, None, [undo.run_id], actor=self.actor))
+
+    def _child_ended(self, run: RunRecord, state: RunState, output: Any, error: Any) -> None:
+        """A run ended: when a step of its parent waited for it, that step ends and the
+        parent is advanced, in this transaction."""
+        parent, ended = children.ended(
+            self.conn, run.id, run.workflow, state, output, error, actor=self.actor
+        )
+        self.result.events += ended
+        if parent is not None:
+            self._merge(advance_runs(self.conn, self.registry, [parent], actor=self.actor))
+
+    def _merge(self, nested: Advance) -> None:
+        """What advancing another run (a parent, a child) did, counted with this one."""
+        self.result.events += nested.events
+        self.result.ready += nested.ready
+        self.result.alerts += nested.alerts
+        self.result.compensations += nested.compensations
+        self.result.deferred += nested.deferred
+
     def _map(self, transition: ExpandMap | EndMap) -> StepState:
         """A map's items created, or the map ended; its state now."""
         self._maps = True
@@ -358,6 +440,7 @@ class _Applier:
         return end.state
 
     def _create_chain(self, run: RunRecord, records: Sequence[dict[str, Any]]) -> None:
+        self._child_chain = records[0]["state"] == StepState.WAITING
         inserted = self.conn.execute(advance_queries.insert_steps(), list(records)).all()
         for record, row in zip(records, inserted, strict=True):
             self.result.events.append(
@@ -397,9 +480,10 @@ class _Applier:
         from_state: StepState,
         to_state: StepState,
         reason: str | None = None,
+        detail: Any = None,
     ) -> None:
         self.result.events.append(
-            step_event(step, from_state, to_state, actor=self.actor, reason=reason)
+            step_event(step, from_state, to_state, actor=self.actor, reason=reason, detail=detail)
         )
 
     def _run_event(

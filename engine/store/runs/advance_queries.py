@@ -103,7 +103,8 @@ def expand_map() -> Update:
 
 @cache
 def end_map() -> Update:
-    """A waiting map step ends in :b_state with its output and error (primary key)."""
+    """A waiting map step ends in :b_state with its output and error; a child step too, when
+    the child its key names had ended already (primary key)."""
     return (
         update(steps)
         .where(steps.c.id == bindparam("b_id"), steps.c.state == StepState.WAITING)

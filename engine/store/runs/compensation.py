@@ -2,7 +2,8 @@
 
 Compensation steps are rows of kind `compensation` (one per processed step that names a
 compensating action), chained so that each waits for the one before: the steps are undone in
-reverse topological order of the workflow (a map's items in reverse index order). They are
+reverse topological order of the workflow (a map's items in reverse index order; a child step by
+compensating its child run, store.runs.children). They are
 claimed, dispatched, deadlined and supervised like any step; the run goes `compensating` ->
 `compensated`, or `compensation_failed` (with an alert) when one of them fails for good.
 
@@ -15,9 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sasflow.children import CHILD_AGENT
 from sasflow.states import StepKind, StepState
 from sasflow.store.runs.records import StepRecord
 from sasflow.store.runs.step_rows import POLICY_COLUMNS, defined_columns, step_row
+
+CHILD_UNDO = "compensate"
+"""The action of the compensation record that undoes a child step (`Step.child`)."""
 
 
 def reverse_topological(records: Sequence[StepRecord]) -> list[StepRecord]:
@@ -64,25 +69,27 @@ def chain(run_id: int, forward: Sequence[StepRecord]) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     previous: str | None = None
     for step in undo_order(forward):
-        action = step.compensate_action
+        # A child step is undone by compensating its child run (store.runs.children).
+        action = CHILD_UNDO if step.agent == CHILD_AGENT else step.compensate_action
         if step.state != StepState.PROCESSED or not action:
             continue
-        records.append(
-            step_row(
-                defined_columns(
-                    name=step.name,
-                    kind=StepKind.COMPENSATION,
-                    agent=step.agent,
-                    action=action,
-                    depends_on=[previous] if previous else [],
-                    policy={column: getattr(step, column) for column in POLICY_COLUMNS},
-                    pool=step.pool,
-                ),
-                run_id=run_id,
-                priority=step.priority,
-                input={"input": step.input, "output": step.output},
+        record = step_row(
+            defined_columns(
+                name=step.name,
+                kind=StepKind.COMPENSATION,
+                agent=step.agent,
+                action=action,
+                depends_on=[previous] if previous else [],
+                policy={column: getattr(step, column) for column in POLICY_COLUMNS},
                 pool=step.pool,
-            )
+            ),
+            run_id=run_id,
+            priority=step.priority,
+            input={"input": step.input, "output": step.output},
+            pool=step.pool,
         )
+        if step.agent == CHILD_AGENT:  # never claimed: released by compensating its child
+            record["state"] = StepState.WAITING
+        records.append(record)
         previous = step.name
     return records

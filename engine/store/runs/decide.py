@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sasflow.commands import RunError, StoredError
+from sasflow.children import ChildSpec, child_key
+from sasflow.commands import NewRun, RunError, StoredError
 from sasflow.states import (
     ACTIVE_RUN_STATES,
     DONE_STEP_STATES,
@@ -35,10 +36,16 @@ from sasflow.states import (
     StepState,
 )
 from sasflow.store.outbox.alerts import COMPENSATION_FAILED, STEP_FAILED, Alert
+from sasflow.store.runs.children import (
+    CompensateChild,
+    StartChild,
+    child_compensation,
+    started_child,
+)
 from sasflow.store.runs.compensation import chain
 from sasflow.store.runs.mapping import EndMap, ExpandMap, expand, expanded, progress
 from sasflow.store.runs.records import RunRecord, StepRecord
-from sasflow.waits import MAX_CORRELATION, WaitSpec
+from sasflow.waits import MAX_CORRELATION, MISSING, WaitSpec
 from sasflow.when import ConditionError, evaluate
 from sasflow.workflow import Step, Workflow
 
@@ -200,6 +207,8 @@ Transition = (
     | RaiseAlert
     | ExpandMap
     | EndMap
+    | StartChild
+    | CompensateChild
 )
 
 NOTHING_BUILT = Built()
@@ -232,7 +241,7 @@ def _forward(
     # ready or failed.
     state = {s.name: s.state for s in records} | {s.name: s.state for s in steps}
     errors = {s.name: s.error for s in steps}
-    running = {s.name for s in steps if expanded(s) is not None}
+    running = {s.name for s in steps if expanded(s) is not None or started_child(s) is not None}
     waiting, to_build, unready = _decide_waiting(
         run, steps, workflow, built, state, errors, running
     )
@@ -329,9 +338,9 @@ def _decide_waiting(  # noqa: PLR0917 - the run's rows and what _forward holds o
             if isinstance(made, FailWaiting):
                 state[step.name] = StepState.ERROR
                 errors[step.name] = made.error.to_json()
-            elif isinstance(made, ExpandMap | EndMap):
-                # Its items run (it stays waiting), or it ended at once (empty): the store
-                # decides again for its successors from the rows as they are then.
+            elif isinstance(made, ExpandMap | EndMap | StartChild):
+                # Its items or its child run (it stays waiting), or it ended at once (empty):
+                # the store decides again for its successors from the rows as they are then.
                 pass
             else:
                 state[step.name] = (
@@ -388,13 +397,13 @@ def outputs_of(steps: Sequence[StepRecord]) -> dict[str, Any]:
     }
 
 
-def _ready(
+def _ready(  # noqa: PLR0911 - one return per kind of step
     run: RunRecord,
     step: StepRecord,
     workflow: Workflow,
     built: Built,
     steps: Sequence[StepRecord],
-) -> MakeReady | StartTimer | OpenWait | FailWaiting | ExpandMap | EndMap | None:
+) -> MakeReady | StartTimer | OpenWait | FailWaiting | ExpandMap | EndMap | StartChild | None:
     """A ready waiting step with its input: the run's (the default builder), or what the advance
     duty built; None when its builder must run first. A timer step starts its sleep: a fixed
     one at once, one `until` a time once the advance duty computed that time. A map gets its
@@ -407,6 +416,8 @@ def _ready(
             "definition changed without a new version",
         )
         return FailWaiting(step, missing)
+    if definition.child_spec is not None:
+        return _start_child(run, step, definition.child_spec, outputs_of(steps))
     if definition.map_spec is not None:
         made = expand(run, step, definition, workflow.parks(step.name), outputs_of(steps))
         return FailWaiting(step, made) if isinstance(made, StoredError) else made
@@ -423,6 +434,21 @@ def _ready(
         if definition.is_timer
         else MakeReady(step, value)
     )
+
+
+def _start_child(
+    run: RunRecord, step: StepRecord, spec: ChildSpec, outputs: Mapping[str, Any]
+) -> StartChild | FailWaiting:
+    """A ready child step submits its child with the input at its path (a path, not user
+    code); a path that leads to no value fails it."""
+    value = spec.read(run.input, outputs)
+    if value is MISSING:
+        missing = StoredError(
+            "ChildInputError", f"child step {step.name!r}: {spec.input} has no value"
+        )
+        return FailWaiting(step, missing)
+    new = NewRun(spec.workflow, value, key=child_key(run.id, step.name), version=spec.version)
+    return StartChild(step, new)
 
 
 def _without_builder(
@@ -509,6 +535,8 @@ def _failed(
             continue
         if compensating and _in_flight(s.kind, current, s.attempt):
             continue  # a retry of an attempt with unknown outcome: it must finish first
+        if started_child(s) is not None:
+            continue  # its child runs: in flight, its outcome still arrives
         decided.append(Skip(s, current, "run failed"))
     if compensating:
         decided.append(StartCompensation(error))
@@ -536,8 +564,8 @@ def _compensation(
 ) -> list[Transition]:
     """A `compensating` run: wait for in-flight steps, create the chain, release its next step,
     and end in `compensated` or `compensation_failed`."""
-    if any(_in_flight(s.kind, s.state, s.attempt) for s in forward):
-        return []  # an in-flight step may still succeed: it must be undone too
+    if any(_in_flight(s.kind, s.state, s.attempt) or started_child(s) is not None for s in forward):
+        return []  # an in-flight step (or child run) may still succeed: it must be undone too
     if not steps:
         created = chain(run.id, forward)
         if not created:
@@ -570,12 +598,18 @@ def _compensation(
     if all(s.state == StepState.PROCESSED for s in steps):
         return [Finish(RunState.COMPENSATED, error=run.error)]  # keep why it was compensated
     state = {s.name: s.state for s in steps}
-    return [
-        Release(s)
-        for s in steps
-        if s.state == StepState.WAITING
-        and all(state.get(d) == StepState.PROCESSED for d in s.depends_on)
-    ]
+    released: list[Transition] = []
+    for s in steps:
+        if s.state != StepState.WAITING or not all(
+            state.get(d) == StepState.PROCESSED for d in s.depends_on
+        ):
+            continue
+        undoing = child_compensation(s)
+        if undoing is None:
+            released.append(Release(s))
+        elif not undoing[1]:  # its turn: the child compensates; started: it waits for it
+            released.append(CompensateChild(s, undoing[0] or 0))
+    return released
 
 
 def _in_flight(kind: StepKind, state: StepState, attempt: int) -> bool:
