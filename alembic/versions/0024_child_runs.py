@@ -1,6 +1,6 @@
 """child workflows: a run started by a child step (Step.child) names its parent run and step
 
-Revision ID: 0025
+Revision ID: 0024
 Revises: 0023
 Create Date: 2026-11-25 22:40:00.000000
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0025'
+revision: str = '0024'
 down_revision: str | None = '0023'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
