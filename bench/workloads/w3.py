@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pika
 
@@ -27,6 +28,9 @@ from sasflow import Registry, Step, Workflow, submit_run
 from sasflow.agents import Agent, Call
 from sasflow.hooks import Hooks
 from tests import harness, services
+
+if TYPE_CHECKING:
+    from bench.stages import Stages
 
 
 @dataclass
@@ -54,11 +58,13 @@ def latency_once(
     *,
     schedulers: int = 1,
     submitter: bool = False,
+    stages: Stages | None = None,
 ) -> Latencies:
     """One W3 measurement; `hooks(role)` gives the scheduler's and the agent's hooks
     (bench/overhead.py). `schedulers` and `submitter`: more relays (issue 26's topology: two
     schedulers and a submitter relaying events, bench/w3_relays.py); the runs are still
-    submitted by the bench itself."""
+    submitted by the bench itself. `stages`: stamp each stage of the path (bench/stages.py;
+    it is then the schedulers' hooks)."""
     handled: dict[int, float] = {}
     registry, agent = build_registry(handled)
     runs = int(sizes.w3_seconds * sizes.w3_rate)
@@ -83,17 +89,24 @@ def latency_once(
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
         try:
+            scheduler_hooks = stages if stages is not None else hooks("scheduler")
+            scheds = [
+                harness.scheduler(engine, url, registry, names, scheduler_hooks)
+                for _ in range(schedulers)
+            ]
+            if stages is not None:
+                for sched in scheds:
+                    stages.attach(sched)
             roles: list[harness.Role] = [
-                *(
-                    harness.scheduler(engine, url, registry, names, hooks("scheduler"))
-                    for _ in range(schedulers)
-                ),
+                *scheds,
                 harness.agent(agent, names, hooks=hooks("agent")),
                 *([harness.submitter(engine, registry, names)] if submitter else []),
             ]
             with harness.running(*roles):
                 time.sleep(1.0)
                 for i in range(runs):
+                    if stages is not None:
+                        stages.begin()
                     started = time.perf_counter()
                     with engine.begin() as conn:
                         run = submit_run(
@@ -105,6 +118,11 @@ def latency_once(
         finally:
             done.set()
             listener.join(5)
+    if stages is not None:
+        for index, run_id in enumerate(submitted):
+            for stage, stamps in (("handler", handled), ("observed", completions)):
+                if run_id in stamps:
+                    stages.add(index, stage, stamps[run_id])
     observed = [(completions[r] - submitted[r]) * 1000 for r in submitted if r in completions]
     body = [(handled[r] - submitted[r]) * 1000 for r in submitted if r in handled]
     if len(observed) < runs:

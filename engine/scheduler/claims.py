@@ -41,10 +41,14 @@ class ClaimDuty(Duty):
         wake: threading.Event,
         *,
         rescan_interval: float,
+        passes_wake_to: threading.Event | None = None,
     ) -> None:
         self._member = member
         self._dispatcher = dispatcher
         self._wake = wake
+        self._passes_wake_to = passes_wake_to
+        """Set when this duty takes a wake-up (the timer duty's `woken`: it runs after the
+        claim and looks for timers among the steps made ready)."""
         self._rescan_interval = rescan_interval
         self._plain_due = 0.0
         self._flow_due = 0.0
@@ -65,6 +69,8 @@ class ClaimDuty(Duty):
         if not (plain or budgeted):
             return INF
         self._wake.clear()
+        if woken and self._passes_wake_to is not None:
+            self._passes_wake_to.set()
         claimed = self._dispatcher.claim_and_dispatch(plain=plain, budgeted=budgeted)
         now = time.monotonic()
         if plain:

@@ -5,9 +5,10 @@ Each pass applies the replies held (one transaction per batch, acked together), 
 clock once and runs the duties in order (sasflow.scheduler.duty): the cluster membership
 (lease and schedules; it fences the claim), the flow plan, the advance duty (runs that need
 user code, run on its pool off this thread, or a scheduler with their version: it never
-waits for that code), the claim and dispatch of ready steps (one
+waits for that code), the event waits, the claim and dispatch of ready steps (one
 statement per batch, its requests one publish batch settled by one wait for the broker's
-confirms), the relay of recorded events, the recording of agent heartbeats. Then it waits for
+confirms), the timers (after the claim: a wake-up's claim is not kept waiting by their
+transaction), the relay of recorded events, the recording of agent heartbeats. Then it waits for
 broker events until the earliest duty is due.
 """
 
@@ -127,17 +128,26 @@ class Scheduler:
             figures=lambda: (self.stats.claimed, self.stats.applied, self._stop.is_set()),
         )
         self._advancing = AdvanceDuty(ctx, options.advance, outbox=self._outbox, woken=ctx.advance)
+        timers = TimerDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval)
         # Run in this order at each pass (see the module docstring).
         self._duties: tuple[Duty, ...] = (
             ClusterDuty(self.cluster),  # first: no claim without a lease
             self.flow,  # before the claim: the plan it claims under
             self._advancing,  # before the claim: the steps it makes ready are claimed in the pass
-            # Before the claim: it reads the claim's wake-up without clearing it, and the steps
-            # its timers make ready are claimed in the pass.
-            TimerDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval),
-            # The same for event waits: matched, timed out (scheduler.event_waits).
+            # Before the claim: the steps its matches make ready are claimed in the pass (it
+            # runs at its times, not at wake-ups).
             EventWaitDuty(ctx, self.cluster, outbox=self._outbox, rescan_interval=rescan_interval),
-            ClaimDuty(self.cluster, self._dispatcher, self._wake, rescan_interval=rescan_interval),
+            ClaimDuty(
+                self.cluster,
+                self._dispatcher,
+                self._wake,
+                rescan_interval=rescan_interval,
+                passes_wake_to=timers.woken,
+            ),
+            # After the claim, so that a wake-up's claim does not wait for its transaction: the
+            # claim passes the wake-up on; the steps its timers make ready are claimed at the
+            # next pass, which it asks for at once.
+            timers,
             self._outbox,
             Periodic(options.fleet_interval, self.fleet.poll),
         )

@@ -2,15 +2,18 @@
 and their runs advance (store.runs.timers).
 
 It is due when the earliest sleeping timer is (read from its index after each pass, on the
-database clock), when something woke the scheduler (a step made ready may be a timer: it
-looks without clearing the claim's wake-up) and at least every `rescan_interval`, for timers
+database clock), when something woke the scheduler (a step made ready may be a timer: the
+claim duty passes its wake-up on, `woken`, and this duty runs after the claim, so a wake-up's
+claim does not wait for this transaction) and at least every `rescan_interval`, for timers
 another scheduler started. A timer therefore fires within one loop pass of its time when this
 scheduler knows of it, and within `rescan_interval` otherwise (docs/concepts.md, "Timer
-steps"). Nothing runs per sleeping timer: one indexed read per pass.
+steps"); the steps it makes ready are claimed at the next pass, at once. Nothing runs per
+sleeping timer: one indexed read per pass.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from sasflow.scheduler.cluster.member import ClusterMember
@@ -44,9 +47,11 @@ class TimerDuty(Part, Duty):
         self._outbox = outbox
         self._rescan_interval = rescan_interval
         self._batch = batch
+        self.woken = threading.Event()
+        """Set by the claim duty when it took a wake-up: look for timers at the next pass."""
 
     def run(self, t: float) -> float:
-        if not self._member.may_act or not (t >= self.due or self._wake.is_set()):
+        if not self._member.may_act or not (t >= self.due or self.woken.is_set()):
             return INF
         with transaction(self._engine) as conn:
             fired = timers.fire_due(
@@ -58,12 +63,13 @@ class TimerDuty(Part, Duty):
             )
             self._hooks.runs_finished(conn, fired.finished)
             following = None if fired.full else timers.seconds_until_next(conn)
+        self.woken.clear()
         if fired.fired:
             self._outbox.recorded()
-        if fired.ready:
-            self._wake.set()  # claim the steps made ready
         if fired.deferred:
             self._advance.set()
+        if fired.ready:
+            self._wake.set()  # claim the steps made ready at the next pass, without waiting
         if fired.full:
             self.due = 0.0
             return 0.0
@@ -71,4 +77,4 @@ class TimerDuty(Part, Duty):
         if following is not None and following < wait:
             wait = max(following, SHORTEST_WAIT)
         self.due = time.monotonic() + wait
-        return INF
+        return 0.0 if fired.ready else INF
