@@ -256,6 +256,16 @@ steps = Table(
         postgresql_where=text("state = 'parked'"),
         sqlite_where=text("state = 'parked'"),
     ),
+    # Serves draining a map (store.runs.map_drain): its items by state, the waiting ones in
+    # index order; only items of maps are in it.
+    Index(
+        "ix_steps_map_items",
+        "map_parent",
+        "state",
+        "map_index",
+        postgresql_where=text("map_parent IS NOT NULL"),
+        sqlite_where=text("map_parent IS NOT NULL"),
+    ),
     # Serves the supervisor sweep: only in-flight steps, by deadline.
     Index(
         "ix_steps_expiry",

@@ -351,7 +351,7 @@ def lock_runs_of_steps() -> Select[Any]:
     )
 
 
-_step_result = (steps.c.run_id, steps.c.name, steps.c.kind)
+_step_result = (steps.c.run_id, steps.c.name, steps.c.kind, steps.c.map_parent)
 
 
 @cache

@@ -1,0 +1,33 @@
+"""map items index: a map's items by state and index (ix_steps_map_items), so ending an item
+counts and releases them without reading its run
+
+Revision ID: 0026
+Revises: 0023
+Create Date: 2026-11-25 22:40:00.000000
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = '0026'
+down_revision: str | None = '0023'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_index(
+        'ix_steps_map_items',
+        'steps',
+        ['map_parent', 'state', 'map_index'],
+        postgresql_where=sa.text('map_parent IS NOT NULL'),
+        sqlite_where=sa.text('map_parent IS NOT NULL'),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index('ix_steps_map_items', table_name='steps')
