@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
+from sasflow.ops import map_items as map_items_of
 from sasflow.states import StepState
 from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
@@ -49,13 +50,15 @@ def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
     return run
 
 
-def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
+def show_run(conn: Connection, run_id: int, *, map_items: int | None = None) -> dict[str, Any]:
     """The run, its steps (forward then compensation) and its whole event timeline. Each step
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
     breaker, no live agent instance, a paused run or agent; docs/flow-control.md), or is parked,
     else None, and why it was `skipped` (`skip_reasons`), else None; the run says which of its
-    steps are `parked`."""
-    detail = inspect.run_detail(conn, run_id)
+    steps are `parked`. `map_items`: the items of maps grouped under their map's `map`
+    summary, the first `map_items` of each listed (ops.map_items); None: every item, as a step
+    of its own."""
+    detail = inspect.run_detail(conn, run_id, map_items=map_items)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     steps = [{**s, "run_id": run_id} for s in detail["steps"]]
@@ -72,6 +75,8 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
     why = skip_reasons(detail["events"])
     for step in detail["steps"]:
         step["skipped"] = why.get(step["id"]) if step["state"] == StepState.SKIPPED else None
+    if map_items is not None:
+        detail["steps"] = map_items_of.group(detail["steps"], detail.pop("map_counts"))
     return detail
 
 

@@ -12,16 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from sasflow.commands import NewRun, StepOutcome, StoredError
+from sasflow.commands import StepOutcome, StoredError
 from sasflow.states import ReplyStatus
-from sasflow.store.db import transaction
 from sasflow.store.runs import queries
-from sasflow.store.runs.apply import apply_outcomes
-from sasflow.store.runs.claim import ClaimedStep, claim_steps
-from sasflow.store.runs.submit import submit
+from sasflow.store.runs.claim import ClaimedStep
 from sasflow.store.schema import events, runs, steps
 from sasflow.transport.topology import Names
-from tests.apps import maps
+from tests import map_runs
 
 pytestmark = pytest.mark.integration
 
@@ -43,39 +40,10 @@ def run_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def _apply(engine: Engine, names: Names, outcome: StepOutcome) -> None:
-    with transaction(engine) as conn:
-        report = apply_outcomes(
-            conn, maps.registry, [outcome], namespace=names.namespace, actor="test"
-        )
-    assert report.applied == 1
-
-
-def _claim(engine: Engine) -> list[ClaimedStep]:
-    with transaction(engine) as conn:
-        return claim_steps(conn, locked_by="s1", batch=50)
-
-
-def _ok(step: ClaimedStep, output: Any = None) -> StepOutcome:
-    return StepOutcome(step.id, step.attempt, ReplyStatus.OK, output=output)
-
-
 def _started_map(engine: Engine, names: Names, workflow: str) -> tuple[int, list[ClaimedStep]]:
-    """A run of `workflow` whose map's items exist, its first 5 claimed."""
-    lines = [{"sku": f"sku-{i}"} for i in range(LINES)]
-    with transaction(engine) as conn:
-        run_id = submit(
-            conn,
-            maps.registry,
-            NewRun(workflow=workflow, key="drain", input={"lines": lines}),
-            namespace=names.namespace,
-            actor="test",
-        ).run_id
-    (load,) = _claim(engine)
-    _apply(engine, names, _ok(load, {"lines": lines}))
-    claimed = _claim(engine)
-    assert sorted(s.name for s in claimed) == [f"reserve[{i}]" for i in range(5)]
-    return run_id, sorted(claimed, key=lambda s: s.id)
+    run_id, claimed = map_runs.started_map(engine, names, workflow, LINES)
+    assert [s.name for s in claimed] == [f"reserve[{i}]" for i in range(5)]
+    return run_id, claimed
 
 
 def _items(engine: Engine, run_id: int) -> dict[int, str]:
@@ -104,7 +72,7 @@ def test_items_end_without_reading_the_run_until_the_last_one(
     run_reads.clear()
 
     # Item 2 ends: the next waiting item (5) is released, the run's steps are not read.
-    _apply(engine, names, _ok(claimed[2], {"index": 2}))
+    map_runs.apply(engine, names, map_runs.ok(claimed[2], {"index": 2}))
     assert run_reads == []
     states = _items(engine, run_id)
     assert states[2] == "processed"
@@ -123,13 +91,13 @@ def test_items_end_without_reading_the_run_until_the_last_one(
     while in_flight:
         step = in_flight.pop(min(in_flight))
         index = int(step.name.removeprefix("reserve[").removesuffix("]"))
-        _apply(engine, names, _ok(step, {"index": index}))
+        map_runs.apply(engine, names, map_runs.ok(step, {"index": index}))
         states = _items(engine, run_id)
         running = [i for i, s in states.items() if s in {"pending", "processing"}]
         assert len(running) <= 5
         waiting = [i for i, s in states.items() if s == "waiting"]
         assert all(w > r for w in waiting for r in running)
-        in_flight |= {s.id: s for s in _claim(engine)}
+        in_flight |= {s.id: s for s in map_runs.claim(engine, run_id)}
         if in_flight:
             assert run_reads == []  # the map goes on: the run was not read
     # The last item ended the map: that decision read the run, joined the outputs in order.
@@ -160,7 +128,7 @@ def test_an_item_failing_under_continue_releases_the_next_without_reading_the_ru
 ) -> None:
     run_id, claimed = _started_map(engine, names, "orders_continue")
     run_reads.clear()
-    _apply(engine, names, _fail(claimed[0]))
+    map_runs.apply(engine, names, _fail(claimed[0]))
     assert run_reads == []
     assert _items(engine, run_id)[5] == "pending"
     assert _state(engine, run_id, "reserve") == "waiting"
@@ -171,7 +139,7 @@ def test_an_item_failing_under_fail_fast_ends_the_map_from_the_runs_rows(
 ) -> None:
     run_id, claimed = _started_map(engine, names, "orders")
     run_reads.clear()
-    _apply(engine, names, _fail(claimed[0]))
+    map_runs.apply(engine, names, _fail(claimed[0]))
     assert run_reads != []  # the map ends: decided from the run's rows
     assert _state(engine, run_id, "reserve") == "error"
     assert [_items(engine, run_id)[i] for i in range(5, LINES)] == ["skipped"] * (LINES - 5)
