@@ -51,7 +51,9 @@ def test_the_run_page_shows_the_map_with_its_counts_and_its_first_items(
     expect(box).to_contain_text("20 processed, 5 processing")
     expect(page.locator('svg a[href$="#map-reserve"]')).to_have_count(1)
     steps = page.get_by_role("table").first
-    expect(steps.locator(":scope > tbody > tr > th[scope=row]")).to_have_text(["load", "reserve", "ship"])
+    expect(steps.locator(":scope > tbody > tr > th[scope=row]")).to_have_text(
+        ["load", "reserve", "ship"]
+    )
     listed = page.locator("#map-reserve")
     expect(listed.locator(".map-counts")).to_contain_text("25 items: 20 processed, 5 processing")
     rows = listed.locator("table.items tbody tr")
