@@ -13,6 +13,7 @@ from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
 from sasflow.store.operator import audit, inspect
 from sasflow.store.operator.inspect import RunFilter
+from sasflow.store.runs.parked import parked_steps
 
 __all__ = [
     "RunFilter",
@@ -70,7 +71,11 @@ def show_run(conn: Connection, run_id: int, *, map_items: int | None = None) -> 
             step["waiting"] = "run paused by an operator"
         if step["state"] == StepState.PARKED:
             step["waiting"] = "parked: an operator unparks or fails it"
-    detail["run"]["parked"] = [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
+    detail["run"]["parked"] = (
+        [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
+        if map_items is None
+        else [r.name for r in parked_steps(conn, run_id)]  # items not listed too
+    )
     detail["failures"] = failures(detail["events"])
     why = skip_reasons(detail["events"])
     for step in detail["steps"]:
