@@ -3,6 +3,9 @@ its map's items in the states a test wants, with no scheduler or agent running."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -14,7 +17,22 @@ from sasflow.store.runs.apply import apply_outcomes
 from sasflow.store.runs.claim import ClaimedStep, claim_steps
 from sasflow.store.runs.submit import submit
 from sasflow.transport.topology import Names
+from tests import services
+from tests.api.server import ApiServer, api_server
 from tests.apps import maps
+
+
+@contextlib.contextmanager
+def serving(logs: Path, database_url: str, names: Names) -> Iterator[ApiServer]:
+    """`sasflow api` (and its console) for tests.apps.maps on `database_url`."""
+    with api_server(
+        logs,
+        database_url=database_url,
+        broker_url=services.broker_url(),
+        namespace=names.namespace,
+        app="tests.apps.maps",
+    ) as server:
+        yield server
 
 
 def apply(engine: Engine, names: Names, outcome: StepOutcome) -> None:

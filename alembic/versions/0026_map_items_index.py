@@ -1,5 +1,6 @@
 """map items index: a map's items by state and index (ix_steps_map_items), so ending an item
-counts and releases them without reading its run
+counts and releases them without reading its run; a run's unpublished events
+(ix_events_run_unpublished), so the relay finds a run's first one without walking its history
 
 Revision ID: 0026
 Revises: 0023
@@ -27,7 +28,15 @@ def upgrade() -> None:
         postgresql_where=sa.text('map_parent IS NOT NULL'),
         sqlite_where=sa.text('map_parent IS NOT NULL'),
     )
+    op.create_index(
+        'ix_events_run_unpublished',
+        'events',
+        ['run_id', 'id'],
+        postgresql_where=sa.text('NOT published'),
+        sqlite_where=sa.text('NOT published'),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index('ix_events_run_unpublished', table_name='events')
     op.drop_index('ix_steps_map_items', table_name='steps')

@@ -300,6 +300,16 @@ events = Table(
         postgresql_where=text("NOT published"),
         sqlite_where=text("NOT published"),
     ),
+    # Serves the relay's `first_unpublished` of a run (queries.unpublished_events): one probe,
+    # where ix_events_run_id_id walks every published event of the run first (a map's run has
+    # thousands).
+    Index(
+        "ix_events_run_unpublished",
+        "run_id",
+        "id",
+        postgresql_where=text("NOT published"),
+        sqlite_where=text("NOT published"),
+    ),
 )
 
 incidents = Table(

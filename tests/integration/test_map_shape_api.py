@@ -5,53 +5,24 @@ their fields (`map` null)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from sasflow.store.db import make_engine
 from sasflow.transport.topology import Names
-from tests import map_runs, services
-from tests.api.server import ApiServer, api_server, make_token
+from tests import map_runs
+from tests.api.server import make_token
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def module_names(broker_namespaces: set[str]) -> Names:
-    names = Names(services.unique("sftest"))
-    broker_namespaces.add(names.namespace)
-    return names
-
-
-@pytest.fixture(scope="module")
-def module_engine(module_database: str) -> Iterator[Engine]:
-    engine = make_engine(module_database, application_name="sasflow-test")
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture(scope="module")
-def api(
-    tmp_path_factory: pytest.TempPathFactory, module_database: str, module_names: Names
-) -> Iterator[ApiServer]:
-    with api_server(
-        tmp_path_factory.mktemp("api"),
-        database_url=module_database,
-        broker_url=services.broker_url(),
-        namespace=module_names.namespace,
-        app="tests.apps.maps",
-    ) as server:
-        yield server
-
-
 def test_a_runs_detail_groups_its_map_items_under_the_map(
-    api: ApiServer, module_engine: Engine, module_names: Names
+    engine: Engine, database_url: str, names: Names, tmp_path: Path
 ) -> None:
-    run_id = map_runs.map_in_flight(module_engine, module_names, 25, 20, key="api")
-    reader = make_token(module_engine, "map-reader", "read")
-    with api.client(reader) as http:
+    run_id = map_runs.map_in_flight(engine, names, 25, 20, key="api")
+    reader = make_token(engine, "map-reader", "read")
+    with map_runs.serving(tmp_path, database_url, names) as api, api.client(reader) as http:
         detail = http.get(f"/v1/runs/{run_id}").json()
         more = http.get(f"/v1/runs/{run_id}", params={"map_items": 25}).json()
         none = http.get(f"/v1/runs/{run_id}", params={"map_items": 0}).json()

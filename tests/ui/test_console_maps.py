@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from sasflow.transport.topology import Names
 from tests import map_runs, services
-from tests.api.server import ApiServer, api_server, make_token
+from tests.api.server import ApiServer, make_token
 from tests.ui.conftest import WIDE
 
 pytestmark = [pytest.mark.integration, pytest.mark.ui]
@@ -25,12 +25,8 @@ def console(
     tmp_path_factory: pytest.TempPathFactory, module_database: str, module_names: Names
 ) -> Iterator[ApiServer]:
     """The console of an app with map steps (tests.apps.maps)."""
-    with api_server(
-        tmp_path_factory.mktemp("console"),
-        database_url=module_database,
-        broker_url=services.broker_url(),
-        namespace=module_names.namespace,
-        app="tests.apps.maps",
+    with map_runs.serving(
+        tmp_path_factory.mktemp("console"), module_database, module_names
     ) as server:
         yield server
 
