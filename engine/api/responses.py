@@ -121,6 +121,12 @@ class StepResponse(_Response):
     input: Any
     output: Any
     idempotency_key: str
+    map_parent: int | None = Field(
+        default=None, description="An item of a map step: its map's step id (null otherwise)."
+    )
+    map_index: int | None = Field(
+        default=None, description="An item of a map step: its index (null otherwise)."
+    )
     waiting: str | None = Field(
         default=None,
         description="What a pending step waits for: a backoff, a flow limit (`rate-limited: "
@@ -133,6 +139,25 @@ class StepResponse(_Response):
         "refund`, or `condition false: steps.charge.captured == True; read "
         "steps.charge.captured=false` (docs/concepts.md, Conditions); null otherwise.",
     )
+    map: MapResponse | None = Field(
+        default=None,
+        description="A map step whose items exist: its items grouped under it (null for other "
+        "steps, and for a map not started); the items are not in the run's `steps`.",
+    )
+
+
+class MapResponse(_Response):
+    """A map step's items (docs/concepts.md, Map steps): how many in each state, the first ones."""
+
+    size: int = Field(description="How many items the map has.")
+    parallelism: int | None
+    on_item_failure: str | None
+    counts: dict[str, int] = Field(description="How many items are in each state.")
+    items: list[StepResponse] = Field(
+        description="The first items in index order (`map_items` of `GET /v1/runs/{id}`, 20 "
+        "unless asked)."
+    )
+    more: int = Field(description="How many items are not listed.")
 
 
 class EventResponse(_Response):

@@ -20,6 +20,7 @@ from fastapi import Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, Field
 
+from sasflow.maps import MAX_ITEMS
 from sasflow.ops.reasons import REASON_MAX, has_text
 
 BIGINT_MAX = 2**63 - 1
@@ -28,6 +29,16 @@ NUL_MESSAGE = "a NUL character (\\u0000) cannot be stored"
 
 RowId = Annotated[int, Path(ge=1, le=BIGINT_MAX)]
 """A row's id in a path."""
+MapItemsShown = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=MAX_ITEMS,
+        description="How many items of each map step a run's detail lists under the map (in "
+        "index order); the items are never listed as steps of their own.",
+    ),
+]
+"""`map_items` of a run's detail (ops.map_items)."""
 Cursor = Annotated[
     int | None, Query(ge=1, le=BIGINT_MAX, description="next_cursor of the last page")
 ]

@@ -7,12 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from sasflow.errors import RunNotFoundError
+from sasflow.ops import map_items as map_items_of
 from sasflow.states import StepState
 from sasflow.store.db import Connection
 from sasflow.store.flow.explain import waiting_reasons
 from sasflow.store.operator import audit, inspect
 from sasflow.store.operator.inspect import RunFilter
 from sasflow.store.runs import children
+from sasflow.store.runs.parked import parked_steps
 
 __all__ = [
     "RunFilter",
@@ -50,14 +52,16 @@ def get_run(conn: Connection, run_id: int) -> dict[str, Any]:
     return run
 
 
-def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
+def show_run(conn: Connection, run_id: int, *, map_items: int | None = None) -> dict[str, Any]:
     """The run, its steps (forward then compensation) and its whole event timeline. Each step
     says what it is `waiting` for when it is pending and held (a backoff, a flow limit, a
     breaker, no live agent instance, a paused run or agent; docs/flow-control.md), or is parked,
     else None, and why it was `skipped` (`skip_reasons`), else None; the run says which of its
     steps are `parked`, and its `children` (the ids of the runs its child steps started; its
-    `parent_run_id` and `parent_step` are columns of its row)."""
-    detail = inspect.run_detail(conn, run_id)
+    `parent_run_id` and `parent_step` are columns of its row). `map_items`: the items of maps
+    grouped under their map's `map` summary, the first `map_items` of each listed
+    (ops.map_items); None: every item, as a step of its own."""
+    detail = inspect.run_detail(conn, run_id, map_items=map_items)
     if detail is None:
         raise RunNotFoundError(f"no run with id {run_id}")
     steps = [{**s, "run_id": run_id} for s in detail["steps"]]
@@ -69,12 +73,18 @@ def show_run(conn: Connection, run_id: int) -> dict[str, Any]:
             step["waiting"] = "run paused by an operator"
         if step["state"] == StepState.PARKED:
             step["waiting"] = "parked: an operator unparks or fails it"
-    detail["run"]["parked"] = [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
+    detail["run"]["parked"] = (
+        [s["name"] for s in detail["steps"] if s["state"] == StepState.PARKED]
+        if map_items is None
+        else [r.name for r in parked_steps(conn, run_id)]  # items not listed too
+    )
     detail["run"]["children"] = children.children_of(conn, [run_id])
     detail["failures"] = failures(detail["events"])
     why = skip_reasons(detail["events"])
     for step in detail["steps"]:
         step["skipped"] = why.get(step["id"]) if step["state"] == StepState.SKIPPED else None
+    if map_items is not None:
+        detail["steps"] = map_items_of.group(detail["steps"], detail.pop("map_counts"))
     return detail
 
 

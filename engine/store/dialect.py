@@ -190,8 +190,10 @@ def _joined_sqlite(element: joined_value, compiler: SQLCompiler, **kw: Any) -> s
 
 
 class is_false(ColumnElement[bool]):  # noqa: N801 - reads as SQL
-    """`column IS false`; on SQLite `NOT column`, the exact form of the partial indexes'
-    predicates (`WHERE NOT published`), which SQLite's planner needs to use them."""
+    """`NOT column` (a column NOT NULL: the same rows as `column IS false`), the exact form of
+    the partial indexes' predicates (`WHERE NOT published`): neither SQLite's planner nor
+    PostgreSQL 15's proves `NOT published` from `published IS false`, so with that form they
+    walk the whole table (or a run's whole history) instead of the index."""
 
     inherit_cache = True
     type = Boolean()
@@ -203,12 +205,7 @@ class is_false(ColumnElement[bool]):  # noqa: N801 - reads as SQL
 
 
 @compiles(is_false)
-def _is_false_default(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
-    return compiler.process(element.column.is_(False), **kw)
-
-
-@compiles(is_false, SQLITE)
-def _is_false_sqlite(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
+def _is_false(element: is_false, compiler: SQLCompiler, **kw: Any) -> str:
     return f"NOT {compiler.process(element.column, **kw)}"
 
 

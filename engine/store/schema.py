@@ -266,6 +266,16 @@ steps = Table(
         postgresql_where=text("state = 'parked'"),
         sqlite_where=text("state = 'parked'"),
     ),
+    # Serves draining a map (store.runs.map_drain): its items by state, the waiting ones in
+    # index order; only items of maps are in it.
+    Index(
+        "ix_steps_map_items",
+        "map_parent",
+        "state",
+        "map_index",
+        postgresql_where=text("map_parent IS NOT NULL"),
+        sqlite_where=text("map_parent IS NOT NULL"),
+    ),
     # Serves the supervisor sweep: only in-flight steps, by deadline.
     Index(
         "ix_steps_expiry",
@@ -296,6 +306,16 @@ events = Table(
     # Serves the notification relay (the outbox): only events not yet published.
     Index(
         "ix_events_unpublished",
+        "id",
+        postgresql_where=text("NOT published"),
+        sqlite_where=text("NOT published"),
+    ),
+    # Serves the relay's `first_unpublished` of a run (queries.unpublished_events): one probe,
+    # where ix_events_run_id_id walks every published event of the run first (a map's run has
+    # thousands).
+    Index(
+        "ix_events_run_unpublished",
+        "run_id",
         "id",
         postgresql_where=text("NOT published"),
         sqlite_where=text("NOT published"),

@@ -36,7 +36,7 @@ ROWS: list[tuple[type[BaseModel], Iterable[ColumnElement[Any]]]] = [
 ]
 COMPUTED = {
     responses.RunResponse: ["parked", "children"],
-    responses.StepResponse: ["waiting", "skipped"],
+    responses.StepResponse: ["waiting", "skipped", "map"],
     responses.LimitResponse: ["description", "burst_effective", "state", "created"],
     responses.IncidentSummaryResponse: ["sample_runs"],
 }

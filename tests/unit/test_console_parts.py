@@ -10,9 +10,10 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sasflow.api.console import charts, dag, flash
+from sasflow.api.console import charts, dag, flash, run_view
 from sasflow.api.console.session import COOKIE, Session, SessionCodec
 from sasflow.api.console.views import ConsoleError, RunQuery, local
+from sasflow.ops import map_items
 from sasflow.settings import Settings
 from sasflow.store.operator.charts import Bucket, Series
 
@@ -34,6 +35,43 @@ def test_the_dag_places_each_step_after_its_longest_chain() -> None:
     assert all(e.x1 < e.x2 for e in picture.edges)
     assert picture.width == 2 * m + 2 * col + dag.BOX_W
     assert picture.height == 2 * m + row + dag.BOX_H
+
+
+def test_a_decorated_box_is_taller_and_the_boxes_below_it_move_down() -> None:
+    """A map's box carries its items' counts (run_view.decorations): two more lines."""
+    order = ("load", "reserve", "audit", "ship")
+    deps = {"reserve": ("load",), "audit": ("load",), "ship": ("reserve", "audit")}
+    lines = run_view.map_lines({"processing": 5, "processed": 20})
+    assert lines == ("25 items", "20 processed, 5 processing")
+    decorated = dag.Decoration(lines, href="/ui/runs/1#map-reserve")
+    picture = dag.layout(order, deps, {}, {"reserve": decorated})
+    nodes = {n.name: n for n in picture.nodes}
+    m, row, line = dag.MARGIN, dag.ROW_H, dag.LINE_H
+    assert nodes["reserve"].height == dag.BOX_H + 2 * line
+    assert nodes["reserve"].decoration.href == "/ui/runs/1#map-reserve"
+    assert (nodes["audit"].y, nodes["audit"].height) == (m + row + 2 * line, dag.BOX_H)
+    assert picture.height == nodes["audit"].y + dag.BOX_H + m
+
+
+def test_map_items_are_grouped_under_their_map_with_its_counts() -> None:
+    load = {"id": 1, "name": "load", "kind": "forward", "input": {}, "map_parent": None}
+    spec = {"map": {"size": 3, "parallelism": 2, "on_item_failure": "continue"}}
+    reserve = {"id": 2, "name": "reserve", "kind": "forward", "input": spec, "map_parent": None}
+    items = [
+        {"id": 3 + i, "name": f"reserve[{i}]", "kind": "forward", "map_parent": 2, "map_index": i}
+        for i in (1, 0)
+    ]
+    undo = {"id": 9, "name": "reserve[0]", "kind": "compensation", "map_parent": 2}
+    counts = {2: {"processing": 1, "processed": 2}}
+    grouped = map_items.group([load, reserve, *items, undo], counts)
+    assert [s["name"] for s in grouped] == ["load", "reserve", "reserve[0]"]
+    assert grouped[0]["map"] is None
+    assert grouped[2]["map"] is None  # a compensation step stays a step of the run
+    shape = grouped[1]["map"]
+    assert [i["map_index"] for i in shape["items"]] == [0, 1]
+    assert (shape["size"], shape["more"], shape["parallelism"]) == (3, 1, 2)
+    assert shape["counts"] == {"processed": 2, "processing": 1}
+    assert map_items.describe(shape["counts"]) == "3 items: 2 processed, 1 processing"
 
 
 def test_the_runs_filter_round_trips_and_refuses_bad_values() -> None:

@@ -6,6 +6,7 @@ joined in order, and each item-failure policy."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import pytest
@@ -25,7 +26,15 @@ from sasflow.store.runs.decide import (
     StartCompensation,
     decide,
 )
-from sasflow.store.runs.mapping import EndMap, ExpandMap
+from sasflow.store.runs.mapping import (
+    OPEN_ITEM_STATES,
+    RUNNING_ITEM_STATES,
+    EndMap,
+    ExpandMap,
+    ItemCounts,
+    progress,
+    to_release,
+)
 from sasflow.store.runs.records import StepRecord
 from sasflow.workflow import Step, Workflow
 from tests.unit.test_decide import _run, _step
@@ -283,3 +292,30 @@ def test_without_the_definition_the_rows_alone_release_and_end_the_map() -> None
     assert ended[0].output == [0, 10]
     assert len(ended) == 2  # and a scheduler makes its successor ready
     assert ended[1] == NeedsAdvance("no registry")
+
+
+# -- ending an item without reading the run (store.runs.map_drain) --------------------------
+
+
+@pytest.mark.parametrize("policy", ["fail_fast", "continue", "compensate"])
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_the_counts_release_what_the_rows_release(policy: str, parallelism: int) -> None:
+    """For every state of 4 items, what the counts decide (`to_release`) is what the rows
+    decide (`progress`): as many waiting items released, or the map ends (None)."""
+    rows = _expanded(4, [W] * 4, policy=policy, parallelism=parallelism)
+    map_step = next(s for s in rows if s.name == "reserve")
+    waiting = sorted((s for s in rows if s.map_parent is not None), key=lambda s: s.id)
+    for states in itertools.product(list(StepState), repeat=4):
+        items = [dataclasses.replace(s, state=st) for s, st in zip(waiting, states, strict=True)]
+        counts = ItemCounts(
+            running=sum(s in RUNNING_ITEM_STATES for s in states),
+            failed=StepState.ERROR in states,
+            open=any(s in OPEN_ITEM_STATES for s in states),
+        )
+        expected = progress(map_step, items)
+        found = to_release(map_step.input["map"], counts)
+        if isinstance(expected, EndMap):
+            assert found is None, states
+        else:
+            assert found is not None, states
+            assert min(found, states.count(StepState.WAITING)) == len(expected), states

@@ -36,10 +36,11 @@ from sasflow.api.console.views import (
 )
 from sasflow.api.context import ApiContext, get_context
 from sasflow.api.stream.hub import Waker
-from sasflow.api.validation import RowId
+from sasflow.api.validation import MapItemsShown, RowId
 from sasflow.errors import SasflowError
 from sasflow.ops import runs as run_ops
 from sasflow.ops import tokens
+from sasflow.ops.map_items import DEFAULT_SHOWN
 from sasflow.states import RunState
 from sasflow.store.db import Engine, run_transaction
 
@@ -242,15 +243,22 @@ def runs_live(
 
 @router.get("/runs/{run_id}/live")
 def run_live(
-    *, request: Request, who: Reader, ctx: Context, run_id: RowId, seen: str = "", shown: str = ""
+    *,
+    request: Request,
+    who: Reader,
+    ctx: Context,
+    run_id: RowId,
+    seen: str = "",
+    shown: str = "",
+    map_items: MapItemsShown = DEFAULT_SHOWN,
 ) -> StreamingResponse:
     """A run's page regions (state, steps, picture, bars, events) as they change (SSE);
     `shown`: the run's state the page's actions were made for (a note asks to reload for the
     actions of another)."""
-    run_view.run_values(ctx, run_id)  # an unknown run is a 404 now, not in the stream
+    run_view.run_values(ctx, run_id, map_items=0)  # an unknown run is a 404 now, not in the stream
 
     def read() -> dict[str, str]:
-        values = {**run_view.run_values(ctx, run_id), "shown": shown}
+        values = {**run_view.run_values(ctx, run_id, map_items=map_items), "shown": shown}
         return regions(request, who, RUN_REGIONS, values)
 
     feed = feed_of(request)
@@ -265,9 +273,10 @@ def run_page(
     *,
     typed: run_view.Typed | None = None,
     status: int = 200,
+    map_items: int = DEFAULT_SHOWN,
 ) -> HTMLResponse:
     """The run page with its live regions (and, after a refused form, what was typed)."""
-    values = run_view.run_values(ctx, run_id, typed)
+    values = run_view.run_values(ctx, run_id, typed, map_items=map_items)
     values["shown"] = values["run"]["state"]
     parts = regions(request, who, RUN_REGIONS, values)
     return render(

@@ -20,7 +20,7 @@ from sasflow.api.console.views import (
     visitor,
 )
 from sasflow.api.context import ApiContext, get_context
-from sasflow.api.validation import Cursor, RowId
+from sasflow.api.validation import Cursor, MapItemsShown, RowId
 from sasflow.ops import agents as agent_ops
 from sasflow.ops import alerts as alert_ops
 from sasflow.ops import limits as limit_ops
@@ -28,6 +28,7 @@ from sasflow.ops import pause as pause_ops
 from sasflow.ops import registrations
 from sasflow.ops import runs as run_ops
 from sasflow.ops import schedules as schedule_ops
+from sasflow.ops.map_items import DEFAULT_SHOWN
 from sasflow.store.db import Connection
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
@@ -86,10 +87,16 @@ def runs_page(
 
 
 @router.get("/runs/{run_id}")
-def run_page(request: Request, who: Reader, ctx: Context, run_id: RowId) -> HTMLResponse:
-    """The run: its steps as a table and a picture, its timeline as bars and as events,
-    input, output, error."""
-    return live.run_page(request, who, ctx, run_id)
+def run_page(
+    request: Request,
+    who: Reader,
+    ctx: Context,
+    run_id: RowId,
+    map_items: MapItemsShown = DEFAULT_SHOWN,
+) -> HTMLResponse:
+    """The run: its steps as a table and a picture (a map's first `map_items` items listed
+    under it), its timeline as bars and as events, input, output, error."""
+    return live.run_page(request, who, ctx, run_id, map_items=map_items)
 
 
 @router.get("/alerts/{alert_id}")

@@ -14,6 +14,7 @@ from sasflow.api.context import ApiContext
 from sasflow.errors import SasflowError
 from sasflow.ops import approvals as approval_ops
 from sasflow.ops import runs as run_ops
+from sasflow.ops.map_items import DEFAULT_SHOWN, describe
 from sasflow.states import (
     CANCELLABLE_RUN_STATES,
     RESUBMITTABLE_RUN_STATES,
@@ -36,11 +37,14 @@ class Typed:
     """The answer's status (the refusal's)."""
 
 
-def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict[str, Any]:
-    """The run page's values (a 404 page for an unknown run)."""
+def run_values(
+    ctx: ApiContext, run_id: int, typed: Typed | None = None, *, map_items: int = DEFAULT_SHOWN
+) -> dict[str, Any]:
+    """The run page's values (a 404 page for an unknown run); the first `map_items` items of
+    each map listed under it."""
 
     def read(conn: Connection) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
-        detail = run_ops.show_run(conn, run_id)
+        detail = run_ops.show_run(conn, run_id, map_items=map_items)
         return detail, run_ops.database_now(conn), approval_ops.list_open(conn, run_id=run_id)
 
     detail, db_now, approvals = act(ctx, read)
@@ -52,7 +56,9 @@ def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict
         picture = None  # this server's app does not know the workflow: the table still shows
     else:
         states = {s["name"]: str(s["state"]) for s in forward}
-        picture = dag.layout(workflow.order, workflow.dependencies, states)
+        picture = dag.layout(
+            workflow.order, workflow.dependencies, states, decorations(run["id"], forward)
+        )
     return {
         "run": run,
         "steps": detail["steps"],
@@ -61,7 +67,9 @@ def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict
         "failures": detail["failures"],
         "picture": picture,
         "box": dag,
-        "bars": timeline.bars(run, detail["steps"], detail["events"], db_now),
+        "bars": timeline.bars(run, with_items(detail["steps"]), detail["events"], db_now),
+        "map_items": map_items,
+        "describe_map": describe,
         "duration": timeline.duration,
         # The forms shown; the service functions still decide (a 409 page otherwise).
         "can_cancel": run["state"] in CANCELLABLE_RUN_STATES,
@@ -73,6 +81,40 @@ def run_values(ctx: ApiContext, run_id: int, typed: Typed | None = None) -> dict
         "resubmit_choices": resubmit_choices(run["state"], forward),
         "typed": typed,
     }
+
+
+def decorations(run_id: int, forward: list[dict[str, Any]]) -> dict[str, dag.Decoration]:
+    """What the picture's boxes show besides name and state: a map's items by state, linked
+    to its items' list."""
+    found: dict[str, dag.Decoration] = {}
+    for step in forward:
+        if step.get("map"):
+            counts = step["map"]["counts"]
+            found[step["name"]] = dag.Decoration(
+                lines=map_lines(counts),
+                href=f"/ui/runs/{run_id}#map-{step['name']}",
+                title=describe(counts),
+            )
+    return found
+
+
+def map_lines(counts: Mapping[str, int]) -> tuple[str, ...]:
+    """A map's box: how many items, then each state's count (most first), two per line."""
+    total = sum(counts.values())
+    ordered = [
+        f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    return (f"{total} items", *(", ".join(ordered[i : i + 2]) for i in range(0, len(ordered), 2)))
+
+
+def with_items(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps, each map's listed items after it (the timeline draws them too)."""
+    found: list[dict[str, Any]] = []
+    for step in steps:
+        found.append(step)
+        if step.get("map"):
+            found += step["map"]["items"]
+    return found
 
 
 def resubmit_choices(state: str, forward: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -22,13 +22,14 @@ from sasflow.api.models import (
     RunRequest,
 )
 from sasflow.api.openapi import answers, link
-from sasflow.api.validation import Cursor, RowId
+from sasflow.api.validation import Cursor, MapItemsShown, RowId
 from sasflow.commands import NewRun, Refused, SubmitResult
 from sasflow.errors import BacklogFullError, InvalidInputError, UnknownWorkflowError
 from sasflow.ops import cancel as cancel_ops
 from sasflow.ops import resubmit as resubmit_ops
 from sasflow.ops import runs as run_ops
 from sasflow.ops import submit as submit_ops
+from sasflow.ops.map_items import DEFAULT_SHOWN
 from sasflow.states import RunState
 from sasflow.store.db import Connection
 from sasflow.store.operator.inspect import RunFilter
@@ -247,10 +248,16 @@ def _batch_item(index: int, answer: submit_ops.Answer, workflow: str) -> dict[st
     "/{run_id}", response_model=responses.RunDetailResponse, responses=answers("run_not_found")
 )
 def get_run(
-    run_id: RowId, ctx: Context, _: Annotated[Principal, Depends(require("read"))]
+    run_id: RowId,
+    ctx: Context,
+    _: Annotated[Principal, Depends(require("read"))],
+    map_items: MapItemsShown = DEFAULT_SHOWN,
 ) -> dict[str, Any]:
-    """The run, its steps and its last 50 events (oldest first)."""
-    detail: dict[str, Any] = ctx.transaction(lambda conn: run_ops.show_run(conn, run_id))
+    """The run, its steps (a map's items grouped under it) and its last 50 events (oldest
+    first)."""
+    detail: dict[str, Any] = ctx.transaction(
+        lambda conn: run_ops.show_run(conn, run_id, map_items=map_items)
+    )
     detail["events"] = detail["events"][-LAST_EVENTS:]
     return detail
 

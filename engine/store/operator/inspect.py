@@ -129,6 +129,8 @@ _STEP_COLUMNS = (
     steps.c.input,
     steps.c.output,
     steps.c.idempotency_key,
+    steps.c.map_parent,
+    steps.c.map_index,
 )
 
 _EVENT_COLUMNS = (
@@ -186,25 +188,55 @@ def run_row(conn: Connection, run_id: int) -> dict[str, Any] | None:
     return None if run is None else dict(run._mapping)
 
 
-def run_detail(conn: Connection, run_id: int) -> dict[str, Any] | None:
+def run_detail(
+    conn: Connection, run_id: int, *, map_items: int | None = None
+) -> dict[str, Any] | None:
     """The run, its steps (forward then compensation) and its whole event timeline (primary
-    key, uq_steps_run_id_kind_name, ix_events_run_id_id); None when there is no such run."""
+    key, uq_steps_run_id_kind_name, ix_events_run_id_id); None when there is no such run.
+    `map_items`: only the first `map_items` items of each map (by index), and `map_counts`
+    (map_item_counts); None: every item."""
     run = conn.execute(select(runs).where(runs.c.id == run_id)).first()
     if run is None:
         return None
-    step_rows = conn.execute(
-        select(*_STEP_COLUMNS)
-        .where(steps.c.run_id == run_id)
-        .order_by(steps.c.kind.desc(), steps.c.id)
-    )
+    wanted = select(*_STEP_COLUMNS).where(steps.c.run_id == run_id)
+    if map_items is not None:
+        wanted = wanted.where(
+            or_(
+                steps.c.map_parent.is_(None),
+                steps.c.kind != StepKind.FORWARD,
+                steps.c.map_index < map_items,
+            )
+        )
+    step_rows = conn.execute(wanted.order_by(steps.c.kind.desc(), steps.c.id))
     timeline = conn.execute(
         select(*_EVENT_COLUMNS).where(events.c.run_id == run_id).order_by(events.c.id)
     )
-    return {
+    found = {
         "run": dict(run._mapping),
         "steps": [dict(r._mapping) for r in step_rows],
         "events": [dict(r._mapping) for r in timeline],
     }
+    if map_items is not None:
+        found["map_counts"] = map_item_counts(conn, run_id)
+    return found
+
+
+def map_item_counts(conn: Connection, run_id: int) -> dict[int, dict[str, int]]:
+    """How many items each map of the run has in each state: map record id -> state -> count
+    (uq_steps_run_id_kind_name: the run's steps)."""
+    rows = conn.execute(
+        select(steps.c.map_parent, steps.c.state, func.count())
+        .where(
+            steps.c.run_id == run_id,
+            steps.c.kind == StepKind.FORWARD,
+            steps.c.map_parent.is_not(None),
+        )
+        .group_by(steps.c.map_parent, steps.c.state)
+    )
+    found: dict[int, dict[str, int]] = {}
+    for parent, state, count in rows:
+        found.setdefault(int(parent), {})[str(state)] = int(count)
+    return found
 
 
 def recent_runs_by_state(conn: Connection, *, seconds: float) -> dict[str, int]:

@@ -46,6 +46,7 @@ from sasflow.store.runs.decide import (
     decide,
 )
 from sasflow.store.runs.events import Event, step_event
+from sasflow.store.runs.map_drain import drain_items
 from sasflow.store.runs.mapping import EndMap, ExpandMap
 from sasflow.store.runs.parked import resolve_parked_alert
 from sasflow.store.runs.records import RunRecord, StepRecord
@@ -73,6 +74,7 @@ def advance_runs(
     actor: str,
     locked: Iterable[Row[Any]] | None = None,
     built: Mapping[int, Built] | None = None,
+    map_items: Mapping[int, frozenset[int]] | None = None,
 ) -> Advance:
     """Bring each of `run_ids` up to date with its steps' states.
 
@@ -81,7 +83,9 @@ def advance_runs(
     read here. Without a registry (the supervisor, operators) no step input can be built: only
     failures and compensation are handled, which need nothing but the stored rows; what needs
     the definition is marked for a scheduler's advance duty, as is what needs user code.
-    `built`: run id -> what that duty built for it off the loop.
+    `built`: run id -> what that duty built for it off the loop. `map_items`: run id -> the
+    maps whose items ended, for the runs where nothing else changed: while those maps go on,
+    their next items are released without reading the run (store.runs.map_drain).
     """
     ids = sorted(set(run_ids))
     applier = _Applier(conn, actor, registry)
@@ -91,6 +95,16 @@ def advance_runs(
         locked = conn.execute(queries.runs_by_id(), {"b_run_ids": ids})
     wanted = set(ids)
     run_records = {r.id: RunRecord.from_row(r._mapping) for r in locked if r.id in wanted}
+    for run_id, parents in (map_items or {}).items():
+        if run_id not in wanted:
+            continue
+        drained = drain_items(conn, run_records[run_id], parents, actor=actor)
+        if drained is not None:
+            applier.result.events += drained
+            applier.result.ready += len(drained)
+            ids.remove(run_id)
+    if not ids:
+        return applier.result
     by_run: dict[int, list[StepRecord]] = defaultdict(list)
     for row in conn.execute(queries.steps_of_runs(), {"b_run_ids": ids}):
         by_run[row.run_id].append(StepRecord.from_row(row._mapping))

@@ -58,7 +58,7 @@ def apply_outcomes(
         queries.lock_runs_of_steps(), {"b_step_ids": sorted({o.step_id for o in outcomes})}
     ).all()
     batch: list[events.Event] = []
-    touched: set[int] = set()
+    changed: list[Row[Any]] = []
     parked: set[int] = set()
     completed = _complete_together(conn, outcomes)
     for outcome in outcomes:
@@ -103,7 +103,7 @@ def apply_outcomes(
         report.backing_off += to_state == StepState.PENDING
         if to_state == StepState.PARKED:
             parked.add(outcome.step_id)
-        touched.add(row.run_id)
+        changed.append(row)
         batch.append(
             events.Event(
                 run_id=row.run_id,
@@ -118,7 +118,14 @@ def apply_outcomes(
                 detail=_detail(error, outcome.agent, row, to_state),
             )
         )
-    advanced = advance_runs(conn, registry, touched, actor=actor, locked=locked)
+    advanced = advance_runs(
+        conn,
+        registry,
+        {row.run_id for row in changed},
+        actor=actor,
+        locked=locked,
+        map_items=_map_items(changed),
+    )
     batch.extend(advanced.events)
     report.parked = len(parked)
     raise_parked_alerts(conn, parked, actor=actor)
@@ -130,6 +137,19 @@ def apply_outcomes(
     if advanced.ready:
         notify_ready(conn, namespace)
     return report
+
+
+def _map_items(changed: Sequence[Row[Any]]) -> dict[int, frozenset[int]]:
+    """Run id -> the maps whose items these changed steps are, for the runs where only items
+    of maps changed (store.runs.map_drain releases their next items without reading the run)."""
+    maps: dict[int, set[int]] = {}
+    whole: set[int] = set()
+    for row in changed:
+        if row.map_parent is None:
+            whole.add(row.run_id)
+        else:
+            maps.setdefault(row.run_id, set()).add(row.map_parent)
+    return {run: frozenset(ids) for run, ids in maps.items() if run not in whole}
 
 
 def _complete_together(

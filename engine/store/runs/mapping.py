@@ -29,6 +29,12 @@ MAP_KEY = "map"
 
 RUNNING_ITEM_STATES = frozenset({StepState.PENDING, StepState.PROCESSING})
 """The items that count against the map's parallelism."""
+ENDED_ITEM_STATES = frozenset(
+    {StepState.PROCESSED, StepState.SKIPPED, StepState.ERROR, StepState.CANCELLED}
+)
+"""The items a map no longer waits for."""
+OPEN_ITEM_STATES = frozenset(StepState) - ENDED_ITEM_STATES
+"""The items a map still waits for (running, waiting, parked)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +62,39 @@ class EndMap:
 
 def expanded(step: StepRecord) -> dict[str, Any] | None:
     """What a waiting map runs over once its items exist; None for any other record."""
-    if step.state != StepState.WAITING or not isinstance(step.input, dict):
+    return running_over(step.state, step.input)
+
+
+def running_over(state: StepState | str, input: Any) -> dict[str, Any] | None:  # noqa: A002
+    """What a map record in `state` with `input` runs over once its items exist; None when it
+    is not a waiting map whose items exist."""
+    if state != StepState.WAITING or not isinstance(input, dict):
         return None
-    spec = step.input.get(MAP_KEY)
+    spec = input.get(MAP_KEY)
     return spec if isinstance(spec, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCounts:
+    """A map's items as one indexed read counts them (store.runs.map_drain)."""
+
+    running: int
+    """Pending or processing: they hold the map's parallelism."""
+    failed: bool
+    """One ended in error."""
+    open: bool
+    """One is not ended yet (running, waiting or parked)."""
+
+
+def to_release(spec: Mapping[str, Any], counts: ItemCounts) -> int | None:
+    """After an item ended, how many waiting items the map releases (in index order), from its
+    items' counts alone: what `progress` decides from all their rows while the map goes on.
+    None: the map ends now (every item ended, or one failed and the map does not continue),
+    which `progress` decides from all the rows (the outputs joined in order)."""
+    policy = OnItemFailure(spec.get("on_item_failure", OnItemFailure.FAIL_FAST))
+    if (counts.failed and policy != OnItemFailure.CONTINUE) or not counts.open:
+        return None
+    return max(int(spec.get("parallelism", 1)) - counts.running, 0)
 
 
 def expand(
@@ -129,8 +164,7 @@ def progress(map_step: StepRecord, items: Sequence[StepRecord]) -> EndMap | list
             f"{_describe(first.error)}"
         )
         return EndMap(map_step, StepState.ERROR, error=StoredError("MapItemError", message, extra))
-    ended = {StepState.PROCESSED, StepState.SKIPPED, StepState.ERROR, StepState.CANCELLED}
-    if all(s.state in ended for s in ordered):
+    if all(s.state in ENDED_ITEM_STATES for s in ordered):
         return EndMap(map_step, StepState.PROCESSED, output=_output(policy, ordered))
     free = int(spec.get("parallelism", 1)) - sum(s.state in RUNNING_ITEM_STATES for s in ordered)
     return [s for s in ordered if s.state == StepState.WAITING][: max(free, 0)]

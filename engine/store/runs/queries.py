@@ -351,7 +351,7 @@ def lock_runs_of_steps() -> Select[Any]:
     )
 
 
-_step_result = (steps.c.run_id, steps.c.name, steps.c.kind)
+_step_result = (steps.c.run_id, steps.c.name, steps.c.kind, steps.c.map_parent)
 
 
 @cache
@@ -552,7 +552,8 @@ def runs_by_id() -> Select[Any]:
 @cache
 def unpublished_events() -> Select[Any]:
     """The oldest events not yet published, locked for one relay (ix_events_unpublished), each
-    with the id of its run's first unpublished event (`first_unpublished`, ix_events_run_id_id),
+    with the id of its run's first unpublished event (`first_unpublished`,
+    ix_events_run_unpublished),
     locked or not: `events.take_unpublished` keeps a run's events only when that one is among
     them, so a run's events are published and fanned out in order even when another relay holds
     an earlier one."""
