@@ -34,7 +34,7 @@ def test_create_list_revoke(sqlite_url: str, sqlite_engine: Engine) -> None:
     code, _, err = _sasflow(sqlite_url, "create", "--name", "shop", "--scope", "read")
     assert (code, "a live token named 'shop' exists" in err) == (1, True)
     code, _, err = _sasflow(sqlite_url, "create", "--name", "x", "--scope", "root")
-    assert (code, "'root' is not one of" in err) == (2, True)
+    assert (code, "unknown scopes ['root']" in err) == (1, True)
     code, _, err = _sasflow(sqlite_url, "create", "--name", "bad name", "--scope", "read")
     assert code == 1
     assert "a token needs a name matching" in err
