@@ -1,6 +1,7 @@
 """Timer steps (`Step.sleep`) and runs submitted to start later (`start_at`), through real
 schedulers on PostgreSQL and RabbitMQ: no agent runs a timer, it is processed when its time
-comes on the database clock, and it survives a scheduler's restart.
+comes on the database clock, and one due while no scheduler and no supervisor runs fires once
+after they are back.
 
 The schedulers here rescan only every 30 s: a timer that fires within a few seconds of its time
 was woken by the timer duty's own due time, not by a rescan."""
@@ -19,6 +20,7 @@ from sasflow.store.db import transaction
 from sasflow.store.runs import timers
 from sasflow.store.runs.claim import claim_steps
 from sasflow.store.schema import events, steps
+from sasflow.supervisor.service import Supervisor, SupervisorOptions
 from sasflow.transport.topology import Names
 from sasflow.workflow import StepContext
 from tests import harness
@@ -136,8 +138,9 @@ def test_a_timer_until_a_time_from_the_run_input_fires_at_that_time(
 def test_a_sleeping_timer_survives_a_scheduler_restart(
     engine: Engine, database_url: str, names: Names
 ) -> None:
-    """The first scheduler stops while the timer sleeps; a second one, started after the
-    timer's time has passed, fires it."""
+    """The first scheduler stops while the timer sleeps; the timer falls due while no scheduler
+    and no supervisor runs; a second scheduler, started beside a supervisor after the timer's
+    time has passed, fires it once."""
     registry, agent = _registry()
     with engine.begin() as conn:
         run = submit_run(conn, registry, "nap", {}, key="k", namespace=names.namespace)
@@ -153,11 +156,23 @@ def test_a_sleeping_timer_survives_a_scheduler_restart(
     ):
         harness.wait_for(sleeping, timeout=10, what="the timer sleeps")
     assert harness.run_states(engine) == {run.run_id: "running"}
+    due = _event_time(engine, run.run_id, "a", "processed") + timedelta(seconds=SLEEP)
+    harness.wait_for(lambda: _db_now(engine) > due, timeout=10, what="the timer falls due")
     with harness.running(
         harness.scheduler(engine, database_url, registry, names, rescan_interval=RESCAN),
         harness.agent(agent, names),
+        Supervisor(engine, names, options=SupervisorOptions(interval=0.1)),
     ):
         harness.wait_for(lambda: _completed(engine, run.run_id), timeout=15, what="the run ends")
+    with engine.connect() as conn:
+        fired = conn.execute(
+            select(func.count()).where(
+                events.c.run_id == run.run_id,
+                events.c.step == "wait",
+                events.c.to_state == "processed",
+            )
+        ).scalar_one()
+    assert fired == 1, fired
     slept = (
         _event_time(engine, run.run_id, "b", "processing")
         - _event_time(engine, run.run_id, "a", "processed")
