@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sasflow import Backoff, Default, Step, StepContext, StepPolicy, Workflow
+from sasflow import Default, Step, StepContext, Workflow
 from sasflow.demo.app import COOL_OFF_S, EXPRESS_WAIT_S, PAYMENT_WAIT_S, STEP_POLICY
 from sasflow.demo.provider import EVENT
 from sasflow.states import OnFailure
@@ -25,11 +25,6 @@ VERSION = 2
 """Of the order workflows: version 1 reserved the order's one sku (the demo's definition)."""
 RESERVE_PARALLELISM = 2
 """Lines of one order reserved at once (the others wait, released in line order)."""
-RESERVE_POLICY = StepPolicy(
-    timeout=2.0, max_failures=5, backoff=Backoff(initial=0.3, multiplier=2.0, maximum=2.0)
-)
-"""More failures than the other steps: a line may meet the warehouse's two-second outage
-several times (its breaker open), and an order with one line failed would be compensated."""
 
 
 def _check_input(ctx: StepContext) -> dict[str, Any]:
@@ -57,7 +52,7 @@ def _order_steps(on_payment_timeout: str | Default, wait_s: float) -> list[Step]
             items="input.lines",
             max_items=100,
             parallelism=RESERVE_PARALLELISM,
-            policy=RESERVE_POLICY,
+            policy=STEP_POLICY,
             compensate="release",
         ),
         Step(
