@@ -16,9 +16,9 @@ import json
 
 import click
 
+from examples.orders.shop import confirm_payments
 from sasflow import SasflowError, Settings
 from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, MIN_ORDERS
-from sasflow.demo.shop import confirm_scenario_payments
 
 
 @click.command()
@@ -36,7 +36,7 @@ from sasflow.demo.shop import confirm_scenario_payments
 def main(key_prefix: str, orders: int, seed: int) -> None:
     """Publish a payment confirmation for every order but the declined one."""
     try:
-        sent = confirm_scenario_payments(Settings(), key_prefix, orders, seed)
+        sent = confirm_payments(Settings(), key_prefix, orders, seed)
     except SasflowError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({"confirmed": sent, "key_prefix": key_prefix}))

@@ -1,4 +1,5 @@
-"""Place the demo's orders on `<ns>.submit`, as a shop front would.
+"""Place the example's orders (the demo's, with lines: shop.py) on `<ns>.submit`, as a shop
+front would.
 
     python -m examples.orders.place_orders --orders 40 --seed 7
 
@@ -12,9 +13,9 @@ import json
 
 import click
 
+from examples.orders.shop import place_orders
 from sasflow import SasflowError, Settings
 from sasflow.demo.scenario import DEFAULT_ORDERS, DEFAULT_SEED, MIN_ORDERS
-from sasflow.demo.shop import place_scenario_orders
 
 
 @click.command()
@@ -35,7 +36,7 @@ from sasflow.demo.shop import place_scenario_orders
 def main(orders: int, seed: int) -> None:
     """Publish the scenario's orders to the submission queue."""
     try:
-        prefix = place_scenario_orders(Settings(), orders, seed)
+        prefix = place_orders(Settings(), orders, seed)
     except SasflowError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({"published": orders, "key_prefix": prefix}))
