@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sasflow.agents.worker import AgentWorker
 from sasflow.demo.app import build_registry, inventory_agent, payments_agent, shipping_agent
@@ -73,11 +74,25 @@ def order_id(key_prefix: str, number: int) -> str:
     return f"{key_prefix}{number:05d}"
 
 
+OrderInput = Callable[[Scenario, int, str], dict[str, Any]]
+"""The input of an order: (scenario, order number from 1, key prefix) -> the run's input."""
+
+
+def demo_order_input(scenario: Scenario, number: int, key_prefix: str) -> dict[str, Any]:
+    """The demo's order input: the scenario's order and its id."""
+    return {**scenario.order(number), "order_id": order_id(key_prefix, number)}
+
+
 def place_orders(
-    transports: TransportFactory, names: Names, scenario: Scenario, key_prefix: str
+    transports: TransportFactory,
+    names: Names,
+    scenario: Scenario,
+    key_prefix: str,
+    order_input: OrderInput = demo_order_input,
 ) -> None:
-    """Publish every order of `scenario` to `<ns>.submit`, as a shop front would. An order's
-    id (`order_id`, what its payment confirmation is matched on) is its business key."""
+    """Publish every order of `scenario` to `<ns>.submit`, as a shop front would, each with
+    `order_input`'s input. An order's id (`order_id`, what its payment confirmation is matched
+    on) is its business key."""
     transport = transports("demo-shop")
     transport.connect()
     try:
@@ -88,7 +103,7 @@ def place_orders(
                 names.submit,
                 Submission(
                     workflow=scenario.workflow(n),
-                    input={**scenario.order(n), "order_id": order_id(key_prefix, n)},
+                    input=order_input(scenario, n, key_prefix),
                     key=order_id(key_prefix, n),
                 ).encode(),
                 mandatory=True,

@@ -4,24 +4,19 @@ An order of the demo's scenario (`sasflow.demo.scenario`) buys one sku; here it 
 three (`lines: [{"sku", "qty"}, ...]`, the first the demo's sku and quantity), every fourth
 order is a gift (`gift: true`, wrapped by the shipping workflow), and the order the carrier
 refuses always has three lines (so its compensation releases three reservations). The amount
-charged and confirmed is the units of every line times the order's `unit_price`.
+charged and confirmed is the units of every line times the order's `unit_price`. The demo's
+shop front and payment provider (`sasflow.demo.shop`) publish them.
 """
 
 from __future__ import annotations
 
 import random
-import uuid
 from typing import Any
 
-from sasflow.demo.provider import confirmation, publish_confirmations
+from sasflow import Settings
 from sasflow.demo.run import order_id
 from sasflow.demo.scenario import SKUS, Scenario
-from sasflow.errors import PublishError
-from sasflow.messages import Submission
-from sasflow.settings import Settings
-from sasflow.transport.base import Outgoing, Transport
-from sasflow.transport.factory import broker_options, make_transport
-from sasflow.transport.topology import Names, declare_common
+from sasflow.demo.shop import confirm_scenario_payments, place_scenario_orders
 
 MAX_LINES = 3
 GIFT_EVERY = 4
@@ -48,60 +43,16 @@ def amount(order: dict[str, Any]) -> int:
     return sum(int(line["qty"]) for line in order["lines"]) * int(order["unit_price"])
 
 
-def _transport(settings: Settings, role: str) -> Transport:
-    # RabbitMQ (amqp://, amqps://): the in-process bus cannot reach other processes.
-    transport = make_transport(
-        settings.broker_url, process_name=f"orders-{role}", options=broker_options(settings)
-    )
-    transport.connect()
-    return transport
-
-
 def place_orders(settings: Settings, orders: int, seed: int) -> str:
     """Publish the `orders` orders of the scenario seeded `seed` to `<ns>.submit`, as a shop
     front would (each order's id is its business key); returns their key prefix."""
-    scenario = Scenario.build(orders, seed)
-    prefix = f"shop-{uuid.uuid4().hex[:8]}-"
-    names = Names(settings.namespace)
-    transport = _transport(settings, "shop")
-    try:
-        declare_common(transport, names)
-        messages = [
-            Outgoing(
-                "",
-                names.submit,
-                Submission(
-                    workflow=scenario.workflow(n),
-                    input=order_input(scenario, n, prefix),
-                    key=order_id(prefix, n),
-                ).encode(),
-                mandatory=True,
-            )
-            for n in range(1, orders + 1)
-        ]
-        refused = [e for e in transport.publish_many(messages) if e is not None]
-    finally:
-        transport.close()
-    if refused:
-        raise PublishError(f"{len(refused)} orders refused by the broker: {refused[0]}")
-    return prefix
+    return place_scenario_orders(settings, orders, seed, order_input)
 
 
 def confirm_payments(settings: Settings, key_prefix: str, orders: int, seed: int) -> int:
     """Publish, as the payment provider would, the `payment_confirmed` event of every order
     placed with `key_prefix` but the declined one and the unconfirmed express order (its wait
     times out); returns how many were sent."""
-    scenario = Scenario.build(orders, seed)
-    bodies = [
-        confirmation(order_id(key_prefix, n), amount(order_input(scenario, n, key_prefix)))
-        for n in range(1, orders + 1)
-        if n not in (scenario.declined, scenario.unconfirmed)
-    ]
-    transport = _transport(settings, "payments")
-    try:
-        refused = publish_confirmations(transport, Names(settings.namespace), bodies)
-    finally:
-        transport.close()
-    if refused:
-        raise PublishError(f"{refused} payment confirmations refused by the broker")
-    return len(bodies)
+    return confirm_scenario_payments(
+        settings, key_prefix, orders, seed, order_input=order_input, amount=amount
+    )

@@ -18,7 +18,6 @@ from typing import Any
 from sasflow import Default, Step, StepContext, Workflow
 from sasflow.demo.app import COOL_OFF_S, EXPRESS_WAIT_S, PAYMENT_WAIT_S, STEP_POLICY
 from sasflow.demo.provider import EVENT
-from sasflow.states import OnFailure
 from sasflow.when import Cond
 
 VERSION = 2
@@ -132,7 +131,7 @@ def workflows() -> list[Workflow]:
             "b2b-order",
             _order_steps("fail", PAYMENT_WAIT_S),
             version=VERSION,
-            on_failure=OnFailure.ERROR,
+            on_failure="error",
         ),
         Workflow(
             "express-order",
