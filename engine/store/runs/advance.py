@@ -387,7 +387,10 @@ class _Applier:
 
     def _child_ended(self, run: RunRecord, state: RunState, output: Any, error: Any) -> None:
         """A run ended: when a step of its parent waited for it, that step ends and the
-        parent is advanced, in this transaction."""
+        parent is advanced, in this transaction. A run that is no child (its row, read with
+        the run) costs nothing more."""
+        if run.parent_run_id is None:
+            return
         parent, ended = children.ended(
             self.conn, run.id, run.workflow, state, output, error, actor=self.actor
         )

@@ -69,8 +69,10 @@ _run_columns = (
     runs.c.on_failure,
     runs.c.error,
     runs.c.callback_url,
+    runs.c.parent_run_id,
 )
-"""What advancing a run reads of it (and whether ending it writes a callback)."""
+"""What advancing a run reads of it (whether ending it writes a callback, and whether it is a
+child whose parent's step waits for its end)."""
 
 
 def not_timer(table: FromClause = steps) -> ColumnElement[bool]:

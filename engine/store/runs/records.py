@@ -33,6 +33,8 @@ class RunRecord:
     state: RunState
     on_failure: OnFailure
     error: RunError | None
+    parent_run_id: int | None = None
+    """The run whose child step started it (Step.child); None for a run submitted otherwise."""
 
     @classmethod
     def from_row(cls, row: Columns) -> RunRecord:
@@ -45,6 +47,7 @@ class RunRecord:
             state=RunState(row["state"]),
             on_failure=OnFailure(row["on_failure"]),
             error=RunError.from_json(row["error"]),
+            parent_run_id=row["parent_run_id"],
         )
 
 
